@@ -1,0 +1,29 @@
+//! Kafka's record batch format, magic v2, as Skiff reads, validates and rewrites it.
+//!
+//! This crate owns the bytes of the `records` field of Produce and Fetch and of log segments:
+//! - [`RecordBatches`] / [`RecordBatch`]: validated zero-copy views (length, magic, CRC-32C,
+//!   header consistency) over [`bytes::Bytes`]; a trailing partial batch is a distinct error;
+//! - [`RecordBatchMut`]: the in-place rewrites of a broker append (base offset, leader epoch,
+//!   log-append time) without re-encoding records;
+//! - [`RecordBatchBuilder`] and [`Records`]: encoding and bounded decoding of individual records.
+//!
+//! Nothing here panics or sizes an allocation from a length read off the wire or the disk.
+
+mod batch;
+mod builder;
+mod compression;
+mod error;
+mod record;
+mod wire;
+
+pub use batch::{
+    BATCH_HEADER_LEN, BatchHeader, Compression, LOG_OVERHEAD, MAGIC_V2, NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, RecordBatch, RecordBatchMut,
+    RecordBatches, RecordBatchesMut, TimestampType,
+};
+pub use builder::RecordBatchBuilder;
+pub use error::{RecordsError, Result};
+pub use record::{Header, Record, RecordHeaders, Records};
+
+#[cfg(test)]
+mod tests;
