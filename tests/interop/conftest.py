@@ -1,0 +1,74 @@
+"""Fixtures for the Skiff interop suite. See tests/interop/README.md."""
+
+from __future__ import annotations
+
+import atexit
+
+import pytest
+
+from skiff_harness import SkiffBroker, broker_required, free_port, skiff_bin
+
+_LIVE: list[SkiffBroker] = []
+
+
+@atexit.register
+def _kill_leftovers() -> None:  # belt and braces: never leave a broker behind
+    for b in _LIVE:
+        b.kill()
+
+
+def _missing_reason() -> str:
+    return (f"Skiff broker binary not found at {skiff_bin()} "
+            "(build it with `cargo build -p skiff`, or set SKIFF_BIN)")
+
+
+# Module-level guard: with SKIFF_REQUIRE_BROKER=1 a missing binary aborts the whole
+# run at start-up instead of quietly turning every broker test into a skip.
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if broker_required() and not skiff_bin().is_file():
+        raise pytest.UsageError(f"SKIFF_REQUIRE_BROKER=1 but {_missing_reason()}")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    b = skiff_bin()
+    state = "found" if b.is_file() else "MISSING (broker tests will skip)"
+    if broker_required():
+        state += ", SKIFF_REQUIRE_BROKER=1"
+    return f"skiff broker binary: {b} [{state}]"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    """Attach the broker's stderr to the report of any failing test that used it."""
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.failed:
+        b = getattr(item, "funcargs", {}).get("broker")
+        if isinstance(b, SkiffBroker):
+            rep.sections.append((f"skiff broker stderr ({b.stderr_path})", b.stderr_text()))
+
+
+@pytest.fixture
+def broker(tmp_path) -> SkiffBroker:
+    """A running Skiff broker on a free loopback port with a fresh data dir.
+
+    Yields a SkiffBroker with ``.bootstrap`` ("127.0.0.1:PORT"), ``.data_dir``,
+    ``.restart()`` (SIGTERM, then start again on the same port/dir), ``.kill()``
+    (SIGKILL) and ``.start()``. Always stopped at teardown.
+    """
+    binary = skiff_bin()
+    if not binary.is_file():
+        if broker_required():
+            pytest.fail(f"SKIFF_REQUIRE_BROKER=1 but {_missing_reason()}", pytrace=False)
+        pytest.skip(_missing_reason())
+    b = SkiffBroker(binary, data_dir=tmp_path / "data", log_dir=tmp_path / "logs", port=free_port())
+    _LIVE.append(b)
+    try:
+        try:
+            b.start()
+        except RuntimeError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        yield b
+    finally:
+        b.stop()
+        _LIVE.remove(b)
