@@ -8,3 +8,8 @@
 pub mod uuid;
 
 pub use uuid::Uuid;
+pub mod codec;
+pub mod generated;
+
+pub use codec::{ByteString, Decodable, DecodeError, Encodable, EncodeError, Message};
+pub use generated::api::{ApiKey, Request, Response};

@@ -82,7 +82,10 @@ impl Uuid {
             bytes[6] = (bytes[6] & 0x0f) | 0x40;
             bytes[8] = (bytes[8] & 0x3f) | 0x80;
             let candidate = Uuid::from_bytes(bytes);
-            if candidate != Uuid::ZERO && candidate != Uuid::ONE && !candidate.text_starts_with_dash() {
+            if candidate != Uuid::ZERO
+                && candidate != Uuid::ONE
+                && !candidate.text_starts_with_dash()
+            {
                 return Ok(candidate);
             }
         }
