@@ -214,7 +214,7 @@ impl ConfigDef {
                                     allowed.join(", ")
                                 ));
                             }
-                            if items[..i].contains(item) {
+                            if items.get(..i).is_some_and(|earlier| earlier.contains(item)) {
                                 return invalid(&format!("duplicate value {item}"));
                             }
                         }
