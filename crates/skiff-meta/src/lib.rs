@@ -11,6 +11,23 @@
 //! [`MetadataStore`] is a plain struct (`&mut self` mutations); the broker shares it behind a lock.
 //! Errors are one enum, [`MetaError`], whose [`MetaError::kafka_error_code`] gives the code a
 //! response carries.
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use skiff_meta::{AlterConfigOp, MetadataStore, NewTopic, TopicRef};
+//!
+//! # fn main() -> skiff_meta::Result<()> {
+//! # let dir = tempfile::TempDir::new().map_err(|e| skiff_meta::MetaError::InvalidRequest(e.to_string()))?;
+//! let static_configs = BTreeMap::from([("log.retention.hours".to_owned(), "24".to_owned())]);
+//! let mut store = MetadataStore::open(dir.path(), &static_configs)?;
+//! let topic = store.create_topic(&NewTopic::new("orders", 3).config("cleanup.policy", "delete"), false)?;
+//! store.incremental_alter_topic_configs("orders", &[AlterConfigOp::set("retention.ms", "60000")], false)?;
+//! assert_eq!(store.effective_topic_config("orders")?.retention_ms, 60_000);
+//! assert_eq!(store.topic_by_id(topic.id).map(|t| t.partitions), Some(3));
+//! store.delete_topic(TopicRef::Id(topic.id))?;
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod config;
 mod error;

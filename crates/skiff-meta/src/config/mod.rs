@@ -1,6 +1,6 @@
 //! Topic and broker configuration: the registry of supported keys ([`registry`]), the wire-level
 //! vocabulary of DescribeConfigs / IncrementalAlterConfigs (types, sources, entries, operations),
-//! resolution of a topic's effective config ([`effective`]) and describe/alter logic ([`resolve`]).
+//! resolution of a topic's effective config ([`effective`]) and describe/alter logic (`resolve`, private).
 
 pub mod effective;
 pub mod registry;

@@ -357,3 +357,93 @@ pub(crate) fn validate_topic_values(values: &BTreeMap<&'static str, String>) -> 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::topic_config_def;
+
+    fn no_tiers(empty: &BTreeMap<String, String>) -> BrokerTiers<'_> {
+        BrokerTiers {
+            dynamic_broker: empty,
+            dynamic_default: empty,
+            static_broker: empty,
+        }
+    }
+
+    #[test]
+    fn topic_defaults_equal_converted_broker_defaults() {
+        let empty = BTreeMap::new();
+        for def in topic_config_defs() {
+            let (value, _) = resolve_topic_key(def, &empty, no_tiers(&empty)).expect(def.name);
+            assert_eq!(Some(value.as_str()), def.default, "{}", def.name);
+        }
+    }
+
+    #[test]
+    fn unit_conversion() {
+        let empty = BTreeMap::new();
+        let minutes = BTreeMap::from([("log.retention.minutes".to_owned(), "2".to_owned())]);
+        let tiers = BrokerTiers {
+            static_broker: &minutes,
+            ..no_tiers(&empty)
+        };
+        let def = topic_config_def("retention.ms").expect("retention.ms");
+        let (value, synonyms) = resolve_topic_key(def, &empty, tiers).expect("resolve");
+        assert_eq!(value, "120000");
+        let names: Vec<_> = synonyms
+            .iter()
+            .map(|s| (s.name.as_str(), s.source))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("log.retention.minutes", ConfigSource::StaticBroker),
+                ("log.retention.hours", ConfigSource::Default),
+            ]
+        );
+        let hours = BTreeMap::from([("log.retention.hours".to_owned(), "-1".to_owned())]);
+        let tiers = BrokerTiers {
+            static_broker: &hours,
+            ..no_tiers(&empty)
+        };
+        let (value, _) = resolve_topic_key(def, &empty, tiers).expect("resolve");
+        assert_eq!(value, "-1");
+    }
+
+    #[test]
+    fn codes() {
+        use crate::config::{AlterConfigOpType as Op, ConfigSource as S, ConfigType as T};
+        assert_eq!(
+            [
+                T::Boolean,
+                T::String,
+                T::Int,
+                T::Short,
+                T::Long,
+                T::Double,
+                T::List,
+                T::Class,
+                T::Password
+            ]
+            .map(T::code),
+            [1, 2, 3, 4, 5, 6, 7, 8, 9]
+        );
+        assert_eq!(
+            [
+                S::DynamicTopic,
+                S::DynamicBroker,
+                S::DynamicDefaultBroker,
+                S::StaticBroker,
+                S::Default
+            ]
+            .map(S::code),
+            [1, 2, 3, 4, 5]
+        );
+        for op in [Op::Set, Op::Delete, Op::Append, Op::Subtract] {
+            assert_eq!(Op::from_code(op.code()), Some(op));
+        }
+        assert_eq!(Op::from_code(4), None);
+        assert_eq!(Op::from_code(-1), None);
+    }
+}
