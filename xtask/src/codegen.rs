@@ -488,6 +488,46 @@ impl Field {
         })
     }
 
+    /// An expression making a random value of this field that is valid at `version`.
+    fn random_expr(&self) -> Result<String> {
+        let value = match &self.ty {
+            Ty::Prim(Prim::Records) | Ty::Prim(Prim::Bytes) => "rng.bytes()".to_string(),
+            Ty::Prim(Prim::String) => "rng.string()".to_string(),
+            Ty::Prim(Prim::Uuid) => "rng.uuid()".to_string(),
+            Ty::Prim(Prim::Bool) => "rng.bool()".to_string(),
+            Ty::Prim(Prim::F64) => "rng.f64()".to_string(),
+            Ty::Prim(p) => format!("rng.next_u64() as {}", base_type(&Ty::Prim(*p))?),
+            Ty::Array(elem) => {
+                let item = match elem.as_ref() {
+                    Ty::Struct(name) => {
+                        format!("<{name} as crate::testing::Random>::random(rng, version)")
+                    }
+                    Ty::Prim(Prim::String) => "rng.string()".to_string(),
+                    Ty::Prim(Prim::Bytes) | Ty::Prim(Prim::Records) => "rng.bytes()".to_string(),
+                    Ty::Prim(Prim::Uuid) => "rng.uuid()".to_string(),
+                    Ty::Prim(Prim::Bool) => "rng.bool()".to_string(),
+                    Ty::Prim(Prim::F64) => "rng.f64()".to_string(),
+                    Ty::Prim(p) => format!("rng.next_u64() as {}", base_type(&Ty::Prim(*p))?),
+                    Ty::Array(_) => bail!("nested arrays"),
+                };
+                format!("(0..rng.below(4)).map(|_| {item}).collect()")
+            }
+            Ty::Struct(name) => {
+                format!("<{name} as crate::testing::Random>::random(rng, version)")
+            }
+        };
+        if !self.is_option() {
+            return Ok(value);
+        }
+        Ok(match cond(self.nullable, self.present) {
+            Cond::Always => format!("if rng.below(4) == 0 {{ None }} else {{ Some({value}) }}"),
+            Cond::Never => format!("Some({value})"),
+            Cond::Expr(e) => {
+                format!("if {e} && rng.below(4) == 0 {{ None }} else {{ Some({value}) }}")
+            }
+        })
+    }
+
     /// Statements writing this field at `version`.
     fn write_stmt(&self) -> Result<String> {
         let c = self.compact();
@@ -756,6 +796,21 @@ fn emit_message(msg: &Msg) -> Result<String> {
         }
         out.push_str("Ok(())\n}\n}\n\n");
 
+        // Random instances (feature `testing`): only the fields of `version` are set, so that
+        // decode(encode(x)) == x holds exactly.
+        writeln!(
+            out,
+            "#[cfg(feature = \"testing\")]\nimpl crate::testing::Random for {} {{",
+            def.name
+        )?;
+        out.push_str("fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {\n");
+        out.push_str("let mut this = Self::default();\n");
+        for f in &def.fields {
+            let body = format!("this.{} = {};", f.rust_name, f.random_expr()?);
+            out.push_str(&guard(&cond(f.present, msg.valid), &body));
+        }
+        out.push_str("this\n}\n}\n\n");
+
         if top {
             let flexible_since = if msg.flexible.is_empty() {
                 "None".to_string()
@@ -938,6 +993,20 @@ fn emit_api(messages: &[Msg]) -> Result<String> {
         out.push_str("/// Encodes the body at `version`.\npub fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult { match self {\n");
         for a in &apis {
             writeln!(out, "{enum_name}::{}(m) => m.encode(buf, version),", a.name)?;
+        }
+        out.push_str("} }\n}\n\n");
+        writeln!(
+            out,
+            "#[cfg(feature = \"testing\")]\nimpl {enum_name} {{\n/// A random {} of `api_key`, valid at `version`.\npub fn random(api_key: ApiKey, rng: &mut crate::testing::Rng, version: i16) -> Self {{ use crate::testing::Random; match api_key {{",
+            suffix.to_lowercase()
+        )?;
+        for a in &apis {
+            let m = if pick { a.request } else { a.response };
+            writeln!(
+                out,
+                "ApiKey::{} => {enum_name}::{}({}::random(rng, version)),",
+                a.name, a.name, m.raw_name
+            )?;
         }
         out.push_str("} }\n}\n\n");
         for a in &apis {

@@ -9,6 +9,8 @@ pub mod codec;
 pub mod frame;
 pub mod generated;
 pub mod header;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod uuid;
 
 pub use codec::{ByteString, Decodable, DecodeError, Encodable, EncodeError, Message};

@@ -72,6 +72,18 @@ impl Encodable for AddOffsetsToTxnRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AddOffsetsToTxnRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.transactional_id = rng.string();
+        this.producer_id = rng.next_u64() as i64;
+        this.producer_epoch = rng.next_u64() as i16;
+        this.group_id = rng.string();
+        this
+    }
+}
+
 impl Message for AddOffsetsToTxnRequest {
     const NAME: &'static str = "AddOffsetsToTxnRequest";
     const LOWEST_VERSION: i16 = 0;

@@ -104,6 +104,35 @@ impl Encodable for AddPartitionsToTxnRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AddPartitionsToTxnRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 4 {
+            this.transactions = (0..rng.below(4))
+                .map(|_| {
+                    <AddPartitionsToTxnTransaction as crate::testing::Random>::random(rng, version)
+                })
+                .collect();
+        }
+        if version <= 3 {
+            this.v3_and_below_transactional_id = rng.string();
+        }
+        if version <= 3 {
+            this.v3_and_below_producer_id = rng.next_u64() as i64;
+        }
+        if version <= 3 {
+            this.v3_and_below_producer_epoch = rng.next_u64() as i16;
+        }
+        if version <= 3 {
+            this.v3_and_below_topics = (0..rng.below(4))
+                .map(|_| <AddPartitionsToTxnTopic as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        this
+    }
+}
+
 impl Message for AddPartitionsToTxnRequest {
     const NAME: &'static str = "AddPartitionsToTxnRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -198,6 +227,31 @@ impl Encodable for AddPartitionsToTxnTransaction {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AddPartitionsToTxnTransaction {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 4 {
+            this.transactional_id = rng.string();
+        }
+        if version >= 4 {
+            this.producer_id = rng.next_u64() as i64;
+        }
+        if version >= 4 {
+            this.producer_epoch = rng.next_u64() as i16;
+        }
+        if version >= 4 {
+            this.verify_only = rng.bool();
+        }
+        if version >= 4 {
+            this.topics = (0..rng.below(4))
+                .map(|_| <AddPartitionsToTxnTopic as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct AddPartitionsToTxnTopic {
     pub name: ByteString,
@@ -245,5 +299,15 @@ impl Encodable for AddPartitionsToTxnTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AddPartitionsToTxnTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
     }
 }

@@ -95,6 +95,30 @@ impl Encodable for AddPartitionsToTxnResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AddPartitionsToTxnResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        if version >= 4 {
+            this.error_code = rng.next_u64() as i16;
+        }
+        if version >= 4 {
+            this.results_by_transaction = (0..rng.below(4))
+                .map(|_| <AddPartitionsToTxnResult as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        if version <= 3 {
+            this.results_by_topic_v3_and_below = (0..rng.below(4))
+                .map(|_| {
+                    <AddPartitionsToTxnTopicResult as crate::testing::Random>::random(rng, version)
+                })
+                .collect();
+        }
+        this
+    }
+}
+
 impl Message for AddPartitionsToTxnResponse {
     const NAME: &'static str = "AddPartitionsToTxnResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -165,6 +189,24 @@ impl Encodable for AddPartitionsToTxnResult {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AddPartitionsToTxnResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 4 {
+            this.transactional_id = rng.string();
+        }
+        if version >= 4 {
+            this.topic_results = (0..rng.below(4))
+                .map(|_| {
+                    <AddPartitionsToTxnTopicResult as crate::testing::Random>::random(rng, version)
+                })
+                .collect();
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct AddPartitionsToTxnTopicResult {
     pub name: ByteString,
@@ -216,6 +258,20 @@ impl Encodable for AddPartitionsToTxnTopicResult {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AddPartitionsToTxnTopicResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.results_by_partition = (0..rng.below(4))
+            .map(|_| {
+                <AddPartitionsToTxnPartitionResult as crate::testing::Random>::random(rng, version)
+            })
+            .collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct AddPartitionsToTxnPartitionResult {
     pub partition_index: i32,
@@ -260,5 +316,15 @@ impl Encodable for AddPartitionsToTxnPartitionResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AddPartitionsToTxnPartitionResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.partition_error_code = rng.next_u64() as i16;
+        this
     }
 }

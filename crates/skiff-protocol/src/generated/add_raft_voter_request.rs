@@ -86,6 +86,28 @@ impl Encodable for AddRaftVoterRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AddRaftVoterRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.cluster_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.timeout_ms = rng.next_u64() as i32;
+        this.voter_id = rng.next_u64() as i32;
+        this.voter_directory_id = rng.uuid();
+        this.listeners = (0..rng.below(4))
+            .map(|_| <Listener as crate::testing::Random>::random(rng, version))
+            .collect();
+        if version >= 1 {
+            this.ack_when_committed = rng.bool();
+        }
+        this
+    }
+}
+
 impl Message for AddRaftVoterRequest {
     const NAME: &'static str = "AddRaftVoterRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -145,5 +167,16 @@ impl Encodable for Listener {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Listener {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.host = rng.string();
+        this.port = rng.next_u64() as u16;
+        this
     }
 }

@@ -64,6 +64,16 @@ impl Encodable for AllocateProducerIdsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AllocateProducerIdsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.broker_id = rng.next_u64() as i32;
+        this.broker_epoch = rng.next_u64() as i64;
+        this
+    }
+}
+
 impl Message for AllocateProducerIdsRequest {
     const NAME: &'static str = "AllocateProducerIdsRequest";
     const LOWEST_VERSION: i16 = 0;

@@ -72,6 +72,18 @@ impl Encodable for AllocateProducerIdsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AllocateProducerIdsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.producer_id_start = rng.next_u64() as i64;
+        this.producer_id_len = rng.next_u64() as i32;
+        this
+    }
+}
+
 impl Message for AllocateProducerIdsResponse {
     const NAME: &'static str = "AllocateProducerIdsResponse";
     const LOWEST_VERSION: i16 = 0;

@@ -66,6 +66,18 @@ impl Encodable for AlterClientQuotasRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterClientQuotasRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.entries = (0..rng.below(4))
+            .map(|_| <EntryData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.validate_only = rng.bool();
+        this
+    }
+}
+
 impl Message for AlterClientQuotasRequest {
     const NAME: &'static str = "AlterClientQuotasRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -124,6 +136,20 @@ impl Encodable for EntityData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for EntityData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.entity_type = rng.string();
+        this.entity_name = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpData {
     pub key: ByteString,
@@ -175,6 +201,17 @@ impl Encodable for OpData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OpData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.key = rng.string();
+        this.value = rng.f64();
+        this.remove = rng.bool();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct EntryData {
     pub entity: Vec<EntityData>,
@@ -223,5 +260,19 @@ impl Encodable for EntryData {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for EntryData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.entity = (0..rng.below(4))
+            .map(|_| <EntityData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.ops = (0..rng.below(4))
+            .map(|_| <OpData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

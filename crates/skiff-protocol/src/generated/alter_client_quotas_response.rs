@@ -66,6 +66,18 @@ impl Encodable for AlterClientQuotasResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterClientQuotasResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.entries = (0..rng.below(4))
+            .map(|_| <EntryData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for AlterClientQuotasResponse {
     const NAME: &'static str = "AlterClientQuotasResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -124,6 +136,20 @@ impl Encodable for EntityData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for EntityData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.entity_type = rng.string();
+        this.entity_name = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct EntryData {
     pub error_code: i16,
@@ -174,5 +200,22 @@ impl Encodable for EntryData {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for EntryData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.entity = (0..rng.below(4))
+            .map(|_| <EntityData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

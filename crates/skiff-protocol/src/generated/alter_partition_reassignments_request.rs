@@ -74,6 +74,21 @@ impl Encodable for AlterPartitionReassignmentsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterPartitionReassignmentsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.timeout_ms = rng.next_u64() as i32;
+        if version >= 1 {
+            this.allow_replication_factor_change = rng.bool();
+        }
+        this.topics = (0..rng.below(4))
+            .map(|_| <ReassignableTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for AlterPartitionReassignmentsRequest {
     const NAME: &'static str = "AlterPartitionReassignmentsRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -135,6 +150,20 @@ impl Encodable for ReassignablePartition {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ReassignablePartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.replicas = if rng.below(4) == 0 {
+            None
+        } else {
+            Some((0..rng.below(4)).map(|_| rng.next_u64() as i32).collect())
+        };
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReassignableTopic {
     pub name: ByteString,
@@ -183,5 +212,17 @@ impl Encodable for ReassignableTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ReassignableTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <ReassignablePartition as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

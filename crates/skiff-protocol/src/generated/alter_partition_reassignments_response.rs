@@ -84,6 +84,27 @@ impl Encodable for AlterPartitionReassignmentsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterPartitionReassignmentsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        if version >= 1 {
+            this.allow_replication_factor_change = rng.bool();
+        }
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.responses = (0..rng.below(4))
+            .map(|_| <ReassignableTopicResponse as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for AlterPartitionReassignmentsResponse {
     const NAME: &'static str = "AlterPartitionReassignmentsResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -146,6 +167,21 @@ impl Encodable for ReassignablePartitionResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ReassignablePartitionResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReassignableTopicResponse {
     pub name: ByteString,
@@ -194,5 +230,19 @@ impl Encodable for ReassignableTopicResponse {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ReassignableTopicResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| {
+                <ReassignablePartitionResponse as crate::testing::Random>::random(rng, version)
+            })
+            .collect();
+        this
     }
 }

@@ -70,6 +70,19 @@ impl Encodable for AlterPartitionRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterPartitionRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.broker_id = rng.next_u64() as i32;
+        this.broker_epoch = rng.next_u64() as i64;
+        this.topics = (0..rng.below(4))
+            .map(|_| <TopicData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for AlterPartitionRequest {
     const NAME: &'static str = "AlterPartitionRequest";
     const LOWEST_VERSION: i16 = 2;
@@ -133,6 +146,20 @@ impl Encodable for BrokerState {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for BrokerState {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 3 {
+            this.broker_id = rng.next_u64() as i32;
+        }
+        if version >= 3 {
+            this.broker_epoch = rng.next_u64() as i64;
+        }
+        this
     }
 }
 
@@ -213,6 +240,26 @@ impl Encodable for PartitionData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.leader_epoch = rng.next_u64() as i32;
+        if version <= 2 {
+            this.new_isr = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        }
+        if version >= 3 {
+            this.new_isr_with_epochs = (0..rng.below(4))
+                .map(|_| <BrokerState as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        this.leader_recovery_state = rng.next_u64() as i8;
+        this.partition_epoch = rng.next_u64() as i32;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicData {
     pub topic_id: Uuid,
@@ -259,5 +306,17 @@ impl Encodable for TopicData {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -70,6 +70,19 @@ impl Encodable for AlterPartitionResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterPartitionResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.topics = (0..rng.below(4))
+            .map(|_| <TopicData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for AlterPartitionResponse {
     const NAME: &'static str = "AlterPartitionResponse";
     const LOWEST_VERSION: i16 = 2;
@@ -151,6 +164,21 @@ impl Encodable for PartitionData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.leader_id = rng.next_u64() as i32;
+        this.leader_epoch = rng.next_u64() as i32;
+        this.isr = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this.leader_recovery_state = rng.next_u64() as i8;
+        this.partition_epoch = rng.next_u64() as i32;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicData {
     pub topic_id: Uuid,
@@ -197,5 +225,17 @@ impl Encodable for TopicData {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -64,6 +64,17 @@ impl Encodable for AlterReplicaLogDirsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterReplicaLogDirsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.dirs = (0..rng.below(4))
+            .map(|_| <AlterReplicaLogDir as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for AlterReplicaLogDirsRequest {
     const NAME: &'static str = "AlterReplicaLogDirsRequest";
     const LOWEST_VERSION: i16 = 1;
@@ -125,6 +136,16 @@ impl Encodable for AlterReplicaLogDirTopic {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterReplicaLogDirTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct AlterReplicaLogDir {
     pub path: ByteString,
@@ -173,5 +194,17 @@ impl Encodable for AlterReplicaLogDir {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterReplicaLogDir {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.path = rng.string();
+        this.topics = (0..rng.below(4))
+            .map(|_| <AlterReplicaLogDirTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -68,6 +68,20 @@ impl Encodable for AlterReplicaLogDirsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterReplicaLogDirsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.results = (0..rng.below(4))
+            .map(|_| {
+                <AlterReplicaLogDirTopicResult as crate::testing::Random>::random(rng, version)
+            })
+            .collect();
+        this
+    }
+}
+
 impl Message for AlterReplicaLogDirsResponse {
     const NAME: &'static str = "AlterReplicaLogDirsResponse";
     const LOWEST_VERSION: i16 = 1;
@@ -126,6 +140,16 @@ impl Encodable for AlterReplicaLogDirPartitionResult {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterReplicaLogDirPartitionResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct AlterReplicaLogDirTopicResult {
     pub topic_name: ByteString,
@@ -174,5 +198,19 @@ impl Encodable for AlterReplicaLogDirTopicResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterReplicaLogDirTopicResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| {
+                <AlterReplicaLogDirPartitionResult as crate::testing::Random>::random(rng, version)
+            })
+            .collect();
+        this
     }
 }

@@ -68,6 +68,20 @@ impl Encodable for AlterShareGroupOffsetsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterShareGroupOffsetsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        this.topics = (0..rng.below(4))
+            .map(|_| {
+                <AlterShareGroupOffsetsRequestTopic as crate::testing::Random>::random(rng, version)
+            })
+            .collect();
+        this
+    }
+}
+
 impl Message for AlterShareGroupOffsetsRequest {
     const NAME: &'static str = "AlterShareGroupOffsetsRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -126,6 +140,16 @@ impl Encodable for AlterShareGroupOffsetsRequestPartition {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterShareGroupOffsetsRequestPartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.start_offset = rng.next_u64() as i64;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct AlterShareGroupOffsetsRequestTopic {
     pub topic_name: ByteString,
@@ -174,5 +198,21 @@ impl Encodable for AlterShareGroupOffsetsRequestTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterShareGroupOffsetsRequestTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| {
+                <AlterShareGroupOffsetsRequestPartition as crate::testing::Random>::random(
+                    rng, version,
+                )
+            })
+            .collect();
+        this
     }
 }

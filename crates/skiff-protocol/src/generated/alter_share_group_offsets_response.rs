@@ -76,6 +76,28 @@ impl Encodable for AlterShareGroupOffsetsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterShareGroupOffsetsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.responses = (0..rng.below(4))
+            .map(|_| {
+                <AlterShareGroupOffsetsResponseTopic as crate::testing::Random>::random(
+                    rng, version,
+                )
+            })
+            .collect();
+        this
+    }
+}
+
 impl Message for AlterShareGroupOffsetsResponse {
     const NAME: &'static str = "AlterShareGroupOffsetsResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -138,6 +160,21 @@ impl Encodable for AlterShareGroupOffsetsResponsePartition {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterShareGroupOffsetsResponsePartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct AlterShareGroupOffsetsResponseTopic {
     pub topic_name: ByteString,
@@ -190,5 +227,22 @@ impl Encodable for AlterShareGroupOffsetsResponseTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterShareGroupOffsetsResponseTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_name = rng.string();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4))
+            .map(|_| {
+                <AlterShareGroupOffsetsResponsePartition as crate::testing::Random>::random(
+                    rng, version,
+                )
+            })
+            .collect();
+        this
     }
 }

@@ -72,6 +72,20 @@ impl Encodable for AlterUserScramCredentialsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterUserScramCredentialsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.deletions = (0..rng.below(4))
+            .map(|_| <ScramCredentialDeletion as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.upsertions = (0..rng.below(4))
+            .map(|_| <ScramCredentialUpsertion as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for AlterUserScramCredentialsRequest {
     const NAME: &'static str = "AlterUserScramCredentialsRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -127,6 +141,16 @@ impl Encodable for ScramCredentialDeletion {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ScramCredentialDeletion {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.mechanism = rng.next_u64() as i8;
+        this
     }
 }
 
@@ -186,5 +210,18 @@ impl Encodable for ScramCredentialUpsertion {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ScramCredentialUpsertion {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.mechanism = rng.next_u64() as i8;
+        this.iterations = rng.next_u64() as i32;
+        this.salt = rng.bytes();
+        this.salted_password = rng.bytes();
+        this
     }
 }

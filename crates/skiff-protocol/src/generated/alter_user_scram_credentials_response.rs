@@ -68,6 +68,20 @@ impl Encodable for AlterUserScramCredentialsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterUserScramCredentialsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.results = (0..rng.below(4))
+            .map(|_| {
+                <AlterUserScramCredentialsResult as crate::testing::Random>::random(rng, version)
+            })
+            .collect();
+        this
+    }
+}
+
 impl Message for AlterUserScramCredentialsResponse {
     const NAME: &'static str = "AlterUserScramCredentialsResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -127,5 +141,20 @@ impl Encodable for AlterUserScramCredentialsResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterUserScramCredentialsResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.user = rng.string();
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
     }
 }

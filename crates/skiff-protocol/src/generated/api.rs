@@ -1278,6 +1278,259 @@ impl Request {
     }
 }
 
+#[cfg(feature = "testing")]
+impl Request {
+    /// A random request of `api_key`, valid at `version`.
+    pub fn random(api_key: ApiKey, rng: &mut crate::testing::Rng, version: i16) -> Self {
+        use crate::testing::Random;
+        match api_key {
+            ApiKey::Produce => Request::Produce(ProduceRequest::random(rng, version)),
+            ApiKey::Fetch => Request::Fetch(FetchRequest::random(rng, version)),
+            ApiKey::ListOffsets => Request::ListOffsets(ListOffsetsRequest::random(rng, version)),
+            ApiKey::Metadata => Request::Metadata(MetadataRequest::random(rng, version)),
+            ApiKey::LeaderAndIsr => {
+                Request::LeaderAndIsr(LeaderAndIsrRequest::random(rng, version))
+            }
+            ApiKey::StopReplica => Request::StopReplica(StopReplicaRequest::random(rng, version)),
+            ApiKey::UpdateMetadata => {
+                Request::UpdateMetadata(UpdateMetadataRequest::random(rng, version))
+            }
+            ApiKey::ControlledShutdown => {
+                Request::ControlledShutdown(ControlledShutdownRequest::random(rng, version))
+            }
+            ApiKey::OffsetCommit => {
+                Request::OffsetCommit(OffsetCommitRequest::random(rng, version))
+            }
+            ApiKey::OffsetFetch => Request::OffsetFetch(OffsetFetchRequest::random(rng, version)),
+            ApiKey::FindCoordinator => {
+                Request::FindCoordinator(FindCoordinatorRequest::random(rng, version))
+            }
+            ApiKey::JoinGroup => Request::JoinGroup(JoinGroupRequest::random(rng, version)),
+            ApiKey::Heartbeat => Request::Heartbeat(HeartbeatRequest::random(rng, version)),
+            ApiKey::LeaveGroup => Request::LeaveGroup(LeaveGroupRequest::random(rng, version)),
+            ApiKey::SyncGroup => Request::SyncGroup(SyncGroupRequest::random(rng, version)),
+            ApiKey::DescribeGroups => {
+                Request::DescribeGroups(DescribeGroupsRequest::random(rng, version))
+            }
+            ApiKey::ListGroups => Request::ListGroups(ListGroupsRequest::random(rng, version)),
+            ApiKey::SaslHandshake => {
+                Request::SaslHandshake(SaslHandshakeRequest::random(rng, version))
+            }
+            ApiKey::ApiVersions => Request::ApiVersions(ApiVersionsRequest::random(rng, version)),
+            ApiKey::CreateTopics => {
+                Request::CreateTopics(CreateTopicsRequest::random(rng, version))
+            }
+            ApiKey::DeleteTopics => {
+                Request::DeleteTopics(DeleteTopicsRequest::random(rng, version))
+            }
+            ApiKey::DeleteRecords => {
+                Request::DeleteRecords(DeleteRecordsRequest::random(rng, version))
+            }
+            ApiKey::InitProducerId => {
+                Request::InitProducerId(InitProducerIdRequest::random(rng, version))
+            }
+            ApiKey::OffsetForLeaderEpoch => {
+                Request::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest::random(rng, version))
+            }
+            ApiKey::AddPartitionsToTxn => {
+                Request::AddPartitionsToTxn(AddPartitionsToTxnRequest::random(rng, version))
+            }
+            ApiKey::AddOffsetsToTxn => {
+                Request::AddOffsetsToTxn(AddOffsetsToTxnRequest::random(rng, version))
+            }
+            ApiKey::EndTxn => Request::EndTxn(EndTxnRequest::random(rng, version)),
+            ApiKey::WriteTxnMarkers => {
+                Request::WriteTxnMarkers(WriteTxnMarkersRequest::random(rng, version))
+            }
+            ApiKey::TxnOffsetCommit => {
+                Request::TxnOffsetCommit(TxnOffsetCommitRequest::random(rng, version))
+            }
+            ApiKey::DescribeAcls => {
+                Request::DescribeAcls(DescribeAclsRequest::random(rng, version))
+            }
+            ApiKey::CreateAcls => Request::CreateAcls(CreateAclsRequest::random(rng, version)),
+            ApiKey::DeleteAcls => Request::DeleteAcls(DeleteAclsRequest::random(rng, version)),
+            ApiKey::DescribeConfigs => {
+                Request::DescribeConfigs(DescribeConfigsRequest::random(rng, version))
+            }
+            ApiKey::AlterConfigs => {
+                Request::AlterConfigs(AlterConfigsRequest::random(rng, version))
+            }
+            ApiKey::AlterReplicaLogDirs => {
+                Request::AlterReplicaLogDirs(AlterReplicaLogDirsRequest::random(rng, version))
+            }
+            ApiKey::DescribeLogDirs => {
+                Request::DescribeLogDirs(DescribeLogDirsRequest::random(rng, version))
+            }
+            ApiKey::SaslAuthenticate => {
+                Request::SaslAuthenticate(SaslAuthenticateRequest::random(rng, version))
+            }
+            ApiKey::CreatePartitions => {
+                Request::CreatePartitions(CreatePartitionsRequest::random(rng, version))
+            }
+            ApiKey::CreateDelegationToken => {
+                Request::CreateDelegationToken(CreateDelegationTokenRequest::random(rng, version))
+            }
+            ApiKey::RenewDelegationToken => {
+                Request::RenewDelegationToken(RenewDelegationTokenRequest::random(rng, version))
+            }
+            ApiKey::ExpireDelegationToken => {
+                Request::ExpireDelegationToken(ExpireDelegationTokenRequest::random(rng, version))
+            }
+            ApiKey::DescribeDelegationToken => Request::DescribeDelegationToken(
+                DescribeDelegationTokenRequest::random(rng, version),
+            ),
+            ApiKey::DeleteGroups => {
+                Request::DeleteGroups(DeleteGroupsRequest::random(rng, version))
+            }
+            ApiKey::ElectLeaders => {
+                Request::ElectLeaders(ElectLeadersRequest::random(rng, version))
+            }
+            ApiKey::IncrementalAlterConfigs => Request::IncrementalAlterConfigs(
+                IncrementalAlterConfigsRequest::random(rng, version),
+            ),
+            ApiKey::AlterPartitionReassignments => Request::AlterPartitionReassignments(
+                AlterPartitionReassignmentsRequest::random(rng, version),
+            ),
+            ApiKey::ListPartitionReassignments => Request::ListPartitionReassignments(
+                ListPartitionReassignmentsRequest::random(rng, version),
+            ),
+            ApiKey::OffsetDelete => {
+                Request::OffsetDelete(OffsetDeleteRequest::random(rng, version))
+            }
+            ApiKey::DescribeClientQuotas => {
+                Request::DescribeClientQuotas(DescribeClientQuotasRequest::random(rng, version))
+            }
+            ApiKey::AlterClientQuotas => {
+                Request::AlterClientQuotas(AlterClientQuotasRequest::random(rng, version))
+            }
+            ApiKey::DescribeUserScramCredentials => Request::DescribeUserScramCredentials(
+                DescribeUserScramCredentialsRequest::random(rng, version),
+            ),
+            ApiKey::AlterUserScramCredentials => Request::AlterUserScramCredentials(
+                AlterUserScramCredentialsRequest::random(rng, version),
+            ),
+            ApiKey::Vote => Request::Vote(VoteRequest::random(rng, version)),
+            ApiKey::BeginQuorumEpoch => {
+                Request::BeginQuorumEpoch(BeginQuorumEpochRequest::random(rng, version))
+            }
+            ApiKey::EndQuorumEpoch => {
+                Request::EndQuorumEpoch(EndQuorumEpochRequest::random(rng, version))
+            }
+            ApiKey::DescribeQuorum => {
+                Request::DescribeQuorum(DescribeQuorumRequest::random(rng, version))
+            }
+            ApiKey::AlterPartition => {
+                Request::AlterPartition(AlterPartitionRequest::random(rng, version))
+            }
+            ApiKey::UpdateFeatures => {
+                Request::UpdateFeatures(UpdateFeaturesRequest::random(rng, version))
+            }
+            ApiKey::Envelope => Request::Envelope(EnvelopeRequest::random(rng, version)),
+            ApiKey::FetchSnapshot => {
+                Request::FetchSnapshot(FetchSnapshotRequest::random(rng, version))
+            }
+            ApiKey::DescribeCluster => {
+                Request::DescribeCluster(DescribeClusterRequest::random(rng, version))
+            }
+            ApiKey::DescribeProducers => {
+                Request::DescribeProducers(DescribeProducersRequest::random(rng, version))
+            }
+            ApiKey::BrokerRegistration => {
+                Request::BrokerRegistration(BrokerRegistrationRequest::random(rng, version))
+            }
+            ApiKey::BrokerHeartbeat => {
+                Request::BrokerHeartbeat(BrokerHeartbeatRequest::random(rng, version))
+            }
+            ApiKey::UnregisterBroker => {
+                Request::UnregisterBroker(UnregisterBrokerRequest::random(rng, version))
+            }
+            ApiKey::DescribeTransactions => {
+                Request::DescribeTransactions(DescribeTransactionsRequest::random(rng, version))
+            }
+            ApiKey::ListTransactions => {
+                Request::ListTransactions(ListTransactionsRequest::random(rng, version))
+            }
+            ApiKey::AllocateProducerIds => {
+                Request::AllocateProducerIds(AllocateProducerIdsRequest::random(rng, version))
+            }
+            ApiKey::ConsumerGroupHeartbeat => {
+                Request::ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest::random(rng, version))
+            }
+            ApiKey::ConsumerGroupDescribe => {
+                Request::ConsumerGroupDescribe(ConsumerGroupDescribeRequest::random(rng, version))
+            }
+            ApiKey::ControllerRegistration => {
+                Request::ControllerRegistration(ControllerRegistrationRequest::random(rng, version))
+            }
+            ApiKey::GetTelemetrySubscriptions => Request::GetTelemetrySubscriptions(
+                GetTelemetrySubscriptionsRequest::random(rng, version),
+            ),
+            ApiKey::PushTelemetry => {
+                Request::PushTelemetry(PushTelemetryRequest::random(rng, version))
+            }
+            ApiKey::AssignReplicasToDirs => {
+                Request::AssignReplicasToDirs(AssignReplicasToDirsRequest::random(rng, version))
+            }
+            ApiKey::ListConfigResources => {
+                Request::ListConfigResources(ListConfigResourcesRequest::random(rng, version))
+            }
+            ApiKey::DescribeTopicPartitions => Request::DescribeTopicPartitions(
+                DescribeTopicPartitionsRequest::random(rng, version),
+            ),
+            ApiKey::ShareGroupHeartbeat => {
+                Request::ShareGroupHeartbeat(ShareGroupHeartbeatRequest::random(rng, version))
+            }
+            ApiKey::ShareGroupDescribe => {
+                Request::ShareGroupDescribe(ShareGroupDescribeRequest::random(rng, version))
+            }
+            ApiKey::ShareFetch => Request::ShareFetch(ShareFetchRequest::random(rng, version)),
+            ApiKey::ShareAcknowledge => {
+                Request::ShareAcknowledge(ShareAcknowledgeRequest::random(rng, version))
+            }
+            ApiKey::AddRaftVoter => {
+                Request::AddRaftVoter(AddRaftVoterRequest::random(rng, version))
+            }
+            ApiKey::RemoveRaftVoter => {
+                Request::RemoveRaftVoter(RemoveRaftVoterRequest::random(rng, version))
+            }
+            ApiKey::UpdateRaftVoter => {
+                Request::UpdateRaftVoter(UpdateRaftVoterRequest::random(rng, version))
+            }
+            ApiKey::InitializeShareGroupState => Request::InitializeShareGroupState(
+                InitializeShareGroupStateRequest::random(rng, version),
+            ),
+            ApiKey::ReadShareGroupState => {
+                Request::ReadShareGroupState(ReadShareGroupStateRequest::random(rng, version))
+            }
+            ApiKey::WriteShareGroupState => {
+                Request::WriteShareGroupState(WriteShareGroupStateRequest::random(rng, version))
+            }
+            ApiKey::DeleteShareGroupState => {
+                Request::DeleteShareGroupState(DeleteShareGroupStateRequest::random(rng, version))
+            }
+            ApiKey::ReadShareGroupStateSummary => Request::ReadShareGroupStateSummary(
+                ReadShareGroupStateSummaryRequest::random(rng, version),
+            ),
+            ApiKey::StreamsGroupHeartbeat => {
+                Request::StreamsGroupHeartbeat(StreamsGroupHeartbeatRequest::random(rng, version))
+            }
+            ApiKey::StreamsGroupDescribe => {
+                Request::StreamsGroupDescribe(StreamsGroupDescribeRequest::random(rng, version))
+            }
+            ApiKey::DescribeShareGroupOffsets => Request::DescribeShareGroupOffsets(
+                DescribeShareGroupOffsetsRequest::random(rng, version),
+            ),
+            ApiKey::AlterShareGroupOffsets => {
+                Request::AlterShareGroupOffsets(AlterShareGroupOffsetsRequest::random(rng, version))
+            }
+            ApiKey::DeleteShareGroupOffsets => Request::DeleteShareGroupOffsets(
+                DeleteShareGroupOffsetsRequest::random(rng, version),
+            ),
+        }
+    }
+}
+
 impl From<ProduceRequest> for Request {
     fn from(m: ProduceRequest) -> Self {
         Request::Produce(m)
@@ -2294,6 +2547,259 @@ impl Response {
             Response::DescribeShareGroupOffsets(m) => m.encode(buf, version),
             Response::AlterShareGroupOffsets(m) => m.encode(buf, version),
             Response::DeleteShareGroupOffsets(m) => m.encode(buf, version),
+        }
+    }
+}
+
+#[cfg(feature = "testing")]
+impl Response {
+    /// A random response of `api_key`, valid at `version`.
+    pub fn random(api_key: ApiKey, rng: &mut crate::testing::Rng, version: i16) -> Self {
+        use crate::testing::Random;
+        match api_key {
+            ApiKey::Produce => Response::Produce(ProduceResponse::random(rng, version)),
+            ApiKey::Fetch => Response::Fetch(FetchResponse::random(rng, version)),
+            ApiKey::ListOffsets => Response::ListOffsets(ListOffsetsResponse::random(rng, version)),
+            ApiKey::Metadata => Response::Metadata(MetadataResponse::random(rng, version)),
+            ApiKey::LeaderAndIsr => {
+                Response::LeaderAndIsr(LeaderAndIsrResponse::random(rng, version))
+            }
+            ApiKey::StopReplica => Response::StopReplica(StopReplicaResponse::random(rng, version)),
+            ApiKey::UpdateMetadata => {
+                Response::UpdateMetadata(UpdateMetadataResponse::random(rng, version))
+            }
+            ApiKey::ControlledShutdown => {
+                Response::ControlledShutdown(ControlledShutdownResponse::random(rng, version))
+            }
+            ApiKey::OffsetCommit => {
+                Response::OffsetCommit(OffsetCommitResponse::random(rng, version))
+            }
+            ApiKey::OffsetFetch => Response::OffsetFetch(OffsetFetchResponse::random(rng, version)),
+            ApiKey::FindCoordinator => {
+                Response::FindCoordinator(FindCoordinatorResponse::random(rng, version))
+            }
+            ApiKey::JoinGroup => Response::JoinGroup(JoinGroupResponse::random(rng, version)),
+            ApiKey::Heartbeat => Response::Heartbeat(HeartbeatResponse::random(rng, version)),
+            ApiKey::LeaveGroup => Response::LeaveGroup(LeaveGroupResponse::random(rng, version)),
+            ApiKey::SyncGroup => Response::SyncGroup(SyncGroupResponse::random(rng, version)),
+            ApiKey::DescribeGroups => {
+                Response::DescribeGroups(DescribeGroupsResponse::random(rng, version))
+            }
+            ApiKey::ListGroups => Response::ListGroups(ListGroupsResponse::random(rng, version)),
+            ApiKey::SaslHandshake => {
+                Response::SaslHandshake(SaslHandshakeResponse::random(rng, version))
+            }
+            ApiKey::ApiVersions => Response::ApiVersions(ApiVersionsResponse::random(rng, version)),
+            ApiKey::CreateTopics => {
+                Response::CreateTopics(CreateTopicsResponse::random(rng, version))
+            }
+            ApiKey::DeleteTopics => {
+                Response::DeleteTopics(DeleteTopicsResponse::random(rng, version))
+            }
+            ApiKey::DeleteRecords => {
+                Response::DeleteRecords(DeleteRecordsResponse::random(rng, version))
+            }
+            ApiKey::InitProducerId => {
+                Response::InitProducerId(InitProducerIdResponse::random(rng, version))
+            }
+            ApiKey::OffsetForLeaderEpoch => {
+                Response::OffsetForLeaderEpoch(OffsetForLeaderEpochResponse::random(rng, version))
+            }
+            ApiKey::AddPartitionsToTxn => {
+                Response::AddPartitionsToTxn(AddPartitionsToTxnResponse::random(rng, version))
+            }
+            ApiKey::AddOffsetsToTxn => {
+                Response::AddOffsetsToTxn(AddOffsetsToTxnResponse::random(rng, version))
+            }
+            ApiKey::EndTxn => Response::EndTxn(EndTxnResponse::random(rng, version)),
+            ApiKey::WriteTxnMarkers => {
+                Response::WriteTxnMarkers(WriteTxnMarkersResponse::random(rng, version))
+            }
+            ApiKey::TxnOffsetCommit => {
+                Response::TxnOffsetCommit(TxnOffsetCommitResponse::random(rng, version))
+            }
+            ApiKey::DescribeAcls => {
+                Response::DescribeAcls(DescribeAclsResponse::random(rng, version))
+            }
+            ApiKey::CreateAcls => Response::CreateAcls(CreateAclsResponse::random(rng, version)),
+            ApiKey::DeleteAcls => Response::DeleteAcls(DeleteAclsResponse::random(rng, version)),
+            ApiKey::DescribeConfigs => {
+                Response::DescribeConfigs(DescribeConfigsResponse::random(rng, version))
+            }
+            ApiKey::AlterConfigs => {
+                Response::AlterConfigs(AlterConfigsResponse::random(rng, version))
+            }
+            ApiKey::AlterReplicaLogDirs => {
+                Response::AlterReplicaLogDirs(AlterReplicaLogDirsResponse::random(rng, version))
+            }
+            ApiKey::DescribeLogDirs => {
+                Response::DescribeLogDirs(DescribeLogDirsResponse::random(rng, version))
+            }
+            ApiKey::SaslAuthenticate => {
+                Response::SaslAuthenticate(SaslAuthenticateResponse::random(rng, version))
+            }
+            ApiKey::CreatePartitions => {
+                Response::CreatePartitions(CreatePartitionsResponse::random(rng, version))
+            }
+            ApiKey::CreateDelegationToken => {
+                Response::CreateDelegationToken(CreateDelegationTokenResponse::random(rng, version))
+            }
+            ApiKey::RenewDelegationToken => {
+                Response::RenewDelegationToken(RenewDelegationTokenResponse::random(rng, version))
+            }
+            ApiKey::ExpireDelegationToken => {
+                Response::ExpireDelegationToken(ExpireDelegationTokenResponse::random(rng, version))
+            }
+            ApiKey::DescribeDelegationToken => Response::DescribeDelegationToken(
+                DescribeDelegationTokenResponse::random(rng, version),
+            ),
+            ApiKey::DeleteGroups => {
+                Response::DeleteGroups(DeleteGroupsResponse::random(rng, version))
+            }
+            ApiKey::ElectLeaders => {
+                Response::ElectLeaders(ElectLeadersResponse::random(rng, version))
+            }
+            ApiKey::IncrementalAlterConfigs => Response::IncrementalAlterConfigs(
+                IncrementalAlterConfigsResponse::random(rng, version),
+            ),
+            ApiKey::AlterPartitionReassignments => Response::AlterPartitionReassignments(
+                AlterPartitionReassignmentsResponse::random(rng, version),
+            ),
+            ApiKey::ListPartitionReassignments => Response::ListPartitionReassignments(
+                ListPartitionReassignmentsResponse::random(rng, version),
+            ),
+            ApiKey::OffsetDelete => {
+                Response::OffsetDelete(OffsetDeleteResponse::random(rng, version))
+            }
+            ApiKey::DescribeClientQuotas => {
+                Response::DescribeClientQuotas(DescribeClientQuotasResponse::random(rng, version))
+            }
+            ApiKey::AlterClientQuotas => {
+                Response::AlterClientQuotas(AlterClientQuotasResponse::random(rng, version))
+            }
+            ApiKey::DescribeUserScramCredentials => Response::DescribeUserScramCredentials(
+                DescribeUserScramCredentialsResponse::random(rng, version),
+            ),
+            ApiKey::AlterUserScramCredentials => Response::AlterUserScramCredentials(
+                AlterUserScramCredentialsResponse::random(rng, version),
+            ),
+            ApiKey::Vote => Response::Vote(VoteResponse::random(rng, version)),
+            ApiKey::BeginQuorumEpoch => {
+                Response::BeginQuorumEpoch(BeginQuorumEpochResponse::random(rng, version))
+            }
+            ApiKey::EndQuorumEpoch => {
+                Response::EndQuorumEpoch(EndQuorumEpochResponse::random(rng, version))
+            }
+            ApiKey::DescribeQuorum => {
+                Response::DescribeQuorum(DescribeQuorumResponse::random(rng, version))
+            }
+            ApiKey::AlterPartition => {
+                Response::AlterPartition(AlterPartitionResponse::random(rng, version))
+            }
+            ApiKey::UpdateFeatures => {
+                Response::UpdateFeatures(UpdateFeaturesResponse::random(rng, version))
+            }
+            ApiKey::Envelope => Response::Envelope(EnvelopeResponse::random(rng, version)),
+            ApiKey::FetchSnapshot => {
+                Response::FetchSnapshot(FetchSnapshotResponse::random(rng, version))
+            }
+            ApiKey::DescribeCluster => {
+                Response::DescribeCluster(DescribeClusterResponse::random(rng, version))
+            }
+            ApiKey::DescribeProducers => {
+                Response::DescribeProducers(DescribeProducersResponse::random(rng, version))
+            }
+            ApiKey::BrokerRegistration => {
+                Response::BrokerRegistration(BrokerRegistrationResponse::random(rng, version))
+            }
+            ApiKey::BrokerHeartbeat => {
+                Response::BrokerHeartbeat(BrokerHeartbeatResponse::random(rng, version))
+            }
+            ApiKey::UnregisterBroker => {
+                Response::UnregisterBroker(UnregisterBrokerResponse::random(rng, version))
+            }
+            ApiKey::DescribeTransactions => {
+                Response::DescribeTransactions(DescribeTransactionsResponse::random(rng, version))
+            }
+            ApiKey::ListTransactions => {
+                Response::ListTransactions(ListTransactionsResponse::random(rng, version))
+            }
+            ApiKey::AllocateProducerIds => {
+                Response::AllocateProducerIds(AllocateProducerIdsResponse::random(rng, version))
+            }
+            ApiKey::ConsumerGroupHeartbeat => Response::ConsumerGroupHeartbeat(
+                ConsumerGroupHeartbeatResponse::random(rng, version),
+            ),
+            ApiKey::ConsumerGroupDescribe => {
+                Response::ConsumerGroupDescribe(ConsumerGroupDescribeResponse::random(rng, version))
+            }
+            ApiKey::ControllerRegistration => Response::ControllerRegistration(
+                ControllerRegistrationResponse::random(rng, version),
+            ),
+            ApiKey::GetTelemetrySubscriptions => Response::GetTelemetrySubscriptions(
+                GetTelemetrySubscriptionsResponse::random(rng, version),
+            ),
+            ApiKey::PushTelemetry => {
+                Response::PushTelemetry(PushTelemetryResponse::random(rng, version))
+            }
+            ApiKey::AssignReplicasToDirs => {
+                Response::AssignReplicasToDirs(AssignReplicasToDirsResponse::random(rng, version))
+            }
+            ApiKey::ListConfigResources => {
+                Response::ListConfigResources(ListConfigResourcesResponse::random(rng, version))
+            }
+            ApiKey::DescribeTopicPartitions => Response::DescribeTopicPartitions(
+                DescribeTopicPartitionsResponse::random(rng, version),
+            ),
+            ApiKey::ShareGroupHeartbeat => {
+                Response::ShareGroupHeartbeat(ShareGroupHeartbeatResponse::random(rng, version))
+            }
+            ApiKey::ShareGroupDescribe => {
+                Response::ShareGroupDescribe(ShareGroupDescribeResponse::random(rng, version))
+            }
+            ApiKey::ShareFetch => Response::ShareFetch(ShareFetchResponse::random(rng, version)),
+            ApiKey::ShareAcknowledge => {
+                Response::ShareAcknowledge(ShareAcknowledgeResponse::random(rng, version))
+            }
+            ApiKey::AddRaftVoter => {
+                Response::AddRaftVoter(AddRaftVoterResponse::random(rng, version))
+            }
+            ApiKey::RemoveRaftVoter => {
+                Response::RemoveRaftVoter(RemoveRaftVoterResponse::random(rng, version))
+            }
+            ApiKey::UpdateRaftVoter => {
+                Response::UpdateRaftVoter(UpdateRaftVoterResponse::random(rng, version))
+            }
+            ApiKey::InitializeShareGroupState => Response::InitializeShareGroupState(
+                InitializeShareGroupStateResponse::random(rng, version),
+            ),
+            ApiKey::ReadShareGroupState => {
+                Response::ReadShareGroupState(ReadShareGroupStateResponse::random(rng, version))
+            }
+            ApiKey::WriteShareGroupState => {
+                Response::WriteShareGroupState(WriteShareGroupStateResponse::random(rng, version))
+            }
+            ApiKey::DeleteShareGroupState => {
+                Response::DeleteShareGroupState(DeleteShareGroupStateResponse::random(rng, version))
+            }
+            ApiKey::ReadShareGroupStateSummary => Response::ReadShareGroupStateSummary(
+                ReadShareGroupStateSummaryResponse::random(rng, version),
+            ),
+            ApiKey::StreamsGroupHeartbeat => {
+                Response::StreamsGroupHeartbeat(StreamsGroupHeartbeatResponse::random(rng, version))
+            }
+            ApiKey::StreamsGroupDescribe => {
+                Response::StreamsGroupDescribe(StreamsGroupDescribeResponse::random(rng, version))
+            }
+            ApiKey::DescribeShareGroupOffsets => Response::DescribeShareGroupOffsets(
+                DescribeShareGroupOffsetsResponse::random(rng, version),
+            ),
+            ApiKey::AlterShareGroupOffsets => Response::AlterShareGroupOffsets(
+                AlterShareGroupOffsetsResponse::random(rng, version),
+            ),
+            ApiKey::DeleteShareGroupOffsets => Response::DeleteShareGroupOffsets(
+                DeleteShareGroupOffsetsResponse::random(rng, version),
+            ),
         }
     }
 }

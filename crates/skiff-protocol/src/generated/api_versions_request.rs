@@ -72,6 +72,20 @@ impl Encodable for ApiVersionsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ApiVersionsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 3 {
+            this.client_software_name = rng.string();
+        }
+        if version >= 3 {
+            this.client_software_version = rng.string();
+        }
+        this
+    }
+}
+
 impl Message for ApiVersionsRequest {
     const NAME: &'static str = "ApiVersionsRequest";
     const LOWEST_VERSION: i16 = 0;

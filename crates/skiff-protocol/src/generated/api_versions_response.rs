@@ -133,6 +133,37 @@ impl Encodable for ApiVersionsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ApiVersionsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.api_keys = (0..rng.below(4))
+            .map(|_| <ApiVersion as crate::testing::Random>::random(rng, version))
+            .collect();
+        if version >= 1 {
+            this.throttle_time_ms = rng.next_u64() as i32;
+        }
+        if version >= 3 {
+            this.supported_features = (0..rng.below(4))
+                .map(|_| <SupportedFeatureKey as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        if version >= 3 {
+            this.finalized_features_epoch = rng.next_u64() as i64;
+        }
+        if version >= 3 {
+            this.finalized_features = (0..rng.below(4))
+                .map(|_| <FinalizedFeatureKey as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        if version >= 3 {
+            this.zk_migration_ready = rng.bool();
+        }
+        this
+    }
+}
+
 impl Message for ApiVersionsResponse {
     const NAME: &'static str = "ApiVersionsResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -192,6 +223,17 @@ impl Encodable for ApiVersion {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ApiVersion {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.api_key = rng.next_u64() as i16;
+        this.min_version = rng.next_u64() as i16;
+        this.max_version = rng.next_u64() as i16;
+        this
     }
 }
 
@@ -258,6 +300,23 @@ impl Encodable for SupportedFeatureKey {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for SupportedFeatureKey {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 3 {
+            this.name = rng.string();
+        }
+        if version >= 3 {
+            this.min_version = rng.next_u64() as i16;
+        }
+        if version >= 3 {
+            this.max_version = rng.next_u64() as i16;
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct FinalizedFeatureKey {
     pub name: ByteString,
@@ -318,5 +377,22 @@ impl Encodable for FinalizedFeatureKey {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for FinalizedFeatureKey {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 3 {
+            this.name = rng.string();
+        }
+        if version >= 3 {
+            this.max_version_level = rng.next_u64() as i16;
+        }
+        if version >= 3 {
+            this.min_version_level = rng.next_u64() as i16;
+        }
+        this
     }
 }

@@ -70,6 +70,19 @@ impl Encodable for AssignReplicasToDirsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AssignReplicasToDirsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.broker_id = rng.next_u64() as i32;
+        this.broker_epoch = rng.next_u64() as i64;
+        this.directories = (0..rng.below(4))
+            .map(|_| <DirectoryData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for AssignReplicasToDirsRequest {
     const NAME: &'static str = "AssignReplicasToDirsRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -124,6 +137,15 @@ impl Encodable for PartitionData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicData {
     pub topic_id: Uuid,
@@ -173,6 +195,18 @@ impl Encodable for TopicData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct DirectoryData {
     pub id: Uuid,
@@ -219,5 +253,17 @@ impl Encodable for DirectoryData {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DirectoryData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.id = rng.uuid();
+        this.topics = (0..rng.below(4))
+            .map(|_| <TopicData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -84,6 +84,23 @@ impl Encodable for BeginQuorumEpochResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for BeginQuorumEpochResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.topics = (0..rng.below(4))
+            .map(|_| <TopicData as crate::testing::Random>::random(rng, version))
+            .collect();
+        if version >= 1 {
+            this.node_endpoints = (0..rng.below(4))
+                .map(|_| <NodeEndpoint as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        this
+    }
+}
+
 impl Message for BeginQuorumEpochResponse {
     const NAME: &'static str = "BeginQuorumEpochResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -150,6 +167,18 @@ impl Encodable for PartitionData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.leader_id = rng.next_u64() as i32;
+        this.leader_epoch = rng.next_u64() as i32;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicData {
     pub topic_name: ByteString,
@@ -196,6 +225,18 @@ impl Encodable for TopicData {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }
 
@@ -259,5 +300,22 @@ impl Encodable for NodeEndpoint {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for NodeEndpoint {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 1 {
+            this.node_id = rng.next_u64() as i32;
+        }
+        if version >= 1 {
+            this.host = rng.string();
+        }
+        if version >= 1 {
+            this.port = rng.next_u64() as u16;
+        }
+        this
     }
 }

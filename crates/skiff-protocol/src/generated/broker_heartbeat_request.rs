@@ -93,6 +93,22 @@ impl Encodable for BrokerHeartbeatRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for BrokerHeartbeatRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.broker_id = rng.next_u64() as i32;
+        this.broker_epoch = rng.next_u64() as i64;
+        this.current_metadata_offset = rng.next_u64() as i64;
+        this.want_fence = rng.bool();
+        this.want_shut_down = rng.bool();
+        if version >= 1 {
+            this.offline_log_dirs = (0..rng.below(4)).map(|_| rng.uuid()).collect();
+        }
+        this
+    }
+}
+
 impl Message for BrokerHeartbeatRequest {
     const NAME: &'static str = "BrokerHeartbeatRequest";
     const LOWEST_VERSION: i16 = 0;

@@ -76,6 +76,19 @@ impl Encodable for BrokerHeartbeatResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for BrokerHeartbeatResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.is_caught_up = rng.bool();
+        this.is_fenced = rng.bool();
+        this.should_shut_down = rng.bool();
+        this
+    }
+}
+
 impl Message for BrokerHeartbeatResponse {
     const NAME: &'static str = "BrokerHeartbeatResponse";
     const LOWEST_VERSION: i16 = 0;

@@ -111,6 +111,37 @@ impl Encodable for BrokerRegistrationRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for BrokerRegistrationRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.broker_id = rng.next_u64() as i32;
+        this.cluster_id = rng.string();
+        this.incarnation_id = rng.uuid();
+        this.listeners = (0..rng.below(4))
+            .map(|_| <Listener as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.features = (0..rng.below(4))
+            .map(|_| <Feature as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.rack = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        if version >= 1 {
+            this.is_migrating_zk_broker = rng.bool();
+        }
+        if version >= 2 {
+            this.log_dirs = (0..rng.below(4)).map(|_| rng.uuid()).collect();
+        }
+        if version >= 3 {
+            this.previous_broker_epoch = rng.next_u64() as i64;
+        }
+        this
+    }
+}
+
 impl Message for BrokerRegistrationRequest {
     const NAME: &'static str = "BrokerRegistrationRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -177,6 +208,18 @@ impl Encodable for Listener {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Listener {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.host = rng.string();
+        this.port = rng.next_u64() as u16;
+        this.security_protocol = rng.next_u64() as i16;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Feature {
     pub name: ByteString,
@@ -225,5 +268,16 @@ impl Encodable for Feature {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Feature {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.min_supported_version = rng.next_u64() as i16;
+        this.max_supported_version = rng.next_u64() as i16;
+        this
     }
 }

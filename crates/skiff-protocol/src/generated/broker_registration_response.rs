@@ -68,6 +68,17 @@ impl Encodable for BrokerRegistrationResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for BrokerRegistrationResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.broker_epoch = rng.next_u64() as i64;
+        this
+    }
+}
+
 impl Message for BrokerRegistrationResponse {
     const NAME: &'static str = "BrokerRegistrationResponse";
     const LOWEST_VERSION: i16 = 0;

@@ -66,6 +66,16 @@ impl Encodable for ConsumerGroupDescribeRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ConsumerGroupDescribeRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_ids = (0..rng.below(4)).map(|_| rng.string()).collect();
+        this.include_authorized_operations = rng.bool();
+        this
+    }
+}
+
 impl Message for ConsumerGroupDescribeRequest {
     const NAME: &'static str = "ConsumerGroupDescribeRequest";
     const LOWEST_VERSION: i16 = 0;

@@ -66,6 +66,18 @@ impl Encodable for ConsumerGroupDescribeResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ConsumerGroupDescribeResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.groups = (0..rng.below(4))
+            .map(|_| <DescribedGroup as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for ConsumerGroupDescribeResponse {
     const NAME: &'static str = "ConsumerGroupDescribeResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -166,6 +178,39 @@ impl Encodable for Member {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Member {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.member_id = rng.string();
+        this.instance_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.rack_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.member_epoch = rng.next_u64() as i32;
+        this.client_id = rng.string();
+        this.client_host = rng.string();
+        this.subscribed_topic_names = (0..rng.below(4)).map(|_| rng.string()).collect();
+        this.subscribed_topic_regex = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.assignment = <Assignment as crate::testing::Random>::random(rng, version);
+        this.target_assignment = <Assignment as crate::testing::Random>::random(rng, version);
+        if version >= 1 {
+            this.member_type = rng.next_u64() as i8;
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribedGroup {
     pub error_code: i16,
@@ -243,6 +288,29 @@ impl Encodable for DescribedGroup {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribedGroup {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.group_id = rng.string();
+        this.group_state = rng.string();
+        this.group_epoch = rng.next_u64() as i32;
+        this.assignment_epoch = rng.next_u64() as i32;
+        this.assignor_name = rng.string();
+        this.members = (0..rng.below(4))
+            .map(|_| <Member as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.authorized_operations = rng.next_u64() as i32;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicPartitions {
     pub topic_id: Uuid,
@@ -297,6 +365,17 @@ impl Encodable for TopicPartitions {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicPartitions {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.topic_name = rng.string();
+        this.partitions = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Assignment {
     pub topic_partitions: Vec<TopicPartitions>,
@@ -340,5 +419,16 @@ impl Encodable for Assignment {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Assignment {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_partitions = (0..rng.below(4))
+            .map(|_| <TopicPartitions as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -112,6 +112,54 @@ impl Encodable for ConsumerGroupHeartbeatRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ConsumerGroupHeartbeatRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        this.member_id = rng.string();
+        this.member_epoch = rng.next_u64() as i32;
+        this.instance_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.rack_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.rebalance_timeout_ms = rng.next_u64() as i32;
+        this.subscribed_topic_names = if rng.below(4) == 0 {
+            None
+        } else {
+            Some((0..rng.below(4)).map(|_| rng.string()).collect())
+        };
+        if version >= 1 {
+            this.subscribed_topic_regex = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this.server_assignor = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.topic_partitions = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| <TopicPartitions as crate::testing::Random>::random(rng, version))
+                    .collect(),
+            )
+        };
+        this
+    }
+}
+
 impl Message for ConsumerGroupHeartbeatRequest {
     const NAME: &'static str = "ConsumerGroupHeartbeatRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -170,5 +218,15 @@ impl Encodable for TopicPartitions {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicPartitions {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
     }
 }

@@ -86,6 +86,33 @@ impl Encodable for ConsumerGroupHeartbeatResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ConsumerGroupHeartbeatResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.member_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.member_epoch = rng.next_u64() as i32;
+        this.heartbeat_interval_ms = rng.next_u64() as i32;
+        this.assignment = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(<Assignment as crate::testing::Random>::random(rng, version))
+        };
+        this
+    }
+}
+
 impl Message for ConsumerGroupHeartbeatResponse {
     const NAME: &'static str = "ConsumerGroupHeartbeatResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -143,6 +170,17 @@ impl Encodable for Assignment {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Assignment {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_partitions = (0..rng.below(4))
+            .map(|_| <TopicPartitions as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicPartitions {
     pub topic_id: Uuid,
@@ -190,5 +228,15 @@ impl Encodable for TopicPartitions {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicPartitions {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
     }
 }

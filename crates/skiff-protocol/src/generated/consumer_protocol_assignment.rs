@@ -67,6 +67,22 @@ impl Encodable for ConsumerProtocolAssignment {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ConsumerProtocolAssignment {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.assigned_partitions = (0..rng.below(4))
+            .map(|_| <TopicPartition as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.user_data = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.bytes())
+        };
+        this
+    }
+}
+
 impl Message for ConsumerProtocolAssignment {
     const NAME: &'static str = "ConsumerProtocolAssignment";
     const LOWEST_VERSION: i16 = 0;
@@ -121,5 +137,15 @@ impl Encodable for TopicPartition {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicPartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic = rng.string();
+        this.partitions = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
     }
 }

@@ -93,6 +93,35 @@ impl Encodable for ConsumerProtocolSubscription {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ConsumerProtocolSubscription {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topics = (0..rng.below(4)).map(|_| rng.string()).collect();
+        this.user_data = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.bytes())
+        };
+        if version >= 1 {
+            this.owned_partitions = (0..rng.below(4))
+                .map(|_| <TopicPartition as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        if version >= 2 {
+            this.generation_id = rng.next_u64() as i32;
+        }
+        if version >= 3 {
+            this.rack_id = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this
+    }
+}
+
 impl Message for ConsumerProtocolSubscription {
     const NAME: &'static str = "ConsumerProtocolSubscription";
     const LOWEST_VERSION: i16 = 0;
@@ -155,5 +184,19 @@ impl Encodable for TopicPartition {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicPartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 1 {
+            this.topic = rng.string();
+        }
+        if version >= 1 {
+            this.partitions = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        }
+        this
     }
 }

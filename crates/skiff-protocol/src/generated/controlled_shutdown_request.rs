@@ -56,6 +56,14 @@ impl Encodable for ControlledShutdownRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ControlledShutdownRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this
+    }
+}
+
 impl Message for ControlledShutdownRequest {
     const NAME: &'static str = "ControlledShutdownRequest";
     const LOWEST_VERSION: i16 = 1;

@@ -56,6 +56,14 @@ impl Encodable for ControlledShutdownResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ControlledShutdownResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this
+    }
+}
+
 impl Message for ControlledShutdownResponse {
     const NAME: &'static str = "ControlledShutdownResponse";
     const LOWEST_VERSION: i16 = 1;

@@ -80,6 +80,23 @@ impl Encodable for ControllerRegistrationRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ControllerRegistrationRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.controller_id = rng.next_u64() as i32;
+        this.incarnation_id = rng.uuid();
+        this.zk_migration_ready = rng.bool();
+        this.listeners = (0..rng.below(4))
+            .map(|_| <Listener as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.features = (0..rng.below(4))
+            .map(|_| <Feature as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for ControllerRegistrationRequest {
     const NAME: &'static str = "ControllerRegistrationRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -146,6 +163,18 @@ impl Encodable for Listener {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Listener {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.host = rng.string();
+        this.port = rng.next_u64() as u16;
+        this.security_protocol = rng.next_u64() as i16;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Feature {
     pub name: ByteString,
@@ -194,5 +223,16 @@ impl Encodable for Feature {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Feature {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.min_supported_version = rng.next_u64() as i16;
+        this.max_supported_version = rng.next_u64() as i16;
+        this
     }
 }

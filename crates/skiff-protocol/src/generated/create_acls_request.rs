@@ -62,6 +62,17 @@ impl Encodable for CreateAclsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CreateAclsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.creations = (0..rng.below(4))
+            .map(|_| <AclCreation as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for CreateAclsRequest {
     const NAME: &'static str = "CreateAclsRequest";
     const LOWEST_VERSION: i16 = 1;
@@ -137,5 +148,20 @@ impl Encodable for AclCreation {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AclCreation {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.resource_type = rng.next_u64() as i8;
+        this.resource_name = rng.string();
+        this.resource_pattern_type = rng.next_u64() as i8;
+        this.principal = rng.string();
+        this.host = rng.string();
+        this.operation = rng.next_u64() as i8;
+        this.permission_type = rng.next_u64() as i8;
+        this
     }
 }

@@ -66,6 +66,18 @@ impl Encodable for CreateAclsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CreateAclsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.results = (0..rng.below(4))
+            .map(|_| <AclCreationResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for CreateAclsResponse {
     const NAME: &'static str = "CreateAclsResponse";
     const LOWEST_VERSION: i16 = 1;
@@ -121,5 +133,19 @@ impl Encodable for AclCreationResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AclCreationResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
     }
 }

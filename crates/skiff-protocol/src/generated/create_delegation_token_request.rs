@@ -82,6 +82,32 @@ impl Encodable for CreateDelegationTokenRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CreateDelegationTokenRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 3 {
+            this.owner_principal_type = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        if version >= 3 {
+            this.owner_principal_name = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this.renewers = (0..rng.below(4))
+            .map(|_| <CreatableRenewers as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.max_lifetime_ms = rng.next_u64() as i64;
+        this
+    }
+}
+
 impl Message for CreateDelegationTokenRequest {
     const NAME: &'static str = "CreateDelegationTokenRequest";
     const LOWEST_VERSION: i16 = 1;
@@ -137,5 +163,15 @@ impl Encodable for CreatableRenewers {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CreatableRenewers {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.principal_type = rng.string();
+        this.principal_name = rng.string();
+        this
     }
 }

@@ -108,6 +108,29 @@ impl Encodable for CreateDelegationTokenResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CreateDelegationTokenResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.principal_type = rng.string();
+        this.principal_name = rng.string();
+        if version >= 3 {
+            this.token_requester_principal_type = rng.string();
+        }
+        if version >= 3 {
+            this.token_requester_principal_name = rng.string();
+        }
+        this.issue_timestamp_ms = rng.next_u64() as i64;
+        this.expiry_timestamp_ms = rng.next_u64() as i64;
+        this.max_timestamp_ms = rng.next_u64() as i64;
+        this.token_id = rng.string();
+        this.hmac = rng.bytes();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this
+    }
+}
+
 impl Message for CreateDelegationTokenResponse {
     const NAME: &'static str = "CreateDelegationTokenResponse";
     const LOWEST_VERSION: i16 = 1;

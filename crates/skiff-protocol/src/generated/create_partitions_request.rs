@@ -72,6 +72,19 @@ impl Encodable for CreatePartitionsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CreatePartitionsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topics = (0..rng.below(4))
+            .map(|_| <CreatePartitionsTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.timeout_ms = rng.next_u64() as i32;
+        this.validate_only = rng.bool();
+        this
+    }
+}
+
 impl Message for CreatePartitionsRequest {
     const NAME: &'static str = "CreatePartitionsRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -129,6 +142,15 @@ impl Encodable for CreatePartitionsAssignment {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CreatePartitionsAssignment {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.broker_ids = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreatePartitionsTopic {
     pub name: ByteString,
@@ -181,5 +203,26 @@ impl Encodable for CreatePartitionsTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CreatePartitionsTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.count = rng.next_u64() as i32;
+        this.assignments = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| {
+                        <CreatePartitionsAssignment as crate::testing::Random>::random(rng, version)
+                    })
+                    .collect(),
+            )
+        };
+        this
     }
 }

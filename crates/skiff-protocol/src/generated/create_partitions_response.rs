@@ -68,6 +68,18 @@ impl Encodable for CreatePartitionsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CreatePartitionsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.results = (0..rng.below(4))
+            .map(|_| <CreatePartitionsTopicResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for CreatePartitionsResponse {
     const NAME: &'static str = "CreatePartitionsResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -127,5 +139,20 @@ impl Encodable for CreatePartitionsTopicResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CreatePartitionsTopicResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
     }
 }

@@ -70,6 +70,19 @@ impl Encodable for CreateTopicsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CreateTopicsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topics = (0..rng.below(4))
+            .map(|_| <CreatableTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.timeout_ms = rng.next_u64() as i32;
+        this.validate_only = rng.bool();
+        this
+    }
+}
+
 impl Message for CreateTopicsRequest {
     const NAME: &'static str = "CreateTopicsRequest";
     const LOWEST_VERSION: i16 = 2;
@@ -131,6 +144,16 @@ impl Encodable for CreatableReplicaAssignment {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CreatableReplicaAssignment {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.broker_ids = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct CreatableTopicConfig {
     pub name: ByteString,
@@ -175,6 +198,20 @@ impl Encodable for CreatableTopicConfig {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CreatableTopicConfig {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.value = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
     }
 }
 
@@ -242,5 +279,22 @@ impl Encodable for CreatableTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CreatableTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.num_partitions = rng.next_u64() as i32;
+        this.replication_factor = rng.next_u64() as i16;
+        this.assignments = (0..rng.below(4))
+            .map(|_| <CreatableReplicaAssignment as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.configs = (0..rng.below(4))
+            .map(|_| <CreatableTopicConfig as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -68,6 +68,18 @@ impl Encodable for CreateTopicsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CreateTopicsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.topics = (0..rng.below(4))
+            .map(|_| <CreatableTopicResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for CreateTopicsResponse {
     const NAME: &'static str = "CreateTopicsResponse";
     const LOWEST_VERSION: i16 = 2;
@@ -155,6 +167,33 @@ impl Encodable for CreatableTopicConfigs {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CreatableTopicConfigs {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 5 {
+            this.name = rng.string();
+        }
+        if version >= 5 {
+            this.value = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        if version >= 5 {
+            this.read_only = rng.bool();
+        }
+        if version >= 5 {
+            this.config_source = rng.next_u64() as i8;
+        }
+        if version >= 5 {
+            this.is_sensitive = rng.bool();
+        }
+        this
     }
 }
 
@@ -255,5 +294,45 @@ impl Encodable for CreatableTopicResult {
             tagged.finish(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CreatableTopicResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        if version >= 7 {
+            this.topic_id = rng.uuid();
+        }
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        if version >= 5 {
+            this.topic_config_error_code = rng.next_u64() as i16;
+        }
+        if version >= 5 {
+            this.num_partitions = rng.next_u64() as i32;
+        }
+        if version >= 5 {
+            this.replication_factor = rng.next_u64() as i16;
+        }
+        if version >= 5 {
+            this.configs = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(
+                    (0..rng.below(4))
+                        .map(|_| {
+                            <CreatableTopicConfigs as crate::testing::Random>::random(rng, version)
+                        })
+                        .collect(),
+                )
+            };
+        }
+        this
     }
 }

@@ -68,6 +68,17 @@ impl Encodable for DefaultPrincipalData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DefaultPrincipalData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.r#type = rng.string();
+        this.name = rng.string();
+        this.token_authenticated = rng.bool();
+        this
+    }
+}
+
 impl Message for DefaultPrincipalData {
     const NAME: &'static str = "DefaultPrincipalData";
     const LOWEST_VERSION: i16 = 0;

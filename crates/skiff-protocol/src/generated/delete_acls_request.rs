@@ -62,6 +62,17 @@ impl Encodable for DeleteAclsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteAclsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.filters = (0..rng.below(4))
+            .map(|_| <DeleteAclsFilter as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for DeleteAclsRequest {
     const NAME: &'static str = "DeleteAclsRequest";
     const LOWEST_VERSION: i16 = 1;
@@ -137,5 +148,32 @@ impl Encodable for DeleteAclsFilter {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteAclsFilter {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.resource_type_filter = rng.next_u64() as i8;
+        this.resource_name_filter = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.pattern_type_filter = rng.next_u64() as i8;
+        this.principal_filter = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.host_filter = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.operation = rng.next_u64() as i8;
+        this.permission_type = rng.next_u64() as i8;
+        this
     }
 }

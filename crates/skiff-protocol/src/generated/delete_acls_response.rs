@@ -68,6 +68,18 @@ impl Encodable for DeleteAclsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteAclsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.filter_results = (0..rng.below(4))
+            .map(|_| <DeleteAclsFilterResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for DeleteAclsResponse {
     const NAME: &'static str = "DeleteAclsResponse";
     const LOWEST_VERSION: i16 = 1;
@@ -154,6 +166,27 @@ impl Encodable for DeleteAclsMatchingAcl {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteAclsMatchingAcl {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.resource_type = rng.next_u64() as i8;
+        this.resource_name = rng.string();
+        this.pattern_type = rng.next_u64() as i8;
+        this.principal = rng.string();
+        this.host = rng.string();
+        this.operation = rng.next_u64() as i8;
+        this.permission_type = rng.next_u64() as i8;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeleteAclsFilterResult {
     pub error_code: i16,
@@ -206,5 +239,22 @@ impl Encodable for DeleteAclsFilterResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteAclsFilterResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.matching_acls = (0..rng.below(4))
+            .map(|_| <DeleteAclsMatchingAcl as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

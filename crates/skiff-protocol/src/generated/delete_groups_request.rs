@@ -62,6 +62,15 @@ impl Encodable for DeleteGroupsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteGroupsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.groups_names = (0..rng.below(4)).map(|_| rng.string()).collect();
+        this
+    }
+}
+
 impl Message for DeleteGroupsRequest {
     const NAME: &'static str = "DeleteGroupsRequest";
     const LOWEST_VERSION: i16 = 0;

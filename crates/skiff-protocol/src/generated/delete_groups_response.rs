@@ -68,6 +68,18 @@ impl Encodable for DeleteGroupsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteGroupsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.results = (0..rng.below(4))
+            .map(|_| <DeletableGroupResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for DeleteGroupsResponse {
     const NAME: &'static str = "DeleteGroupsResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -123,5 +135,15 @@ impl Encodable for DeletableGroupResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeletableGroupResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        this.error_code = rng.next_u64() as i16;
+        this
     }
 }

@@ -68,6 +68,18 @@ impl Encodable for DeleteRecordsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteRecordsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topics = (0..rng.below(4))
+            .map(|_| <DeleteRecordsTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.timeout_ms = rng.next_u64() as i32;
+        this
+    }
+}
+
 impl Message for DeleteRecordsRequest {
     const NAME: &'static str = "DeleteRecordsRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -126,6 +138,16 @@ impl Encodable for DeleteRecordsPartition {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteRecordsPartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.offset = rng.next_u64() as i64;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeleteRecordsTopic {
     pub name: ByteString,
@@ -174,5 +196,17 @@ impl Encodable for DeleteRecordsTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteRecordsTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <DeleteRecordsPartition as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

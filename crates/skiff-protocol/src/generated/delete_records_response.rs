@@ -68,6 +68,18 @@ impl Encodable for DeleteRecordsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteRecordsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.topics = (0..rng.below(4))
+            .map(|_| <DeleteRecordsTopicResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for DeleteRecordsResponse {
     const NAME: &'static str = "DeleteRecordsResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -130,6 +142,17 @@ impl Encodable for DeleteRecordsPartitionResult {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteRecordsPartitionResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.low_watermark = rng.next_u64() as i64;
+        this.error_code = rng.next_u64() as i16;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeleteRecordsTopicResult {
     pub name: ByteString,
@@ -178,5 +201,17 @@ impl Encodable for DeleteRecordsTopicResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteRecordsTopicResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <DeleteRecordsPartitionResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

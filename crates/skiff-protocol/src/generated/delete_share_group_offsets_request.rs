@@ -68,6 +68,22 @@ impl Encodable for DeleteShareGroupOffsetsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteShareGroupOffsetsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        this.topics = (0..rng.below(4))
+            .map(|_| {
+                <DeleteShareGroupOffsetsRequestTopic as crate::testing::Random>::random(
+                    rng, version,
+                )
+            })
+            .collect();
+        this
+    }
+}
+
 impl Message for DeleteShareGroupOffsetsRequest {
     const NAME: &'static str = "DeleteShareGroupOffsetsRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -119,5 +135,14 @@ impl Encodable for DeleteShareGroupOffsetsRequestTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteShareGroupOffsetsRequestTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_name = rng.string();
+        this
     }
 }

@@ -76,6 +76,28 @@ impl Encodable for DeleteShareGroupOffsetsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteShareGroupOffsetsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.responses = (0..rng.below(4))
+            .map(|_| {
+                <DeleteShareGroupOffsetsResponseTopic as crate::testing::Random>::random(
+                    rng, version,
+                )
+            })
+            .collect();
+        this
+    }
+}
+
 impl Message for DeleteShareGroupOffsetsResponse {
     const NAME: &'static str = "DeleteShareGroupOffsetsResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -139,5 +161,21 @@ impl Encodable for DeleteShareGroupOffsetsResponseTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteShareGroupOffsetsResponseTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_name = rng.string();
+        this.topic_id = rng.uuid();
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
     }
 }

@@ -62,6 +62,17 @@ impl Encodable for DeleteShareGroupStateResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteShareGroupStateResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.results = (0..rng.below(4))
+            .map(|_| <DeleteStateResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for DeleteShareGroupStateResponse {
     const NAME: &'static str = "DeleteShareGroupStateResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -124,6 +135,21 @@ impl Encodable for PartitionResult {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeleteStateResult {
     pub topic_id: Uuid,
@@ -170,5 +196,17 @@ impl Encodable for DeleteStateResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteStateResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

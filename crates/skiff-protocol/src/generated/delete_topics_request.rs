@@ -80,6 +80,23 @@ impl Encodable for DeleteTopicsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteTopicsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 6 {
+            this.topics = (0..rng.below(4))
+                .map(|_| <DeleteTopicState as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        if version <= 5 {
+            this.topic_names = (0..rng.below(4)).map(|_| rng.string()).collect();
+        }
+        this.timeout_ms = rng.next_u64() as i32;
+        this
+    }
+}
+
 impl Message for DeleteTopicsRequest {
     const NAME: &'static str = "DeleteTopicsRequest";
     const LOWEST_VERSION: i16 = 1;
@@ -143,5 +160,23 @@ impl Encodable for DeleteTopicState {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteTopicState {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 6 {
+            this.name = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        if version >= 6 {
+            this.topic_id = rng.uuid();
+        }
+        this
     }
 }

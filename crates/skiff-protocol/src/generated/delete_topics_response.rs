@@ -68,6 +68,18 @@ impl Encodable for DeleteTopicsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeleteTopicsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.responses = (0..rng.below(4))
+            .map(|_| <DeletableTopicResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for DeleteTopicsResponse {
     const NAME: &'static str = "DeleteTopicsResponse";
     const LOWEST_VERSION: i16 = 1;
@@ -153,5 +165,29 @@ impl Encodable for DeletableTopicResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DeletableTopicResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = if version >= 6 && rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        if version >= 6 {
+            this.topic_id = rng.uuid();
+        }
+        this.error_code = rng.next_u64() as i16;
+        if version >= 5 {
+            this.error_message = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this
     }
 }

@@ -84,6 +84,33 @@ impl Encodable for DescribeAclsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeAclsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.resource_type_filter = rng.next_u64() as i8;
+        this.resource_name_filter = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.pattern_type_filter = rng.next_u64() as i8;
+        this.principal_filter = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.host_filter = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.operation = rng.next_u64() as i8;
+        this.permission_type = rng.next_u64() as i8;
+        this
+    }
+}
+
 impl Message for DescribeAclsRequest {
     const NAME: &'static str = "DescribeAclsRequest";
     const LOWEST_VERSION: i16 = 1;

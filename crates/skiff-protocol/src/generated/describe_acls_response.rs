@@ -76,6 +76,24 @@ impl Encodable for DescribeAclsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeAclsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.resources = (0..rng.below(4))
+            .map(|_| <DescribeAclsResource as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for DescribeAclsResponse {
     const NAME: &'static str = "DescribeAclsResponse";
     const LOWEST_VERSION: i16 = 1;
@@ -142,6 +160,18 @@ impl Encodable for AclDescription {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AclDescription {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.principal = rng.string();
+        this.host = rng.string();
+        this.operation = rng.next_u64() as i8;
+        this.permission_type = rng.next_u64() as i8;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribeAclsResource {
     pub resource_type: i8,
@@ -196,5 +226,19 @@ impl Encodable for DescribeAclsResource {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeAclsResource {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.resource_type = rng.next_u64() as i8;
+        this.resource_name = rng.string();
+        this.pattern_type = rng.next_u64() as i8;
+        this.acls = (0..rng.below(4))
+            .map(|_| <AclDescription as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

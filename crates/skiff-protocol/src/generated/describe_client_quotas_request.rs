@@ -66,6 +66,18 @@ impl Encodable for DescribeClientQuotasRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeClientQuotasRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.components = (0..rng.below(4))
+            .map(|_| <ComponentData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.strict = rng.bool();
+        this
+    }
+}
+
 impl Message for DescribeClientQuotasRequest {
     const NAME: &'static str = "DescribeClientQuotasRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -125,5 +137,20 @@ impl Encodable for ComponentData {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ComponentData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.entity_type = rng.string();
+        this.match_type = rng.next_u64() as i8;
+        this.r#match = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
     }
 }

@@ -74,6 +74,30 @@ impl Encodable for DescribeClientQuotasResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeClientQuotasResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.entries = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| <EntryData as crate::testing::Random>::random(rng, version))
+                    .collect(),
+            )
+        };
+        this
+    }
+}
+
 impl Message for DescribeClientQuotasResponse {
     const NAME: &'static str = "DescribeClientQuotasResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -132,6 +156,20 @@ impl Encodable for EntityData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for EntityData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.entity_type = rng.string();
+        this.entity_name = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValueData {
     pub key: ByteString,
@@ -176,6 +214,16 @@ impl Encodable for ValueData {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ValueData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.key = rng.string();
+        this.value = rng.f64();
+        this
     }
 }
 
@@ -227,5 +275,19 @@ impl Encodable for EntryData {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for EntryData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.entity = (0..rng.below(4))
+            .map(|_| <EntityData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.values = (0..rng.below(4))
+            .map(|_| <ValueData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -76,6 +76,21 @@ impl Encodable for DescribeClusterRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeClusterRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.include_cluster_authorized_operations = rng.bool();
+        if version >= 1 {
+            this.endpoint_type = rng.next_u64() as i8;
+        }
+        if version >= 2 {
+            this.include_fenced_brokers = rng.bool();
+        }
+        this
+    }
+}
+
 impl Message for DescribeClusterRequest {
     const NAME: &'static str = "DescribeClusterRequest";
     const LOWEST_VERSION: i16 = 0;

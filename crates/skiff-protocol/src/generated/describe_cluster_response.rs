@@ -96,6 +96,30 @@ impl Encodable for DescribeClusterResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeClusterResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        if version >= 1 {
+            this.endpoint_type = rng.next_u64() as i8;
+        }
+        this.cluster_id = rng.string();
+        this.controller_id = rng.next_u64() as i32;
+        this.brokers = (0..rng.below(4))
+            .map(|_| <DescribeClusterBroker as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.cluster_authorized_operations = rng.next_u64() as i32;
+        this
+    }
+}
+
 impl Message for DescribeClusterResponse {
     const NAME: &'static str = "DescribeClusterResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -167,5 +191,24 @@ impl Encodable for DescribeClusterBroker {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeClusterBroker {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.broker_id = rng.next_u64() as i32;
+        this.host = rng.string();
+        this.port = rng.next_u64() as i32;
+        this.rack = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        if version >= 2 {
+            this.is_fenced = rng.bool();
+        }
+        this
     }
 }

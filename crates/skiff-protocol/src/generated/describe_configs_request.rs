@@ -76,6 +76,21 @@ impl Encodable for DescribeConfigsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeConfigsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.resources = (0..rng.below(4))
+            .map(|_| <DescribeConfigsResource as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.include_synonyms = rng.bool();
+        if version >= 3 {
+            this.include_documentation = rng.bool();
+        }
+        this
+    }
+}
+
 impl Message for DescribeConfigsRequest {
     const NAME: &'static str = "DescribeConfigsRequest";
     const LOWEST_VERSION: i16 = 1;
@@ -141,5 +156,20 @@ impl Encodable for DescribeConfigsResource {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeConfigsResource {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.resource_type = rng.next_u64() as i8;
+        this.resource_name = rng.string();
+        this.configuration_keys = if rng.below(4) == 0 {
+            None
+        } else {
+            Some((0..rng.below(4)).map(|_| rng.string()).collect())
+        };
+        this
     }
 }

@@ -68,6 +68,18 @@ impl Encodable for DescribeConfigsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeConfigsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.results = (0..rng.below(4))
+            .map(|_| <DescribeConfigsResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for DescribeConfigsResponse {
     const NAME: &'static str = "DescribeConfigsResponse";
     const LOWEST_VERSION: i16 = 1;
@@ -127,6 +139,21 @@ impl Encodable for DescribeConfigsSynonym {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeConfigsSynonym {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.value = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.source = rng.next_u64() as i8;
+        this
     }
 }
 
@@ -213,6 +240,36 @@ impl Encodable for DescribeConfigsResourceResult {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeConfigsResourceResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.value = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.read_only = rng.bool();
+        this.config_source = rng.next_u64() as i8;
+        this.is_sensitive = rng.bool();
+        this.synonyms = (0..rng.below(4))
+            .map(|_| <DescribeConfigsSynonym as crate::testing::Random>::random(rng, version))
+            .collect();
+        if version >= 3 {
+            this.config_type = rng.next_u64() as i8;
+        }
+        if version >= 3 {
+            this.documentation = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribeConfigsResult {
     pub error_code: i16,
@@ -273,5 +330,26 @@ impl Encodable for DescribeConfigsResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeConfigsResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.resource_type = rng.next_u64() as i8;
+        this.resource_name = rng.string();
+        this.configs = (0..rng.below(4))
+            .map(|_| {
+                <DescribeConfigsResourceResult as crate::testing::Random>::random(rng, version)
+            })
+            .collect();
+        this
     }
 }

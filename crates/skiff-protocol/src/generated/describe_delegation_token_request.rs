@@ -64,6 +64,27 @@ impl Encodable for DescribeDelegationTokenRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeDelegationTokenRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.owners = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| {
+                        <DescribeDelegationTokenOwner as crate::testing::Random>::random(
+                            rng, version,
+                        )
+                    })
+                    .collect(),
+            )
+        };
+        this
+    }
+}
+
 impl Message for DescribeDelegationTokenRequest {
     const NAME: &'static str = "DescribeDelegationTokenRequest";
     const LOWEST_VERSION: i16 = 1;
@@ -119,5 +140,15 @@ impl Encodable for DescribeDelegationTokenOwner {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeDelegationTokenOwner {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.principal_type = rng.string();
+        this.principal_name = rng.string();
+        this
     }
 }

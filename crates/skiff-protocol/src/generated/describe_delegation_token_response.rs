@@ -72,6 +72,19 @@ impl Encodable for DescribeDelegationTokenResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeDelegationTokenResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.tokens = (0..rng.below(4))
+            .map(|_| <DescribedDelegationToken as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this
+    }
+}
+
 impl Message for DescribeDelegationTokenResponse {
     const NAME: &'static str = "DescribeDelegationTokenResponse";
     const LOWEST_VERSION: i16 = 1;
@@ -127,6 +140,16 @@ impl Encodable for DescribedDelegationTokenRenewer {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribedDelegationTokenRenewer {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.principal_type = rng.string();
+        this.principal_name = rng.string();
+        this
     }
 }
 
@@ -218,5 +241,31 @@ impl Encodable for DescribedDelegationToken {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribedDelegationToken {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.principal_type = rng.string();
+        this.principal_name = rng.string();
+        if version >= 3 {
+            this.token_requester_principal_type = rng.string();
+        }
+        if version >= 3 {
+            this.token_requester_principal_name = rng.string();
+        }
+        this.issue_timestamp = rng.next_u64() as i64;
+        this.expiry_timestamp = rng.next_u64() as i64;
+        this.max_timestamp = rng.next_u64() as i64;
+        this.token_id = rng.string();
+        this.hmac = rng.bytes();
+        this.renewers = (0..rng.below(4))
+            .map(|_| {
+                <DescribedDelegationTokenRenewer as crate::testing::Random>::random(rng, version)
+            })
+            .collect();
+        this
     }
 }

@@ -70,6 +70,18 @@ impl Encodable for DescribeGroupsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeGroupsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.groups = (0..rng.below(4)).map(|_| rng.string()).collect();
+        if version >= 3 {
+            this.include_authorized_operations = rng.bool();
+        }
+        this
+    }
+}
+
 impl Message for DescribeGroupsRequest {
     const NAME: &'static str = "DescribeGroupsRequest";
     const LOWEST_VERSION: i16 = 0;

@@ -70,6 +70,20 @@ impl Encodable for DescribeGroupsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeGroupsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 1 {
+            this.throttle_time_ms = rng.next_u64() as i32;
+        }
+        this.groups = (0..rng.below(4))
+            .map(|_| <DescribedGroup as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for DescribeGroupsResponse {
     const NAME: &'static str = "DescribeGroupsResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -145,6 +159,26 @@ impl Encodable for DescribedGroupMember {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribedGroupMember {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.member_id = rng.string();
+        if version >= 4 {
+            this.group_instance_id = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this.client_id = rng.string();
+        this.client_host = rng.string();
+        this.member_metadata = rng.bytes();
+        this.member_assignment = rng.bytes();
+        this
     }
 }
 
@@ -228,5 +262,31 @@ impl Encodable for DescribedGroup {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribedGroup {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        if version >= 6 {
+            this.error_message = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this.group_id = rng.string();
+        this.group_state = rng.string();
+        this.protocol_type = rng.string();
+        this.protocol_data = rng.string();
+        this.members = (0..rng.below(4))
+            .map(|_| <DescribedGroupMember as crate::testing::Random>::random(rng, version))
+            .collect();
+        if version >= 3 {
+            this.authorized_operations = rng.next_u64() as i32;
+        }
+        this
     }
 }

@@ -64,6 +64,25 @@ impl Encodable for DescribeLogDirsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeLogDirsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topics = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| {
+                        <DescribableLogDirTopic as crate::testing::Random>::random(rng, version)
+                    })
+                    .collect(),
+            )
+        };
+        this
+    }
+}
+
 impl Message for DescribeLogDirsRequest {
     const NAME: &'static str = "DescribeLogDirsRequest";
     const LOWEST_VERSION: i16 = 1;
@@ -122,5 +141,15 @@ impl Encodable for DescribableLogDirTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribableLogDirTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic = rng.string();
+        this.partitions = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
     }
 }

@@ -76,6 +76,21 @@ impl Encodable for DescribeLogDirsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeLogDirsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        if version >= 3 {
+            this.error_code = rng.next_u64() as i16;
+        }
+        this.results = (0..rng.below(4))
+            .map(|_| <DescribeLogDirsResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for DescribeLogDirsResponse {
     const NAME: &'static str = "DescribeLogDirsResponse";
     const LOWEST_VERSION: i16 = 1;
@@ -142,6 +157,18 @@ impl Encodable for DescribeLogDirsPartition {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeLogDirsPartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.partition_size = rng.next_u64() as i64;
+        this.offset_lag = rng.next_u64() as i64;
+        this.is_future_key = rng.bool();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribeLogDirsTopic {
     pub name: ByteString,
@@ -190,6 +217,18 @@ impl Encodable for DescribeLogDirsTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeLogDirsTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <DescribeLogDirsPartition as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }
 
@@ -261,5 +300,24 @@ impl Encodable for DescribeLogDirsResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeLogDirsResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.log_dir = rng.string();
+        this.topics = (0..rng.below(4))
+            .map(|_| <DescribeLogDirsTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        if version >= 4 {
+            this.total_bytes = rng.next_u64() as i64;
+        }
+        if version >= 4 {
+            this.usable_bytes = rng.next_u64() as i64;
+        }
+        this
     }
 }

@@ -62,6 +62,17 @@ impl Encodable for DescribeProducersRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeProducersRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topics = (0..rng.below(4))
+            .map(|_| <TopicRequest as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for DescribeProducersRequest {
     const NAME: &'static str = "DescribeProducersRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -120,5 +131,15 @@ impl Encodable for TopicRequest {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partition_indexes = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
     }
 }

@@ -66,6 +66,18 @@ impl Encodable for DescribeProducersResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeProducersResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.topics = (0..rng.below(4))
+            .map(|_| <TopicResponse as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for DescribeProducersResponse {
     const NAME: &'static str = "DescribeProducersResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -140,6 +152,20 @@ impl Encodable for ProducerState {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ProducerState {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.producer_id = rng.next_u64() as i64;
+        this.producer_epoch = rng.next_u64() as i32;
+        this.last_sequence = rng.next_u64() as i32;
+        this.last_timestamp = rng.next_u64() as i64;
+        this.coordinator_epoch = rng.next_u64() as i32;
+        this.current_txn_start_offset = rng.next_u64() as i64;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartitionResponse {
     pub partition_index: i32,
@@ -198,6 +224,24 @@ impl Encodable for PartitionResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.active_producers = (0..rng.below(4))
+            .map(|_| <ProducerState as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicResponse {
     pub name: ByteString,
@@ -244,5 +288,17 @@ impl Encodable for TopicResponse {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionResponse as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

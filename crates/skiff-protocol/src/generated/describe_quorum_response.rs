@@ -84,6 +84,30 @@ impl Encodable for DescribeQuorumResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeQuorumResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        if version >= 2 {
+            this.error_message = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this.topics = (0..rng.below(4))
+            .map(|_| <TopicData as crate::testing::Random>::random(rng, version))
+            .collect();
+        if version >= 2 {
+            this.nodes = (0..rng.below(4))
+                .map(|_| <Node as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        this
+    }
+}
+
 impl Message for DescribeQuorumResponse {
     const NAME: &'static str = "DescribeQuorumResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -174,6 +198,32 @@ impl Encodable for PartitionData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        if version >= 2 {
+            this.error_message = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this.leader_id = rng.next_u64() as i32;
+        this.leader_epoch = rng.next_u64() as i32;
+        this.high_watermark = rng.next_u64() as i64;
+        this.current_voters = (0..rng.below(4))
+            .map(|_| <ReplicaState as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.observers = (0..rng.below(4))
+            .map(|_| <ReplicaState as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicData {
     pub topic_name: ByteString,
@@ -220,6 +270,18 @@ impl Encodable for TopicData {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }
 
@@ -286,6 +348,23 @@ impl Encodable for Listener {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Listener {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 2 {
+            this.name = rng.string();
+        }
+        if version >= 2 {
+            this.host = rng.string();
+        }
+        if version >= 2 {
+            this.port = rng.next_u64() as u16;
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Node {
     pub node_id: i32,
@@ -340,6 +419,22 @@ impl Encodable for Node {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Node {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 2 {
+            this.node_id = rng.next_u64() as i32;
+        }
+        if version >= 2 {
+            this.listeners = (0..rng.below(4))
+                .map(|_| <Listener as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        this
     }
 }
 
@@ -411,5 +506,24 @@ impl Encodable for ReplicaState {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ReplicaState {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.replica_id = rng.next_u64() as i32;
+        if version >= 2 {
+            this.replica_directory_id = rng.uuid();
+        }
+        this.log_end_offset = rng.next_u64() as i64;
+        if version >= 1 {
+            this.last_fetch_timestamp = rng.next_u64() as i64;
+        }
+        if version >= 1 {
+            this.last_caught_up_timestamp = rng.next_u64() as i64;
+        }
+        this
     }
 }

@@ -64,6 +64,21 @@ impl Encodable for DescribeShareGroupOffsetsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeShareGroupOffsetsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.groups = (0..rng.below(4))
+            .map(|_| {
+                <DescribeShareGroupOffsetsRequestGroup as crate::testing::Random>::random(
+                    rng, version,
+                )
+            })
+            .collect();
+        this
+    }
+}
+
 impl Message for DescribeShareGroupOffsetsRequest {
     const NAME: &'static str = "DescribeShareGroupOffsetsRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -125,6 +140,16 @@ impl Encodable for DescribeShareGroupOffsetsRequestTopic {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeShareGroupOffsetsRequestTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_name = rng.string();
+        this.partitions = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribeShareGroupOffsetsRequestGroup {
     pub group_id: ByteString,
@@ -173,5 +198,27 @@ impl Encodable for DescribeShareGroupOffsetsRequestGroup {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeShareGroupOffsetsRequestGroup {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        this.topics = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| {
+                        <DescribeShareGroupOffsetsRequestTopic as crate::testing::Random>::random(
+                            rng, version,
+                        )
+                    })
+                    .collect(),
+            )
+        };
+        this
     }
 }

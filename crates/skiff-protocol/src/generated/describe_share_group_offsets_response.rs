@@ -68,6 +68,22 @@ impl Encodable for DescribeShareGroupOffsetsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeShareGroupOffsetsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.groups = (0..rng.below(4))
+            .map(|_| {
+                <DescribeShareGroupOffsetsResponseGroup as crate::testing::Random>::random(
+                    rng, version,
+                )
+            })
+            .collect();
+        this
+    }
+}
+
 impl Message for DescribeShareGroupOffsetsResponse {
     const NAME: &'static str = "DescribeShareGroupOffsetsResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -146,6 +162,26 @@ impl Encodable for DescribeShareGroupOffsetsResponsePartition {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeShareGroupOffsetsResponsePartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.start_offset = rng.next_u64() as i64;
+        this.leader_epoch = rng.next_u64() as i32;
+        if version >= 1 {
+            this.lag = rng.next_u64() as i64;
+        }
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribeShareGroupOffsetsResponseTopic {
     pub topic_name: ByteString,
@@ -198,6 +234,23 @@ impl Encodable for DescribeShareGroupOffsetsResponseTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeShareGroupOffsetsResponseTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_name = rng.string();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4))
+            .map(|_| {
+                <DescribeShareGroupOffsetsResponsePartition as crate::testing::Random>::random(
+                    rng, version,
+                )
+            })
+            .collect();
+        this
     }
 }
 
@@ -257,5 +310,27 @@ impl Encodable for DescribeShareGroupOffsetsResponseGroup {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeShareGroupOffsetsResponseGroup {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        this.topics = (0..rng.below(4))
+            .map(|_| {
+                <DescribeShareGroupOffsetsResponseTopic as crate::testing::Random>::random(
+                    rng, version,
+                )
+            })
+            .collect();
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
     }
 }

@@ -70,6 +70,23 @@ impl Encodable for DescribeTopicPartitionsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeTopicPartitionsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topics = (0..rng.below(4))
+            .map(|_| <TopicRequest as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.response_partition_limit = rng.next_u64() as i32;
+        this.cursor = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(<Cursor as crate::testing::Random>::random(rng, version))
+        };
+        this
+    }
+}
+
 impl Message for DescribeTopicPartitionsRequest {
     const NAME: &'static str = "DescribeTopicPartitionsRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -124,6 +141,15 @@ impl Encodable for TopicRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cursor {
     pub topic_name: ByteString,
@@ -168,5 +194,15 @@ impl Encodable for Cursor {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Cursor {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_name = rng.string();
+        this.partition_index = rng.next_u64() as i32;
+        this
     }
 }

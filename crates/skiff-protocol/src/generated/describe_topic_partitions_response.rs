@@ -74,6 +74,27 @@ impl Encodable for DescribeTopicPartitionsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeTopicPartitionsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.topics = (0..rng.below(4))
+            .map(|_| {
+                <DescribeTopicPartitionsResponseTopic as crate::testing::Random>::random(
+                    rng, version,
+                )
+            })
+            .collect();
+        this.next_cursor = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(<Cursor as crate::testing::Random>::random(rng, version))
+        };
+        this
+    }
+}
+
 impl Message for DescribeTopicPartitionsResponse {
     const NAME: &'static str = "DescribeTopicPartitionsResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -185,6 +206,31 @@ impl Encodable for DescribeTopicPartitionsResponsePartition {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeTopicPartitionsResponsePartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.partition_index = rng.next_u64() as i32;
+        this.leader_id = rng.next_u64() as i32;
+        this.leader_epoch = rng.next_u64() as i32;
+        this.replica_nodes = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this.isr_nodes = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this.eligible_leader_replicas = if rng.below(4) == 0 {
+            None
+        } else {
+            Some((0..rng.below(4)).map(|_| rng.next_u64() as i32).collect())
+        };
+        this.last_known_elr = if rng.below(4) == 0 {
+            None
+        } else {
+            Some((0..rng.below(4)).map(|_| rng.next_u64() as i32).collect())
+        };
+        this.offline_replicas = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribeTopicPartitionsResponseTopic {
     pub error_code: i16,
@@ -252,6 +298,30 @@ impl Encodable for DescribeTopicPartitionsResponseTopic {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeTopicPartitionsResponseTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.name = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.topic_id = rng.uuid();
+        this.is_internal = rng.bool();
+        this.partitions = (0..rng.below(4))
+            .map(|_| {
+                <DescribeTopicPartitionsResponsePartition as crate::testing::Random>::random(
+                    rng, version,
+                )
+            })
+            .collect();
+        this.topic_authorized_operations = rng.next_u64() as i32;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cursor {
     pub topic_name: ByteString,
@@ -296,5 +366,15 @@ impl Encodable for Cursor {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Cursor {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_name = rng.string();
+        this.partition_index = rng.next_u64() as i32;
+        this
     }
 }

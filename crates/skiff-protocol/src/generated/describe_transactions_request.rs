@@ -62,6 +62,15 @@ impl Encodable for DescribeTransactionsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeTransactionsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.transactional_ids = (0..rng.below(4)).map(|_| rng.string()).collect();
+        this
+    }
+}
+
 impl Message for DescribeTransactionsRequest {
     const NAME: &'static str = "DescribeTransactionsRequest";
     const LOWEST_VERSION: i16 = 0;

@@ -67,6 +67,18 @@ impl Encodable for DescribeTransactionsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeTransactionsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.transaction_states = (0..rng.below(4))
+            .map(|_| <TransactionState as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for DescribeTransactionsResponse {
     const NAME: &'static str = "DescribeTransactionsResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -125,6 +137,16 @@ impl Encodable for TopicData {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic = rng.string();
+        this.partitions = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
     }
 }
 
@@ -198,5 +220,23 @@ impl Encodable for TransactionState {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TransactionState {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.transactional_id = rng.string();
+        this.transaction_state = rng.string();
+        this.transaction_timeout_ms = rng.next_u64() as i32;
+        this.transaction_start_time_ms = rng.next_u64() as i64;
+        this.producer_id = rng.next_u64() as i64;
+        this.producer_epoch = rng.next_u64() as i16;
+        this.topics = (0..rng.below(4))
+            .map(|_| <TopicData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -62,6 +62,23 @@ impl Encodable for DescribeUserScramCredentialsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeUserScramCredentialsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.users = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| <UserName as crate::testing::Random>::random(rng, version))
+                    .collect(),
+            )
+        };
+        this
+    }
+}
+
 impl Message for DescribeUserScramCredentialsRequest {
     const NAME: &'static str = "DescribeUserScramCredentialsRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -113,5 +130,14 @@ impl Encodable for UserName {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for UserName {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this
     }
 }

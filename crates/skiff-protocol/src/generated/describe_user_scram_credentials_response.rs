@@ -76,6 +76,26 @@ impl Encodable for DescribeUserScramCredentialsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeUserScramCredentialsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.results = (0..rng.below(4))
+            .map(|_| {
+                <DescribeUserScramCredentialsResult as crate::testing::Random>::random(rng, version)
+            })
+            .collect();
+        this
+    }
+}
+
 impl Message for DescribeUserScramCredentialsResponse {
     const NAME: &'static str = "DescribeUserScramCredentialsResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -134,6 +154,16 @@ impl Encodable for CredentialInfo {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CredentialInfo {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.mechanism = rng.next_u64() as i8;
+        this.iterations = rng.next_u64() as i32;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribeUserScramCredentialsResult {
     pub user: ByteString,
@@ -189,5 +219,23 @@ impl Encodable for DescribeUserScramCredentialsResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribeUserScramCredentialsResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.user = rng.string();
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.credential_infos = (0..rng.below(4))
+            .map(|_| <CredentialInfo as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -78,6 +78,27 @@ impl Encodable for ElectLeadersRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ElectLeadersRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 1 {
+            this.election_type = rng.next_u64() as i8;
+        }
+        this.topic_partitions = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| <TopicPartitions as crate::testing::Random>::random(rng, version))
+                    .collect(),
+            )
+        };
+        this.timeout_ms = rng.next_u64() as i32;
+        this
+    }
+}
+
 impl Message for ElectLeadersRequest {
     const NAME: &'static str = "ElectLeadersRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -136,5 +157,15 @@ impl Encodable for TopicPartitions {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicPartitions {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic = rng.string();
+        this.partitions = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
     }
 }

@@ -79,6 +79,21 @@ impl Encodable for ElectLeadersResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ElectLeadersResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        if version >= 1 {
+            this.error_code = rng.next_u64() as i16;
+        }
+        this.replica_election_results = (0..rng.below(4))
+            .map(|_| <ReplicaElectionResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for ElectLeadersResponse {
     const NAME: &'static str = "ElectLeadersResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -141,6 +156,21 @@ impl Encodable for PartitionResult {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_id = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplicaElectionResult {
     pub topic: ByteString,
@@ -188,5 +218,17 @@ impl Encodable for ReplicaElectionResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ReplicaElectionResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic = rng.string();
+        this.partition_result = (0..rng.below(4))
+            .map(|_| <PartitionResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -60,6 +60,15 @@ impl Encodable for EndTxnMarker {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for EndTxnMarker {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.coordinator_epoch = rng.next_u64() as i32;
+        this
+    }
+}
+
 impl Message for EndTxnMarker {
     const NAME: &'static str = "EndTxnMarker";
     const LOWEST_VERSION: i16 = 0;

@@ -72,6 +72,18 @@ impl Encodable for EndTxnRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for EndTxnRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.transactional_id = rng.string();
+        this.producer_id = rng.next_u64() as i64;
+        this.producer_epoch = rng.next_u64() as i16;
+        this.committed = rng.bool();
+        this
+    }
+}
+
 impl Message for EndTxnRequest {
     const NAME: &'static str = "EndTxnRequest";
     const LOWEST_VERSION: i16 = 0;

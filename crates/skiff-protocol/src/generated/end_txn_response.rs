@@ -80,6 +80,22 @@ impl Encodable for EndTxnResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for EndTxnResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        if version >= 5 {
+            this.producer_id = rng.next_u64() as i64;
+        }
+        if version >= 5 {
+            this.producer_epoch = rng.next_u64() as i16;
+        }
+        this
+    }
+}
+
 impl Message for EndTxnResponse {
     const NAME: &'static str = "EndTxnResponse";
     const LOWEST_VERSION: i16 = 0;

@@ -68,6 +68,21 @@ impl Encodable for EnvelopeRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for EnvelopeRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.request_data = rng.bytes();
+        this.request_principal = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.bytes())
+        };
+        this.client_host_address = rng.bytes();
+        this
+    }
+}
+
 impl Message for EnvelopeRequest {
     const NAME: &'static str = "EnvelopeRequest";
     const LOWEST_VERSION: i16 = 0;

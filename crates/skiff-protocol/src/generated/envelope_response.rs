@@ -64,6 +64,20 @@ impl Encodable for EnvelopeResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for EnvelopeResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.response_data = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.bytes())
+        };
+        this.error_code = rng.next_u64() as i16;
+        this
+    }
+}
+
 impl Message for EnvelopeResponse {
     const NAME: &'static str = "EnvelopeResponse";
     const LOWEST_VERSION: i16 = 0;

@@ -64,6 +64,16 @@ impl Encodable for ExpireDelegationTokenRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ExpireDelegationTokenRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.hmac = rng.bytes();
+        this.expiry_time_period_ms = rng.next_u64() as i64;
+        this
+    }
+}
+
 impl Message for ExpireDelegationTokenRequest {
     const NAME: &'static str = "ExpireDelegationTokenRequest";
     const LOWEST_VERSION: i16 = 1;

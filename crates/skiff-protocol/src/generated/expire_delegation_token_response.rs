@@ -68,6 +68,17 @@ impl Encodable for ExpireDelegationTokenResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ExpireDelegationTokenResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.expiry_timestamp_ms = rng.next_u64() as i64;
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this
+    }
+}
+
 impl Message for ExpireDelegationTokenResponse {
     const NAME: &'static str = "ExpireDelegationTokenResponse";
     const LOWEST_VERSION: i16 = 1;

@@ -148,6 +148,48 @@ impl Encodable for FetchRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for FetchRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 12 {
+            this.cluster_id = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        if version <= 14 {
+            this.replica_id = rng.next_u64() as i32;
+        }
+        if version >= 15 {
+            this.replica_state = <ReplicaState as crate::testing::Random>::random(rng, version);
+        }
+        this.max_wait_ms = rng.next_u64() as i32;
+        this.min_bytes = rng.next_u64() as i32;
+        this.max_bytes = rng.next_u64() as i32;
+        this.isolation_level = rng.next_u64() as i8;
+        if version >= 7 {
+            this.session_id = rng.next_u64() as i32;
+        }
+        if version >= 7 {
+            this.session_epoch = rng.next_u64() as i32;
+        }
+        this.topics = (0..rng.below(4))
+            .map(|_| <FetchTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        if version >= 7 {
+            this.forgotten_topics_data = (0..rng.below(4))
+                .map(|_| <ForgottenTopic as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        if version >= 11 {
+            this.rack_id = rng.string();
+        }
+        this
+    }
+}
+
 impl Message for FetchRequest {
     const NAME: &'static str = "FetchRequest";
     const LOWEST_VERSION: i16 = 4;
@@ -211,6 +253,20 @@ impl Encodable for ReplicaState {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ReplicaState {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 15 {
+            this.replica_id = rng.next_u64() as i32;
+        }
+        if version >= 15 {
+            this.replica_epoch = rng.next_u64() as i64;
+        }
+        this
     }
 }
 
@@ -313,6 +369,32 @@ impl Encodable for FetchPartition {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for FetchPartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition = rng.next_u64() as i32;
+        if version >= 9 {
+            this.current_leader_epoch = rng.next_u64() as i32;
+        }
+        this.fetch_offset = rng.next_u64() as i64;
+        if version >= 12 {
+            this.last_fetched_epoch = rng.next_u64() as i32;
+        }
+        if version >= 5 {
+            this.log_start_offset = rng.next_u64() as i64;
+        }
+        this.partition_max_bytes = rng.next_u64() as i32;
+        if version >= 17 {
+            this.replica_directory_id = rng.uuid();
+        }
+        if version >= 18 {
+            this.high_watermark = rng.next_u64() as i64;
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct FetchTopic {
     pub topic: ByteString,
@@ -371,6 +453,23 @@ impl Encodable for FetchTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for FetchTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version <= 12 {
+            this.topic = rng.string();
+        }
+        if version >= 13 {
+            this.topic_id = rng.uuid();
+        }
+        this.partitions = (0..rng.below(4))
+            .map(|_| <FetchPartition as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }
 
@@ -437,5 +536,22 @@ impl Encodable for ForgottenTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ForgottenTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if (7..=12).contains(&version) {
+            this.topic = rng.string();
+        }
+        if version >= 13 {
+            this.topic_id = rng.uuid();
+        }
+        if version >= 7 {
+            this.partitions = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        }
+        this
     }
 }

@@ -102,6 +102,29 @@ impl Encodable for FetchResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for FetchResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        if version >= 7 {
+            this.error_code = rng.next_u64() as i16;
+        }
+        if version >= 7 {
+            this.session_id = rng.next_u64() as i32;
+        }
+        this.responses = (0..rng.below(4))
+            .map(|_| <FetchableTopicResponse as crate::testing::Random>::random(rng, version))
+            .collect();
+        if version >= 16 {
+            this.node_endpoints = (0..rng.below(4))
+                .map(|_| <NodeEndpoint as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        this
+    }
+}
+
 impl Message for FetchResponse {
     const NAME: &'static str = "FetchResponse";
     const LOWEST_VERSION: i16 = 4;
@@ -168,6 +191,20 @@ impl Encodable for EpochEndOffset {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for EpochEndOffset {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 12 {
+            this.epoch = rng.next_u64() as i32;
+        }
+        if version >= 12 {
+            this.end_offset = rng.next_u64() as i64;
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaderIdAndEpoch {
     pub leader_id: i32,
@@ -223,6 +260,20 @@ impl Encodable for LeaderIdAndEpoch {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for LeaderIdAndEpoch {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 12 {
+            this.leader_id = rng.next_u64() as i32;
+        }
+        if version >= 12 {
+            this.leader_epoch = rng.next_u64() as i32;
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct SnapshotId {
     pub end_offset: i64,
@@ -270,6 +321,16 @@ impl Encodable for SnapshotId {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for SnapshotId {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.end_offset = rng.next_u64() as i64;
+        this.epoch = rng.next_u64() as i32;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct AbortedTransaction {
     pub producer_id: i64,
@@ -314,6 +375,16 @@ impl Encodable for AbortedTransaction {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AbortedTransaction {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.producer_id = rng.next_u64() as i64;
+        this.first_offset = rng.next_u64() as i64;
+        this
     }
 }
 
@@ -442,6 +513,48 @@ impl Encodable for PartitionData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.high_watermark = rng.next_u64() as i64;
+        this.last_stable_offset = rng.next_u64() as i64;
+        if version >= 5 {
+            this.log_start_offset = rng.next_u64() as i64;
+        }
+        if version >= 12 {
+            this.diverging_epoch = <EpochEndOffset as crate::testing::Random>::random(rng, version);
+        }
+        if version >= 12 {
+            this.current_leader =
+                <LeaderIdAndEpoch as crate::testing::Random>::random(rng, version);
+        }
+        if version >= 12 {
+            this.snapshot_id = <SnapshotId as crate::testing::Random>::random(rng, version);
+        }
+        this.aborted_transactions = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| <AbortedTransaction as crate::testing::Random>::random(rng, version))
+                    .collect(),
+            )
+        };
+        if version >= 11 {
+            this.preferred_read_replica = rng.next_u64() as i32;
+        }
+        this.records = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.bytes())
+        };
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct FetchableTopicResponse {
     pub topic: ByteString,
@@ -500,6 +613,23 @@ impl Encodable for FetchableTopicResponse {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for FetchableTopicResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version <= 12 {
+            this.topic = rng.string();
+        }
+        if version >= 13 {
+            this.topic_id = rng.uuid();
+        }
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }
 
@@ -571,5 +701,29 @@ impl Encodable for NodeEndpoint {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for NodeEndpoint {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 16 {
+            this.node_id = rng.next_u64() as i32;
+        }
+        if version >= 16 {
+            this.host = rng.string();
+        }
+        if version >= 16 {
+            this.port = rng.next_u64() as i32;
+        }
+        if version >= 16 {
+            this.rack = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this
     }
 }

@@ -84,6 +84,24 @@ impl Encodable for FetchSnapshotRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for FetchSnapshotRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.cluster_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.replica_id = rng.next_u64() as i32;
+        this.max_bytes = rng.next_u64() as i32;
+        this.topics = (0..rng.below(4))
+            .map(|_| <TopicSnapshot as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for FetchSnapshotRequest {
     const NAME: &'static str = "FetchSnapshotRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -139,6 +157,16 @@ impl Encodable for SnapshotId {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for SnapshotId {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.end_offset = rng.next_u64() as i64;
+        this.epoch = rng.next_u64() as i32;
+        this
     }
 }
 
@@ -210,6 +238,21 @@ impl Encodable for PartitionSnapshot {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionSnapshot {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition = rng.next_u64() as i32;
+        this.current_leader_epoch = rng.next_u64() as i32;
+        this.snapshot_id = <SnapshotId as crate::testing::Random>::random(rng, version);
+        this.position = rng.next_u64() as i64;
+        if version >= 1 {
+            this.replica_directory_id = rng.uuid();
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicSnapshot {
     pub name: ByteString,
@@ -256,5 +299,17 @@ impl Encodable for TopicSnapshot {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicSnapshot {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionSnapshot as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

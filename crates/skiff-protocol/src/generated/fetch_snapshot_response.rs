@@ -88,6 +88,24 @@ impl Encodable for FetchSnapshotResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for FetchSnapshotResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.topics = (0..rng.below(4))
+            .map(|_| <TopicSnapshot as crate::testing::Random>::random(rng, version))
+            .collect();
+        if version >= 1 {
+            this.node_endpoints = (0..rng.below(4))
+                .map(|_| <NodeEndpoint as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        this
+    }
+}
+
 impl Message for FetchSnapshotResponse {
     const NAME: &'static str = "FetchSnapshotResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -146,6 +164,16 @@ impl Encodable for SnapshotId {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for SnapshotId {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.end_offset = rng.next_u64() as i64;
+        this.epoch = rng.next_u64() as i32;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaderIdAndEpoch {
     pub leader_id: i32,
@@ -190,6 +218,16 @@ impl Encodable for LeaderIdAndEpoch {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for LeaderIdAndEpoch {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.leader_id = rng.next_u64() as i32;
+        this.leader_epoch = rng.next_u64() as i32;
+        this
     }
 }
 
@@ -276,6 +314,21 @@ impl Encodable for PartitionSnapshot {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionSnapshot {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.index = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.snapshot_id = <SnapshotId as crate::testing::Random>::random(rng, version);
+        this.current_leader = <LeaderIdAndEpoch as crate::testing::Random>::random(rng, version);
+        this.size = rng.next_u64() as i64;
+        this.position = rng.next_u64() as i64;
+        this.unaligned_records = Some(rng.bytes());
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicSnapshot {
     pub name: ByteString,
@@ -322,6 +375,18 @@ impl Encodable for TopicSnapshot {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicSnapshot {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionSnapshot as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }
 
@@ -385,5 +450,22 @@ impl Encodable for NodeEndpoint {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for NodeEndpoint {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 1 {
+            this.node_id = rng.next_u64() as i32;
+        }
+        if version >= 1 {
+            this.host = rng.string();
+        }
+        if version >= 1 {
+            this.port = rng.next_u64() as u16;
+        }
+        this
     }
 }

@@ -82,6 +82,23 @@ impl Encodable for FindCoordinatorRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for FindCoordinatorRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version <= 3 {
+            this.key = rng.string();
+        }
+        if version >= 1 {
+            this.key_type = rng.next_u64() as i8;
+        }
+        if version >= 4 {
+            this.coordinator_keys = (0..rng.below(4)).map(|_| rng.string()).collect();
+        }
+        this
+    }
+}
+
 impl Message for FindCoordinatorRequest {
     const NAME: &'static str = "FindCoordinatorRequest";
     const LOWEST_VERSION: i16 = 0;

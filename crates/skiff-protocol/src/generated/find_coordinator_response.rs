@@ -114,6 +114,41 @@ impl Encodable for FindCoordinatorResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for FindCoordinatorResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 1 {
+            this.throttle_time_ms = rng.next_u64() as i32;
+        }
+        if version <= 3 {
+            this.error_code = rng.next_u64() as i16;
+        }
+        if (1..=3).contains(&version) {
+            this.error_message = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        if version <= 3 {
+            this.node_id = rng.next_u64() as i32;
+        }
+        if version <= 3 {
+            this.host = rng.string();
+        }
+        if version <= 3 {
+            this.port = rng.next_u64() as i32;
+        }
+        if version >= 4 {
+            this.coordinators = (0..rng.below(4))
+                .map(|_| <Coordinator as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        this
+    }
+}
+
 impl Message for FindCoordinatorResponse {
     const NAME: &'static str = "FindCoordinatorResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -209,5 +244,35 @@ impl Encodable for Coordinator {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Coordinator {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 4 {
+            this.key = rng.string();
+        }
+        if version >= 4 {
+            this.node_id = rng.next_u64() as i32;
+        }
+        if version >= 4 {
+            this.host = rng.string();
+        }
+        if version >= 4 {
+            this.port = rng.next_u64() as i32;
+        }
+        if version >= 4 {
+            this.error_code = rng.next_u64() as i16;
+        }
+        if version >= 4 {
+            this.error_message = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this
     }
 }

@@ -60,6 +60,15 @@ impl Encodable for GetTelemetrySubscriptionsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for GetTelemetrySubscriptionsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.client_instance_id = rng.uuid();
+        this
+    }
+}
+
 impl Message for GetTelemetrySubscriptionsRequest {
     const NAME: &'static str = "GetTelemetrySubscriptionsRequest";
     const LOWEST_VERSION: i16 = 0;

@@ -102,6 +102,23 @@ impl Encodable for GetTelemetrySubscriptionsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for GetTelemetrySubscriptionsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.client_instance_id = rng.uuid();
+        this.subscription_id = rng.next_u64() as i32;
+        this.accepted_compression_types = (0..rng.below(4)).map(|_| rng.next_u64() as i8).collect();
+        this.push_interval_ms = rng.next_u64() as i32;
+        this.telemetry_max_bytes = rng.next_u64() as i32;
+        this.delta_temporality = rng.bool();
+        this.requested_metrics = (0..rng.below(4)).map(|_| rng.string()).collect();
+        this
+    }
+}
+
 impl Message for GetTelemetrySubscriptionsResponse {
     const NAME: &'static str = "GetTelemetrySubscriptionsResponse";
     const LOWEST_VERSION: i16 = 0;

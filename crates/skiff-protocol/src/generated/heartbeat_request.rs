@@ -76,6 +76,24 @@ impl Encodable for HeartbeatRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for HeartbeatRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        this.generation_id = rng.next_u64() as i32;
+        this.member_id = rng.string();
+        if version >= 3 {
+            this.group_instance_id = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this
+    }
+}
+
 impl Message for HeartbeatRequest {
     const NAME: &'static str = "HeartbeatRequest";
     const LOWEST_VERSION: i16 = 0;

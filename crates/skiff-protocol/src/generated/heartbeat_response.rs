@@ -68,6 +68,18 @@ impl Encodable for HeartbeatResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for HeartbeatResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 1 {
+            this.throttle_time_ms = rng.next_u64() as i32;
+        }
+        this.error_code = rng.next_u64() as i16;
+        this
+    }
+}
+
 impl Message for HeartbeatResponse {
     const NAME: &'static str = "HeartbeatResponse";
     const LOWEST_VERSION: i16 = 0;

@@ -68,6 +68,18 @@ impl Encodable for IncrementalAlterConfigsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for IncrementalAlterConfigsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.resources = (0..rng.below(4))
+            .map(|_| <AlterConfigsResource as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.validate_only = rng.bool();
+        this
+    }
+}
+
 impl Message for IncrementalAlterConfigsRequest {
     const NAME: &'static str = "IncrementalAlterConfigsRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -130,6 +142,21 @@ impl Encodable for AlterableConfig {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterableConfig {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.config_operation = rng.next_u64() as i8;
+        this.value = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct AlterConfigsResource {
     pub resource_type: i8,
@@ -180,5 +207,18 @@ impl Encodable for AlterConfigsResource {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterConfigsResource {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.resource_type = rng.next_u64() as i8;
+        this.resource_name = rng.string();
+        this.configs = (0..rng.below(4))
+            .map(|_| <AlterableConfig as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

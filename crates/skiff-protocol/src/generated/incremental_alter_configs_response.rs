@@ -68,6 +68,18 @@ impl Encodable for IncrementalAlterConfigsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for IncrementalAlterConfigsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.responses = (0..rng.below(4))
+            .map(|_| <AlterConfigsResourceResponse as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for IncrementalAlterConfigsResponse {
     const NAME: &'static str = "IncrementalAlterConfigsResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -131,5 +143,21 @@ impl Encodable for AlterConfigsResourceResponse {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AlterConfigsResourceResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.resource_type = rng.next_u64() as i8;
+        this.resource_name = rng.string();
+        this
     }
 }

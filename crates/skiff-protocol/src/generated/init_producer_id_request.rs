@@ -96,6 +96,32 @@ impl Encodable for InitProducerIdRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for InitProducerIdRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.transactional_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.transaction_timeout_ms = rng.next_u64() as i32;
+        if version >= 3 {
+            this.producer_id = rng.next_u64() as i64;
+        }
+        if version >= 3 {
+            this.producer_epoch = rng.next_u64() as i16;
+        }
+        if version >= 6 {
+            this.enable2_pc = rng.bool();
+        }
+        if version >= 6 {
+            this.keep_prepared_txn = rng.bool();
+        }
+        this
+    }
+}
+
 impl Message for InitProducerIdRequest {
     const NAME: &'static str = "InitProducerIdRequest";
     const LOWEST_VERSION: i16 = 0;

@@ -88,6 +88,24 @@ impl Encodable for InitProducerIdResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for InitProducerIdResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.producer_id = rng.next_u64() as i64;
+        this.producer_epoch = rng.next_u64() as i16;
+        if version >= 6 {
+            this.ongoing_txn_producer_id = rng.next_u64() as i64;
+        }
+        if version >= 6 {
+            this.ongoing_txn_producer_epoch = rng.next_u64() as i16;
+        }
+        this
+    }
+}
+
 impl Message for InitProducerIdResponse {
     const NAME: &'static str = "InitProducerIdResponse";
     const LOWEST_VERSION: i16 = 0;

@@ -68,6 +68,18 @@ impl Encodable for InitializeShareGroupStateRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for InitializeShareGroupStateRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        this.topics = (0..rng.below(4))
+            .map(|_| <InitializeStateData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for InitializeShareGroupStateRequest {
     const NAME: &'static str = "InitializeShareGroupStateRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -130,6 +142,17 @@ impl Encodable for PartitionData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition = rng.next_u64() as i32;
+        this.state_epoch = rng.next_u64() as i32;
+        this.start_offset = rng.next_u64() as i64;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct InitializeStateData {
     pub topic_id: Uuid,
@@ -176,5 +199,17 @@ impl Encodable for InitializeStateData {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for InitializeStateData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

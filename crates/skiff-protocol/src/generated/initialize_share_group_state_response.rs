@@ -64,6 +64,17 @@ impl Encodable for InitializeShareGroupStateResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for InitializeShareGroupStateResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.results = (0..rng.below(4))
+            .map(|_| <InitializeStateResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for InitializeShareGroupStateResponse {
     const NAME: &'static str = "InitializeShareGroupStateResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -126,6 +137,21 @@ impl Encodable for PartitionResult {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct InitializeStateResult {
     pub topic_id: Uuid,
@@ -172,5 +198,17 @@ impl Encodable for InitializeStateResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for InitializeStateResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

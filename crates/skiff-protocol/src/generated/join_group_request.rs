@@ -104,6 +104,38 @@ impl Encodable for JoinGroupRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for JoinGroupRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        this.session_timeout_ms = rng.next_u64() as i32;
+        if version >= 1 {
+            this.rebalance_timeout_ms = rng.next_u64() as i32;
+        }
+        this.member_id = rng.string();
+        if version >= 5 {
+            this.group_instance_id = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this.protocol_type = rng.string();
+        this.protocols = (0..rng.below(4))
+            .map(|_| <JoinGroupRequestProtocol as crate::testing::Random>::random(rng, version))
+            .collect();
+        if version >= 8 {
+            this.reason = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this
+    }
+}
+
 impl Message for JoinGroupRequest {
     const NAME: &'static str = "JoinGroupRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -159,5 +191,15 @@ impl Encodable for JoinGroupRequestProtocol {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for JoinGroupRequestProtocol {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.metadata = rng.bytes();
+        this
     }
 }

@@ -122,6 +122,39 @@ impl Encodable for JoinGroupResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for JoinGroupResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 2 {
+            this.throttle_time_ms = rng.next_u64() as i32;
+        }
+        this.error_code = rng.next_u64() as i16;
+        this.generation_id = rng.next_u64() as i32;
+        if version >= 7 {
+            this.protocol_type = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this.protocol_name = if version >= 7 && rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.leader = rng.string();
+        if version >= 9 {
+            this.skip_assignment = rng.bool();
+        }
+        this.member_id = rng.string();
+        this.members = (0..rng.below(4))
+            .map(|_| <JoinGroupResponseMember as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for JoinGroupResponse {
     const NAME: &'static str = "JoinGroupResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -185,5 +218,22 @@ impl Encodable for JoinGroupResponseMember {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for JoinGroupResponseMember {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.member_id = rng.string();
+        if version >= 5 {
+            this.group_instance_id = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this.metadata = rng.bytes();
+        this
     }
 }

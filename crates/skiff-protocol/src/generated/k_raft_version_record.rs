@@ -64,6 +64,16 @@ impl Encodable for KRaftVersionRecord {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for KRaftVersionRecord {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.version = rng.next_u64() as i16;
+        this.k_raft_version = rng.next_u64() as i16;
+        this
+    }
+}
+
 impl Message for KRaftVersionRecord {
     const NAME: &'static str = "KRaftVersionRecord";
     const LOWEST_VERSION: i16 = 0;

@@ -56,6 +56,14 @@ impl Encodable for LeaderAndIsrRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for LeaderAndIsrRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this
+    }
+}
+
 impl Message for LeaderAndIsrRequest {
     const NAME: &'static str = "LeaderAndIsrRequest";
     const LOWEST_VERSION: i16 = 1;

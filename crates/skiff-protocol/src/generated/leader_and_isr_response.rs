@@ -56,6 +56,14 @@ impl Encodable for LeaderAndIsrResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for LeaderAndIsrResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this
+    }
+}
+
 impl Message for LeaderAndIsrResponse {
     const NAME: &'static str = "LeaderAndIsrResponse";
     const LOWEST_VERSION: i16 = 1;

@@ -76,6 +76,22 @@ impl Encodable for LeaderChangeMessage {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for LeaderChangeMessage {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.version = rng.next_u64() as i16;
+        this.leader_id = rng.next_u64() as i32;
+        this.voters = (0..rng.below(4))
+            .map(|_| <Voter as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.granting_voters = (0..rng.below(4))
+            .map(|_| <Voter as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for LeaderChangeMessage {
     const NAME: &'static str = "LeaderChangeMessage";
     const LOWEST_VERSION: i16 = 0;
@@ -131,5 +147,17 @@ impl Encodable for Voter {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Voter {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.voter_id = rng.next_u64() as i32;
+        if version >= 1 {
+            this.voter_directory_id = rng.uuid();
+        }
+        this
     }
 }

@@ -78,6 +78,23 @@ impl Encodable for LeaveGroupRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for LeaveGroupRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        if version <= 2 {
+            this.member_id = rng.string();
+        }
+        if version >= 3 {
+            this.members = (0..rng.below(4))
+                .map(|_| <MemberIdentity as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        this
+    }
+}
+
 impl Message for LeaveGroupRequest {
     const NAME: &'static str = "LeaveGroupRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -149,5 +166,30 @@ impl Encodable for MemberIdentity {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for MemberIdentity {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 3 {
+            this.member_id = rng.string();
+        }
+        if version >= 3 {
+            this.group_instance_id = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        if version >= 5 {
+            this.reason = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this
     }
 }

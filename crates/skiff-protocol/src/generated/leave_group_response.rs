@@ -78,6 +78,23 @@ impl Encodable for LeaveGroupResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for LeaveGroupResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 1 {
+            this.throttle_time_ms = rng.next_u64() as i32;
+        }
+        this.error_code = rng.next_u64() as i16;
+        if version >= 3 {
+            this.members = (0..rng.below(4))
+                .map(|_| <MemberResponse as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        this
+    }
+}
+
 impl Message for LeaveGroupResponse {
     const NAME: &'static str = "LeaveGroupResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -149,5 +166,26 @@ impl Encodable for MemberResponse {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for MemberResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 3 {
+            this.member_id = rng.string();
+        }
+        if version >= 3 {
+            this.group_instance_id = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        if version >= 3 {
+            this.error_code = rng.next_u64() as i16;
+        }
+        this
     }
 }

@@ -67,6 +67,17 @@ impl Encodable for ListConfigResourcesRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ListConfigResourcesRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 1 {
+            this.resource_types = (0..rng.below(4)).map(|_| rng.next_u64() as i8).collect();
+        }
+        this
+    }
+}
+
 impl Message for ListConfigResourcesRequest {
     const NAME: &'static str = "ListConfigResourcesRequest";
     const LOWEST_VERSION: i16 = 0;

@@ -71,6 +71,19 @@ impl Encodable for ListConfigResourcesResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ListConfigResourcesResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.config_resources = (0..rng.below(4))
+            .map(|_| <ConfigResource as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for ListConfigResourcesResponse {
     const NAME: &'static str = "ListConfigResourcesResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -130,5 +143,17 @@ impl Encodable for ConfigResource {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ConfigResource {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.resource_name = rng.string();
+        if version >= 1 {
+            this.resource_type = rng.next_u64() as i8;
+        }
+        this
     }
 }

@@ -76,6 +76,20 @@ impl Encodable for ListGroupsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ListGroupsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 4 {
+            this.states_filter = (0..rng.below(4)).map(|_| rng.string()).collect();
+        }
+        if version >= 5 {
+            this.types_filter = (0..rng.below(4)).map(|_| rng.string()).collect();
+        }
+        this
+    }
+}
+
 impl Message for ListGroupsRequest {
     const NAME: &'static str = "ListGroupsRequest";
     const LOWEST_VERSION: i16 = 0;

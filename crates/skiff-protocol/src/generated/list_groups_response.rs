@@ -74,6 +74,21 @@ impl Encodable for ListGroupsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ListGroupsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 1 {
+            this.throttle_time_ms = rng.next_u64() as i32;
+        }
+        this.error_code = rng.next_u64() as i16;
+        this.groups = (0..rng.below(4))
+            .map(|_| <ListedGroup as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for ListGroupsResponse {
     const NAME: &'static str = "ListGroupsResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -145,5 +160,21 @@ impl Encodable for ListedGroup {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ListedGroup {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        this.protocol_type = rng.string();
+        if version >= 4 {
+            this.group_state = rng.string();
+        }
+        if version >= 5 {
+            this.group_type = rng.string();
+        }
+        this
     }
 }

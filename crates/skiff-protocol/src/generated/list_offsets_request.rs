@@ -82,6 +82,24 @@ impl Encodable for ListOffsetsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ListOffsetsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.replica_id = rng.next_u64() as i32;
+        if version >= 2 {
+            this.isolation_level = rng.next_u64() as i8;
+        }
+        this.topics = (0..rng.below(4))
+            .map(|_| <ListOffsetsTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        if version >= 10 {
+            this.timeout_ms = rng.next_u64() as i32;
+        }
+        this
+    }
+}
+
 impl Message for ListOffsetsRequest {
     const NAME: &'static str = "ListOffsetsRequest";
     const LOWEST_VERSION: i16 = 1;
@@ -148,6 +166,19 @@ impl Encodable for ListOffsetsPartition {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ListOffsetsPartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        if version >= 4 {
+            this.current_leader_epoch = rng.next_u64() as i32;
+        }
+        this.timestamp = rng.next_u64() as i64;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListOffsetsTopic {
     pub name: ByteString,
@@ -196,5 +227,17 @@ impl Encodable for ListOffsetsTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ListOffsetsTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <ListOffsetsPartition as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -72,6 +72,20 @@ impl Encodable for ListOffsetsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ListOffsetsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 2 {
+            this.throttle_time_ms = rng.next_u64() as i32;
+        }
+        this.topics = (0..rng.below(4))
+            .map(|_| <ListOffsetsTopicResponse as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for ListOffsetsResponse {
     const NAME: &'static str = "ListOffsetsResponse";
     const LOWEST_VERSION: i16 = 1;
@@ -146,6 +160,21 @@ impl Encodable for ListOffsetsPartitionResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ListOffsetsPartitionResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.timestamp = rng.next_u64() as i64;
+        this.offset = rng.next_u64() as i64;
+        if version >= 4 {
+            this.leader_epoch = rng.next_u64() as i32;
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListOffsetsTopicResponse {
     pub name: ByteString,
@@ -194,5 +223,17 @@ impl Encodable for ListOffsetsTopicResponse {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ListOffsetsTopicResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <ListOffsetsPartitionResponse as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -68,6 +68,28 @@ impl Encodable for ListPartitionReassignmentsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ListPartitionReassignmentsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.timeout_ms = rng.next_u64() as i32;
+        this.topics = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| {
+                        <ListPartitionReassignmentsTopics as crate::testing::Random>::random(
+                            rng, version,
+                        )
+                    })
+                    .collect(),
+            )
+        };
+        this
+    }
+}
+
 impl Message for ListPartitionReassignmentsRequest {
     const NAME: &'static str = "ListPartitionReassignmentsRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -126,5 +148,15 @@ impl Encodable for ListPartitionReassignmentsTopics {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ListPartitionReassignmentsTopics {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partition_indexes = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
     }
 }

@@ -76,6 +76,24 @@ impl Encodable for ListPartitionReassignmentsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ListPartitionReassignmentsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.topics = (0..rng.below(4))
+            .map(|_| <OngoingTopicReassignment as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for ListPartitionReassignmentsResponse {
     const NAME: &'static str = "ListPartitionReassignmentsResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -151,6 +169,18 @@ impl Encodable for OngoingPartitionReassignment {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OngoingPartitionReassignment {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.replicas = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this.adding_replicas = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this.removing_replicas = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct OngoingTopicReassignment {
     pub name: ByteString,
@@ -199,5 +229,17 @@ impl Encodable for OngoingTopicReassignment {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OngoingTopicReassignment {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <OngoingPartitionReassignment as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

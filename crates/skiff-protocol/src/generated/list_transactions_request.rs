@@ -85,6 +85,26 @@ impl Encodable for ListTransactionsRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ListTransactionsRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.state_filters = (0..rng.below(4)).map(|_| rng.string()).collect();
+        this.producer_id_filters = (0..rng.below(4)).map(|_| rng.next_u64() as i64).collect();
+        if version >= 1 {
+            this.duration_filter = rng.next_u64() as i64;
+        }
+        if version >= 2 {
+            this.transactional_id_pattern = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this
+    }
+}
+
 impl Message for ListTransactionsRequest {
     const NAME: &'static str = "ListTransactionsRequest";
     const LOWEST_VERSION: i16 = 0;

@@ -77,6 +77,20 @@ impl Encodable for ListTransactionsResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ListTransactionsResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.unknown_state_filters = (0..rng.below(4)).map(|_| rng.string()).collect();
+        this.transaction_states = (0..rng.below(4))
+            .map(|_| <TransactionState as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for ListTransactionsResponse {
     const NAME: &'static str = "ListTransactionsResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -136,5 +150,16 @@ impl Encodable for TransactionState {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TransactionState {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.transactional_id = rng.string();
+        this.producer_id = rng.next_u64() as i64;
+        this.transaction_state = rng.string();
+        this
     }
 }

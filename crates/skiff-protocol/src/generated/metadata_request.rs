@@ -105,6 +105,32 @@ impl Encodable for MetadataRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for MetadataRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topics = if version >= 1 && rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| <MetadataRequestTopic as crate::testing::Random>::random(rng, version))
+                    .collect(),
+            )
+        };
+        if version >= 4 {
+            this.allow_auto_topic_creation = rng.bool();
+        }
+        if (8..=10).contains(&version) {
+            this.include_cluster_authorized_operations = rng.bool();
+        }
+        if version >= 8 {
+            this.include_topic_authorized_operations = rng.bool();
+        }
+        this
+    }
+}
+
 impl Message for MetadataRequest {
     const NAME: &'static str = "MetadataRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -178,5 +204,21 @@ impl Encodable for MetadataRequestTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for MetadataRequestTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 10 {
+            this.topic_id = rng.uuid();
+        }
+        this.name = if version >= 10 && rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
     }
 }

@@ -112,6 +112,39 @@ impl Encodable for MetadataResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for MetadataResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 3 {
+            this.throttle_time_ms = rng.next_u64() as i32;
+        }
+        this.brokers = (0..rng.below(4))
+            .map(|_| <MetadataResponseBroker as crate::testing::Random>::random(rng, version))
+            .collect();
+        if version >= 2 {
+            this.cluster_id = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        if version >= 1 {
+            this.controller_id = rng.next_u64() as i32;
+        }
+        this.topics = (0..rng.below(4))
+            .map(|_| <MetadataResponseTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        if (8..=10).contains(&version) {
+            this.cluster_authorized_operations = rng.next_u64() as i32;
+        }
+        if version >= 13 {
+            this.error_code = rng.next_u64() as i16;
+        }
+        this
+    }
+}
+
 impl Message for MetadataResponse {
     const NAME: &'static str = "MetadataResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -179,6 +212,24 @@ impl Encodable for MetadataResponseBroker {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for MetadataResponseBroker {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.node_id = rng.next_u64() as i32;
+        this.host = rng.string();
+        this.port = rng.next_u64() as i32;
+        if version >= 1 {
+            this.rack = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this
     }
 }
 
@@ -263,6 +314,25 @@ impl Encodable for MetadataResponsePartition {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for MetadataResponsePartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.partition_index = rng.next_u64() as i32;
+        this.leader_id = rng.next_u64() as i32;
+        if version >= 7 {
+            this.leader_epoch = rng.next_u64() as i32;
+        }
+        this.replica_nodes = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this.isr_nodes = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        if version >= 5 {
+            this.offline_replicas = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        }
+        this
     }
 }
 
@@ -356,5 +426,31 @@ impl Encodable for MetadataResponseTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for MetadataResponseTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.name = if version >= 12 && rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        if version >= 10 {
+            this.topic_id = rng.uuid();
+        }
+        if version >= 1 {
+            this.is_internal = rng.bool();
+        }
+        this.partitions = (0..rng.below(4))
+            .map(|_| <MetadataResponsePartition as crate::testing::Random>::random(rng, version))
+            .collect();
+        if version >= 8 {
+            this.topic_authorized_operations = rng.next_u64() as i32;
+        }
+        this
     }
 }

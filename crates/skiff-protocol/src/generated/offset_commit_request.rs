@@ -92,6 +92,30 @@ impl Encodable for OffsetCommitRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetCommitRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        this.generation_id_or_member_epoch = rng.next_u64() as i32;
+        this.member_id = rng.string();
+        if version >= 7 {
+            this.group_instance_id = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        if version <= 4 {
+            this.retention_time_ms = rng.next_u64() as i64;
+        }
+        this.topics = (0..rng.below(4))
+            .map(|_| <OffsetCommitRequestTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for OffsetCommitRequest {
     const NAME: &'static str = "OffsetCommitRequest";
     const LOWEST_VERSION: i16 = 2;
@@ -162,6 +186,24 @@ impl Encodable for OffsetCommitRequestPartition {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetCommitRequestPartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.committed_offset = rng.next_u64() as i64;
+        if version >= 6 {
+            this.committed_leader_epoch = rng.next_u64() as i32;
+        }
+        this.committed_metadata = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct OffsetCommitRequestTopic {
     pub name: ByteString,
@@ -222,5 +264,22 @@ impl Encodable for OffsetCommitRequestTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetCommitRequestTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version <= 9 {
+            this.name = rng.string();
+        }
+        if version >= 10 {
+            this.topic_id = rng.uuid();
+        }
+        this.partitions = (0..rng.below(4))
+            .map(|_| <OffsetCommitRequestPartition as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

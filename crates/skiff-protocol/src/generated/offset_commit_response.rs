@@ -72,6 +72,20 @@ impl Encodable for OffsetCommitResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetCommitResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 3 {
+            this.throttle_time_ms = rng.next_u64() as i32;
+        }
+        this.topics = (0..rng.below(4))
+            .map(|_| <OffsetCommitResponseTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for OffsetCommitResponse {
     const NAME: &'static str = "OffsetCommitResponse";
     const LOWEST_VERSION: i16 = 2;
@@ -127,6 +141,16 @@ impl Encodable for OffsetCommitResponsePartition {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetCommitResponsePartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this
     }
 }
 
@@ -190,5 +214,24 @@ impl Encodable for OffsetCommitResponseTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetCommitResponseTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version <= 9 {
+            this.name = rng.string();
+        }
+        if version >= 10 {
+            this.topic_id = rng.uuid();
+        }
+        this.partitions = (0..rng.below(4))
+            .map(|_| {
+                <OffsetCommitResponsePartition as crate::testing::Random>::random(rng, version)
+            })
+            .collect();
+        this
     }
 }

@@ -68,6 +68,18 @@ impl Encodable for OffsetDeleteRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetDeleteRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        this.topics = (0..rng.below(4))
+            .map(|_| <OffsetDeleteRequestTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for OffsetDeleteRequest {
     const NAME: &'static str = "OffsetDeleteRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -122,6 +134,15 @@ impl Encodable for OffsetDeleteRequestPartition {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetDeleteRequestPartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct OffsetDeleteRequestTopic {
     pub name: ByteString,
@@ -170,5 +191,17 @@ impl Encodable for OffsetDeleteRequestTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetDeleteRequestTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <OffsetDeleteRequestPartition as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

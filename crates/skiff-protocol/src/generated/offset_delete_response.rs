@@ -72,6 +72,19 @@ impl Encodable for OffsetDeleteResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetDeleteResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.topics = (0..rng.below(4))
+            .map(|_| <OffsetDeleteResponseTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for OffsetDeleteResponse {
     const NAME: &'static str = "OffsetDeleteResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -130,6 +143,16 @@ impl Encodable for OffsetDeleteResponsePartition {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetDeleteResponsePartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct OffsetDeleteResponseTopic {
     pub name: ByteString,
@@ -178,5 +201,19 @@ impl Encodable for OffsetDeleteResponseTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetDeleteResponseTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| {
+                <OffsetDeleteResponsePartition as crate::testing::Random>::random(rng, version)
+            })
+            .collect();
+        this
     }
 }

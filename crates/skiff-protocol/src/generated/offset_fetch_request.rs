@@ -113,6 +113,40 @@ impl Encodable for OffsetFetchRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetFetchRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version <= 7 {
+            this.group_id = rng.string();
+        }
+        if version <= 7 {
+            this.topics = if version >= 2 && rng.below(4) == 0 {
+                None
+            } else {
+                Some(
+                    (0..rng.below(4))
+                        .map(|_| {
+                            <OffsetFetchRequestTopic as crate::testing::Random>::random(
+                                rng, version,
+                            )
+                        })
+                        .collect(),
+                )
+            };
+        }
+        if version >= 8 {
+            this.groups = (0..rng.below(4))
+                .map(|_| <OffsetFetchRequestGroup as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        if version >= 7 {
+            this.require_stable = rng.bool();
+        }
+        this
+    }
+}
+
 impl Message for OffsetFetchRequest {
     const NAME: &'static str = "OffsetFetchRequest";
     const LOWEST_VERSION: i16 = 1;
@@ -182,6 +216,20 @@ impl Encodable for OffsetFetchRequestTopic {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetFetchRequestTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version <= 7 {
+            this.name = rng.string();
+        }
+        if version <= 7 {
+            this.partition_indexes = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct OffsetFetchRequestTopics {
     pub name: ByteString,
@@ -245,6 +293,23 @@ impl Encodable for OffsetFetchRequestTopics {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetFetchRequestTopics {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if (8..=9).contains(&version) {
+            this.name = rng.string();
+        }
+        if version >= 10 {
+            this.topic_id = rng.uuid();
+        }
+        if version >= 8 {
+            this.partition_indexes = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        }
+        this
     }
 }
 
@@ -320,5 +385,41 @@ impl Encodable for OffsetFetchRequestGroup {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetFetchRequestGroup {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 8 {
+            this.group_id = rng.string();
+        }
+        if version >= 9 {
+            this.member_id = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        if version >= 9 {
+            this.member_epoch = rng.next_u64() as i32;
+        }
+        if version >= 8 {
+            this.topics = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(
+                    (0..rng.below(4))
+                        .map(|_| {
+                            <OffsetFetchRequestTopics as crate::testing::Random>::random(
+                                rng, version,
+                            )
+                        })
+                        .collect(),
+                )
+            };
+        }
+        this
     }
 }

@@ -96,6 +96,30 @@ impl Encodable for OffsetFetchResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetFetchResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 3 {
+            this.throttle_time_ms = rng.next_u64() as i32;
+        }
+        if version <= 7 {
+            this.topics = (0..rng.below(4))
+                .map(|_| <OffsetFetchResponseTopic as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        if (2..=7).contains(&version) {
+            this.error_code = rng.next_u64() as i16;
+        }
+        if version >= 8 {
+            this.groups = (0..rng.below(4))
+                .map(|_| <OffsetFetchResponseGroup as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        this
+    }
+}
+
 impl Message for OffsetFetchResponse {
     const NAME: &'static str = "OffsetFetchResponse";
     const LOWEST_VERSION: i16 = 1;
@@ -186,6 +210,33 @@ impl Encodable for OffsetFetchResponsePartition {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetFetchResponsePartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version <= 7 {
+            this.partition_index = rng.next_u64() as i32;
+        }
+        if version <= 7 {
+            this.committed_offset = rng.next_u64() as i64;
+        }
+        if (5..=7).contains(&version) {
+            this.committed_leader_epoch = rng.next_u64() as i32;
+        }
+        if version <= 7 {
+            this.metadata = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        if version <= 7 {
+            this.error_code = rng.next_u64() as i16;
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct OffsetFetchResponseTopic {
     pub name: ByteString,
@@ -242,6 +293,24 @@ impl Encodable for OffsetFetchResponseTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetFetchResponseTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version <= 7 {
+            this.name = rng.string();
+        }
+        if version <= 7 {
+            this.partitions = (0..rng.below(4))
+                .map(|_| {
+                    <OffsetFetchResponsePartition as crate::testing::Random>::random(rng, version)
+                })
+                .collect();
+        }
+        this
     }
 }
 
@@ -324,6 +393,33 @@ impl Encodable for OffsetFetchResponsePartitions {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetFetchResponsePartitions {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 8 {
+            this.partition_index = rng.next_u64() as i32;
+        }
+        if version >= 8 {
+            this.committed_offset = rng.next_u64() as i64;
+        }
+        if version >= 8 {
+            this.committed_leader_epoch = rng.next_u64() as i32;
+        }
+        if version >= 8 {
+            this.metadata = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        if version >= 8 {
+            this.error_code = rng.next_u64() as i16;
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct OffsetFetchResponseTopics {
     pub name: ByteString,
@@ -391,6 +487,27 @@ impl Encodable for OffsetFetchResponseTopics {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetFetchResponseTopics {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if (8..=9).contains(&version) {
+            this.name = rng.string();
+        }
+        if version >= 10 {
+            this.topic_id = rng.uuid();
+        }
+        if version >= 8 {
+            this.partitions = (0..rng.below(4))
+                .map(|_| {
+                    <OffsetFetchResponsePartitions as crate::testing::Random>::random(rng, version)
+                })
+                .collect();
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct OffsetFetchResponseGroup {
     pub group_id: ByteString,
@@ -455,5 +572,26 @@ impl Encodable for OffsetFetchResponseGroup {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetFetchResponseGroup {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 8 {
+            this.group_id = rng.string();
+        }
+        if version >= 8 {
+            this.topics = (0..rng.below(4))
+                .map(|_| {
+                    <OffsetFetchResponseTopics as crate::testing::Random>::random(rng, version)
+                })
+                .collect();
+        }
+        if version >= 8 {
+            this.error_code = rng.next_u64() as i16;
+        }
+        this
     }
 }

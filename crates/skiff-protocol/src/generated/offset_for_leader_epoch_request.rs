@@ -72,6 +72,20 @@ impl Encodable for OffsetForLeaderEpochRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetForLeaderEpochRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 3 {
+            this.replica_id = rng.next_u64() as i32;
+        }
+        this.topics = (0..rng.below(4))
+            .map(|_| <OffsetForLeaderTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for OffsetForLeaderEpochRequest {
     const NAME: &'static str = "OffsetForLeaderEpochRequest";
     const LOWEST_VERSION: i16 = 2;
@@ -134,6 +148,17 @@ impl Encodable for OffsetForLeaderPartition {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetForLeaderPartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition = rng.next_u64() as i32;
+        this.current_leader_epoch = rng.next_u64() as i32;
+        this.leader_epoch = rng.next_u64() as i32;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct OffsetForLeaderTopic {
     pub topic: ByteString,
@@ -182,5 +207,17 @@ impl Encodable for OffsetForLeaderTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetForLeaderTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <OffsetForLeaderPartition as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -68,6 +68,18 @@ impl Encodable for OffsetForLeaderEpochResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetForLeaderEpochResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.topics = (0..rng.below(4))
+            .map(|_| <OffsetForLeaderTopicResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for OffsetForLeaderEpochResponse {
     const NAME: &'static str = "OffsetForLeaderEpochResponse";
     const LOWEST_VERSION: i16 = 2;
@@ -134,6 +146,18 @@ impl Encodable for EpochEndOffset {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for EpochEndOffset {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.partition = rng.next_u64() as i32;
+        this.leader_epoch = rng.next_u64() as i32;
+        this.end_offset = rng.next_u64() as i64;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct OffsetForLeaderTopicResult {
     pub topic: ByteString,
@@ -180,5 +204,17 @@ impl Encodable for OffsetForLeaderTopicResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for OffsetForLeaderTopicResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <EpochEndOffset as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -74,6 +74,24 @@ impl Encodable for ProduceRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ProduceRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.transactional_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.acks = rng.next_u64() as i16;
+        this.timeout_ms = rng.next_u64() as i32;
+        this.topic_data = (0..rng.below(4))
+            .map(|_| <TopicProduceData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for ProduceRequest {
     const NAME: &'static str = "ProduceRequest";
     const LOWEST_VERSION: i16 = 3;
@@ -129,6 +147,20 @@ impl Encodable for PartitionProduceData {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionProduceData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.index = rng.next_u64() as i32;
+        this.records = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.bytes())
+        };
+        this
     }
 }
 
@@ -192,5 +224,22 @@ impl Encodable for TopicProduceData {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicProduceData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version <= 12 {
+            this.name = rng.string();
+        }
+        if version >= 13 {
+            this.topic_id = rng.uuid();
+        }
+        this.partition_data = (0..rng.below(4))
+            .map(|_| <PartitionProduceData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

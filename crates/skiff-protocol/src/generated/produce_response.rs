@@ -86,6 +86,23 @@ impl Encodable for ProduceResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ProduceResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.responses = (0..rng.below(4))
+            .map(|_| <TopicProduceResponse as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        if version >= 10 {
+            this.node_endpoints = (0..rng.below(4))
+                .map(|_| <NodeEndpoint as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        this
+    }
+}
+
 impl Message for ProduceResponse {
     const NAME: &'static str = "ProduceResponse";
     const LOWEST_VERSION: i16 = 3;
@@ -152,6 +169,24 @@ impl Encodable for BatchIndexAndErrorMessage {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for BatchIndexAndErrorMessage {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 8 {
+            this.batch_index = rng.next_u64() as i32;
+        }
+        if version >= 8 {
+            this.batch_index_error_message = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaderIdAndEpoch {
     pub leader_id: i32,
@@ -204,6 +239,20 @@ impl Encodable for LeaderIdAndEpoch {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for LeaderIdAndEpoch {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 10 {
+            this.leader_id = rng.next_u64() as i32;
+        }
+        if version >= 10 {
+            this.leader_epoch = rng.next_u64() as i32;
+        }
+        this
     }
 }
 
@@ -304,6 +353,39 @@ impl Encodable for PartitionProduceResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionProduceResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.index = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.base_offset = rng.next_u64() as i64;
+        this.log_append_time_ms = rng.next_u64() as i64;
+        if version >= 5 {
+            this.log_start_offset = rng.next_u64() as i64;
+        }
+        if version >= 8 {
+            this.record_errors = (0..rng.below(4))
+                .map(|_| {
+                    <BatchIndexAndErrorMessage as crate::testing::Random>::random(rng, version)
+                })
+                .collect();
+        }
+        if version >= 8 {
+            this.error_message = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        if version >= 10 {
+            this.current_leader =
+                <LeaderIdAndEpoch as crate::testing::Random>::random(rng, version);
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicProduceResponse {
     pub name: ByteString,
@@ -364,6 +446,23 @@ impl Encodable for TopicProduceResponse {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicProduceResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version <= 12 {
+            this.name = rng.string();
+        }
+        if version >= 13 {
+            this.topic_id = rng.uuid();
+        }
+        this.partition_responses = (0..rng.below(4))
+            .map(|_| <PartitionProduceResponse as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }
 
@@ -435,5 +534,29 @@ impl Encodable for NodeEndpoint {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for NodeEndpoint {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 10 {
+            this.node_id = rng.next_u64() as i32;
+        }
+        if version >= 10 {
+            this.host = rng.string();
+        }
+        if version >= 10 {
+            this.port = rng.next_u64() as i32;
+        }
+        if version >= 10 {
+            this.rack = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this
     }
 }

@@ -76,6 +76,19 @@ impl Encodable for PushTelemetryRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PushTelemetryRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.client_instance_id = rng.uuid();
+        this.subscription_id = rng.next_u64() as i32;
+        this.terminating = rng.bool();
+        this.compression_type = rng.next_u64() as i8;
+        this.metrics = rng.bytes();
+        this
+    }
+}
+
 impl Message for PushTelemetryRequest {
     const NAME: &'static str = "PushTelemetryRequest";
     const LOWEST_VERSION: i16 = 0;

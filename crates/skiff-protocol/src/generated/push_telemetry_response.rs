@@ -64,6 +64,16 @@ impl Encodable for PushTelemetryResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PushTelemetryResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this
+    }
+}
+
 impl Message for PushTelemetryResponse {
     const NAME: &'static str = "PushTelemetryResponse";
     const LOWEST_VERSION: i16 = 0;

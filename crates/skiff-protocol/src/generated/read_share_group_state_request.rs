@@ -66,6 +66,18 @@ impl Encodable for ReadShareGroupStateRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ReadShareGroupStateRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        this.topics = (0..rng.below(4))
+            .map(|_| <ReadStateData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for ReadShareGroupStateRequest {
     const NAME: &'static str = "ReadShareGroupStateRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -124,6 +136,16 @@ impl Encodable for PartitionData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition = rng.next_u64() as i32;
+        this.leader_epoch = rng.next_u64() as i32;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReadStateData {
     pub topic_id: Uuid,
@@ -170,5 +192,17 @@ impl Encodable for ReadStateData {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ReadStateData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -62,6 +62,17 @@ impl Encodable for ReadShareGroupStateResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ReadShareGroupStateResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.results = (0..rng.below(4))
+            .map(|_| <ReadStateResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for ReadShareGroupStateResponse {
     const NAME: &'static str = "ReadShareGroupStateResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -125,6 +136,18 @@ impl Encodable for StateBatch {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for StateBatch {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.first_offset = rng.next_u64() as i64;
+        this.last_offset = rng.next_u64() as i64;
+        this.delivery_state = rng.next_u64() as i8;
+        this.delivery_count = rng.next_u64() as i16;
+        this
     }
 }
 
@@ -193,6 +216,26 @@ impl Encodable for PartitionResult {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.state_epoch = rng.next_u64() as i32;
+        this.start_offset = rng.next_u64() as i64;
+        this.state_batches = (0..rng.below(4))
+            .map(|_| <StateBatch as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReadStateResult {
     pub topic_id: Uuid,
@@ -239,5 +282,17 @@ impl Encodable for ReadStateResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ReadStateResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

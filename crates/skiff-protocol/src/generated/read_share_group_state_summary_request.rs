@@ -68,6 +68,18 @@ impl Encodable for ReadShareGroupStateSummaryRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ReadShareGroupStateSummaryRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        this.topics = (0..rng.below(4))
+            .map(|_| <ReadStateSummaryData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for ReadShareGroupStateSummaryRequest {
     const NAME: &'static str = "ReadShareGroupStateSummaryRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -126,6 +138,16 @@ impl Encodable for PartitionData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition = rng.next_u64() as i32;
+        this.leader_epoch = rng.next_u64() as i32;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReadStateSummaryData {
     pub topic_id: Uuid,
@@ -172,5 +194,17 @@ impl Encodable for ReadStateSummaryData {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ReadStateSummaryData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

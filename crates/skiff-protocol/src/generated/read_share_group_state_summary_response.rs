@@ -64,6 +64,17 @@ impl Encodable for ReadShareGroupStateSummaryResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ReadShareGroupStateSummaryResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.results = (0..rng.below(4))
+            .map(|_| <ReadStateSummaryResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for ReadShareGroupStateSummaryResponse {
     const NAME: &'static str = "ReadShareGroupStateSummaryResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -146,6 +157,27 @@ impl Encodable for PartitionResult {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.state_epoch = rng.next_u64() as i32;
+        this.leader_epoch = rng.next_u64() as i32;
+        this.start_offset = rng.next_u64() as i64;
+        if version >= 1 {
+            this.delivery_complete_count = rng.next_u64() as i32;
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReadStateSummaryResult {
     pub topic_id: Uuid,
@@ -192,5 +224,17 @@ impl Encodable for ReadStateSummaryResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ReadStateSummaryResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -68,6 +68,21 @@ impl Encodable for RemoveRaftVoterRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for RemoveRaftVoterRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.cluster_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.voter_id = rng.next_u64() as i32;
+        this.voter_directory_id = rng.uuid();
+        this
+    }
+}
+
 impl Message for RemoveRaftVoterRequest {
     const NAME: &'static str = "RemoveRaftVoterRequest";
     const LOWEST_VERSION: i16 = 0;

@@ -68,6 +68,21 @@ impl Encodable for RemoveRaftVoterResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for RemoveRaftVoterResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
+    }
+}
+
 impl Message for RemoveRaftVoterResponse {
     const NAME: &'static str = "RemoveRaftVoterResponse";
     const LOWEST_VERSION: i16 = 0;

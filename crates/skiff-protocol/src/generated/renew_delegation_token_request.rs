@@ -64,6 +64,16 @@ impl Encodable for RenewDelegationTokenRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for RenewDelegationTokenRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.hmac = rng.bytes();
+        this.renew_period_ms = rng.next_u64() as i64;
+        this
+    }
+}
+
 impl Message for RenewDelegationTokenRequest {
     const NAME: &'static str = "RenewDelegationTokenRequest";
     const LOWEST_VERSION: i16 = 1;

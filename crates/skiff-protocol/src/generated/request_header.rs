@@ -85,6 +85,25 @@ impl Encodable for RequestHeader {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for RequestHeader {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.request_api_key = rng.next_u64() as i16;
+        this.request_api_version = rng.next_u64() as i16;
+        this.correlation_id = rng.next_u64() as i32;
+        this.client_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        if version >= 2 {
+            this.client_instance_id = rng.uuid();
+        }
+        this
+    }
+}
+
 impl Message for RequestHeader {
     const NAME: &'static str = "RequestHeader";
     const LOWEST_VERSION: i16 = 1;

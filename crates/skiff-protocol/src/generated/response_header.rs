@@ -60,6 +60,15 @@ impl Encodable for ResponseHeader {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ResponseHeader {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.correlation_id = rng.next_u64() as i32;
+        this
+    }
+}
+
 impl Message for ResponseHeader {
     const NAME: &'static str = "ResponseHeader";
     const LOWEST_VERSION: i16 = 0;

@@ -60,6 +60,15 @@ impl Encodable for SaslAuthenticateRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for SaslAuthenticateRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.auth_bytes = rng.bytes();
+        this
+    }
+}
+
 impl Message for SaslAuthenticateRequest {
     const NAME: &'static str = "SaslAuthenticateRequest";
     const LOWEST_VERSION: i16 = 0;

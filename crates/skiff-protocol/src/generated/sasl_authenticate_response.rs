@@ -76,6 +76,24 @@ impl Encodable for SaslAuthenticateResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for SaslAuthenticateResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.auth_bytes = rng.bytes();
+        if version >= 1 {
+            this.session_lifetime_ms = rng.next_u64() as i64;
+        }
+        this
+    }
+}
+
 impl Message for SaslAuthenticateResponse {
     const NAME: &'static str = "SaslAuthenticateResponse";
     const LOWEST_VERSION: i16 = 0;

@@ -60,6 +60,15 @@ impl Encodable for SaslHandshakeRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for SaslHandshakeRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.mechanism = rng.string();
+        this
+    }
+}
+
 impl Message for SaslHandshakeRequest {
     const NAME: &'static str = "SaslHandshakeRequest";
     const LOWEST_VERSION: i16 = 0;

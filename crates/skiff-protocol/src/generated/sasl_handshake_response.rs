@@ -66,6 +66,16 @@ impl Encodable for SaslHandshakeResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for SaslHandshakeResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.mechanisms = (0..rng.below(4)).map(|_| rng.string()).collect();
+        this
+    }
+}
+
 impl Message for SaslHandshakeResponse {
     const NAME: &'static str = "SaslHandshakeResponse";
     const LOWEST_VERSION: i16 = 0;

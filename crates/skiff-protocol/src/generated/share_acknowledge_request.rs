@@ -82,6 +82,31 @@ impl Encodable for ShareAcknowledgeRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ShareAcknowledgeRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.member_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.share_session_epoch = rng.next_u64() as i32;
+        if version >= 2 {
+            this.is_renew_ack = rng.bool();
+        }
+        this.topics = (0..rng.below(4))
+            .map(|_| <AcknowledgeTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for ShareAcknowledgeRequest {
     const NAME: &'static str = "ShareAcknowledgeRequest";
     const LOWEST_VERSION: i16 = 1;
@@ -147,6 +172,17 @@ impl Encodable for AcknowledgementBatch {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AcknowledgementBatch {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.first_offset = rng.next_u64() as i64;
+        this.last_offset = rng.next_u64() as i64;
+        this.acknowledge_types = (0..rng.below(4)).map(|_| rng.next_u64() as i8).collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct AcknowledgePartition {
     pub partition_index: i32,
@@ -198,6 +234,18 @@ impl Encodable for AcknowledgePartition {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AcknowledgePartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.acknowledgement_batches = (0..rng.below(4))
+            .map(|_| <AcknowledgementBatch as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct AcknowledgeTopic {
     pub topic_id: Uuid,
@@ -246,5 +294,17 @@ impl Encodable for AcknowledgeTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AcknowledgeTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <AcknowledgePartition as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -90,6 +90,32 @@ impl Encodable for ShareAcknowledgeResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ShareAcknowledgeResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        if version >= 2 {
+            this.acquisition_lock_timeout_ms = rng.next_u64() as i32;
+        }
+        this.responses = (0..rng.below(4))
+            .map(|_| {
+                <ShareAcknowledgeTopicResponse as crate::testing::Random>::random(rng, version)
+            })
+            .collect();
+        this.node_endpoints = (0..rng.below(4))
+            .map(|_| <NodeEndpoint as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for ShareAcknowledgeResponse {
     const NAME: &'static str = "ShareAcknowledgeResponse";
     const LOWEST_VERSION: i16 = 1;
@@ -148,6 +174,16 @@ impl Encodable for LeaderIdAndEpoch {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for LeaderIdAndEpoch {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.leader_id = rng.next_u64() as i32;
+        this.leader_epoch = rng.next_u64() as i32;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartitionData {
     pub partition_index: i32,
@@ -203,6 +239,22 @@ impl Encodable for PartitionData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.current_leader = <LeaderIdAndEpoch as crate::testing::Random>::random(rng, version);
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShareAcknowledgeTopicResponse {
     pub topic_id: Uuid,
@@ -249,6 +301,18 @@ impl Encodable for ShareAcknowledgeTopicResponse {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ShareAcknowledgeTopicResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }
 
@@ -304,5 +368,21 @@ impl Encodable for NodeEndpoint {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for NodeEndpoint {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.node_id = rng.next_u64() as i32;
+        this.host = rng.string();
+        this.port = rng.next_u64() as i32;
+        this.rack = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
     }
 }

@@ -117,6 +117,42 @@ impl Encodable for ShareFetchRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ShareFetchRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.member_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.share_session_epoch = rng.next_u64() as i32;
+        this.max_wait_ms = rng.next_u64() as i32;
+        this.min_bytes = rng.next_u64() as i32;
+        this.max_bytes = rng.next_u64() as i32;
+        this.max_records = rng.next_u64() as i32;
+        this.batch_size = rng.next_u64() as i32;
+        if version >= 2 {
+            this.share_acquire_mode = rng.next_u64() as i8;
+        }
+        if version >= 2 {
+            this.is_renew_ack = rng.bool();
+        }
+        this.topics = (0..rng.below(4))
+            .map(|_| <FetchTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.forgotten_topics_data = (0..rng.below(4))
+            .map(|_| <ForgottenTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for ShareFetchRequest {
     const NAME: &'static str = "ShareFetchRequest";
     const LOWEST_VERSION: i16 = 1;
@@ -182,6 +218,17 @@ impl Encodable for AcknowledgementBatch {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AcknowledgementBatch {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.first_offset = rng.next_u64() as i64;
+        this.last_offset = rng.next_u64() as i64;
+        this.acknowledge_types = (0..rng.below(4)).map(|_| rng.next_u64() as i8).collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct FetchPartition {
     pub partition_index: i32,
@@ -230,6 +277,18 @@ impl Encodable for FetchPartition {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for FetchPartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.acknowledgement_batches = (0..rng.below(4))
+            .map(|_| <AcknowledgementBatch as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }
 
@@ -282,6 +341,18 @@ impl Encodable for FetchTopic {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for FetchTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <FetchPartition as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ForgottenTopic {
     pub topic_id: Uuid,
@@ -329,5 +400,15 @@ impl Encodable for ForgottenTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ForgottenTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
     }
 }

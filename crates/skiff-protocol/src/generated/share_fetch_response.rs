@@ -86,6 +86,28 @@ impl Encodable for ShareFetchResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ShareFetchResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.acquisition_lock_timeout_ms = rng.next_u64() as i32;
+        this.responses = (0..rng.below(4))
+            .map(|_| <ShareFetchableTopicResponse as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.node_endpoints = (0..rng.below(4))
+            .map(|_| <NodeEndpoint as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for ShareFetchResponse {
     const NAME: &'static str = "ShareFetchResponse";
     const LOWEST_VERSION: i16 = 1;
@@ -144,6 +166,16 @@ impl Encodable for LeaderIdAndEpoch {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for LeaderIdAndEpoch {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.leader_id = rng.next_u64() as i32;
+        this.leader_epoch = rng.next_u64() as i32;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct AcquiredRecords {
     pub first_offset: i64,
@@ -192,6 +224,17 @@ impl Encodable for AcquiredRecords {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for AcquiredRecords {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.first_offset = rng.next_u64() as i64;
+        this.last_offset = rng.next_u64() as i64;
+        this.delivery_count = rng.next_u64() as i16;
+        this
     }
 }
 
@@ -275,6 +318,32 @@ impl Encodable for PartitionData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.acknowledge_error_code = rng.next_u64() as i16;
+        this.acknowledge_error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.current_leader = <LeaderIdAndEpoch as crate::testing::Random>::random(rng, version);
+        this.records = Some(rng.bytes());
+        this.acquired_records = (0..rng.below(4))
+            .map(|_| <AcquiredRecords as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShareFetchableTopicResponse {
     pub topic_id: Uuid,
@@ -321,6 +390,18 @@ impl Encodable for ShareFetchableTopicResponse {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ShareFetchableTopicResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }
 
@@ -376,5 +457,21 @@ impl Encodable for NodeEndpoint {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for NodeEndpoint {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.node_id = rng.next_u64() as i32;
+        this.host = rng.string();
+        this.port = rng.next_u64() as i32;
+        this.rack = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
     }
 }

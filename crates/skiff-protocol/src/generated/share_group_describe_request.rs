@@ -66,6 +66,16 @@ impl Encodable for ShareGroupDescribeRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ShareGroupDescribeRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_ids = (0..rng.below(4)).map(|_| rng.string()).collect();
+        this.include_authorized_operations = rng.bool();
+        this
+    }
+}
+
 impl Message for ShareGroupDescribeRequest {
     const NAME: &'static str = "ShareGroupDescribeRequest";
     const LOWEST_VERSION: i16 = 1;

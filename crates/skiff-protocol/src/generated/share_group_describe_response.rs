@@ -66,6 +66,18 @@ impl Encodable for ShareGroupDescribeResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ShareGroupDescribeResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.groups = (0..rng.below(4))
+            .map(|_| <DescribedGroup as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for ShareGroupDescribeResponse {
     const NAME: &'static str = "ShareGroupDescribeResponse";
     const LOWEST_VERSION: i16 = 1;
@@ -146,6 +158,25 @@ impl Encodable for Member {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Member {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.member_id = rng.string();
+        this.rack_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.member_epoch = rng.next_u64() as i32;
+        this.client_id = rng.string();
+        this.client_host = rng.string();
+        this.subscribed_topic_names = (0..rng.below(4)).map(|_| rng.string()).collect();
+        this.assignment = <Assignment as crate::testing::Random>::random(rng, version);
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribedGroup {
     pub error_code: i16,
@@ -223,6 +254,29 @@ impl Encodable for DescribedGroup {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribedGroup {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.group_id = rng.string();
+        this.group_state = rng.string();
+        this.group_epoch = rng.next_u64() as i32;
+        this.assignment_epoch = rng.next_u64() as i32;
+        this.assignor_name = rng.string();
+        this.members = (0..rng.below(4))
+            .map(|_| <Member as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.authorized_operations = rng.next_u64() as i32;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicPartitions {
     pub topic_id: Uuid,
@@ -277,6 +331,17 @@ impl Encodable for TopicPartitions {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicPartitions {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.topic_name = rng.string();
+        this.partitions = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Assignment {
     pub topic_partitions: Vec<TopicPartitions>,
@@ -320,5 +385,16 @@ impl Encodable for Assignment {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Assignment {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_partitions = (0..rng.below(4))
+            .map(|_| <TopicPartitions as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

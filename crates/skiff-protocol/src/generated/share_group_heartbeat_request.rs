@@ -82,6 +82,27 @@ impl Encodable for ShareGroupHeartbeatRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for ShareGroupHeartbeatRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        this.member_id = rng.string();
+        this.member_epoch = rng.next_u64() as i32;
+        this.rack_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.subscribed_topic_names = if rng.below(4) == 0 {
+            None
+        } else {
+            Some((0..rng.below(4)).map(|_| rng.string()).collect())
+        };
+        this
+    }
+}
+
 impl Message for ShareGroupHeartbeatRequest {
     const NAME: &'static str = "ShareGroupHeartbeatRequest";
     const LOWEST_VERSION: i16 = 1;

@@ -60,6 +60,15 @@ impl Encodable for SnapshotFooterRecord {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for SnapshotFooterRecord {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.version = rng.next_u64() as i16;
+        this
+    }
+}
+
 impl Message for SnapshotFooterRecord {
     const NAME: &'static str = "SnapshotFooterRecord";
     const LOWEST_VERSION: i16 = 0;

@@ -64,6 +64,16 @@ impl Encodable for SnapshotHeaderRecord {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for SnapshotHeaderRecord {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.version = rng.next_u64() as i16;
+        this.last_contained_log_timestamp = rng.next_u64() as i64;
+        this
+    }
+}
+
 impl Message for SnapshotHeaderRecord {
     const NAME: &'static str = "SnapshotHeaderRecord";
     const LOWEST_VERSION: i16 = 0;

@@ -56,6 +56,14 @@ impl Encodable for StopReplicaRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for StopReplicaRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this
+    }
+}
+
 impl Message for StopReplicaRequest {
     const NAME: &'static str = "StopReplicaRequest";
     const LOWEST_VERSION: i16 = 1;

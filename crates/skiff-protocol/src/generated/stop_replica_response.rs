@@ -56,6 +56,14 @@ impl Encodable for StopReplicaResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for StopReplicaResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this
+    }
+}
+
 impl Message for StopReplicaResponse {
     const NAME: &'static str = "StopReplicaResponse";
     const LOWEST_VERSION: i16 = 1;

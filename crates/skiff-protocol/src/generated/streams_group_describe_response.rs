@@ -66,6 +66,18 @@ impl Encodable for StreamsGroupDescribeResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for StreamsGroupDescribeResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.groups = (0..rng.below(4))
+            .map(|_| <DescribedGroup as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for StreamsGroupDescribeResponse {
     const NAME: &'static str = "StreamsGroupDescribeResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -149,6 +161,23 @@ impl Encodable for Subtopology {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Subtopology {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.subtopology_id = rng.string();
+        this.source_topics = (0..rng.below(4)).map(|_| rng.string()).collect();
+        this.repartition_sink_topics = (0..rng.below(4)).map(|_| rng.string()).collect();
+        this.state_changelog_topics = (0..rng.below(4))
+            .map(|_| <TopicInfo as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.repartition_source_topics = (0..rng.below(4))
+            .map(|_| <TopicInfo as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Topology {
     pub epoch: i32,
@@ -196,6 +225,24 @@ impl Encodable for Topology {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Topology {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.epoch = rng.next_u64() as i32;
+        this.subtopologies = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| <Subtopology as crate::testing::Random>::random(rng, version))
+                    .collect(),
+            )
+        };
+        this
     }
 }
 
@@ -306,6 +353,47 @@ impl Encodable for Member {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Member {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.member_id = rng.string();
+        this.member_epoch = rng.next_u64() as i32;
+        this.instance_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.rack_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.client_id = rng.string();
+        this.client_host = rng.string();
+        this.topology_epoch = rng.next_u64() as i32;
+        this.process_id = rng.string();
+        this.user_endpoint = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(<Endpoint as crate::testing::Random>::random(rng, version))
+        };
+        this.client_tags = (0..rng.below(4))
+            .map(|_| <KeyValue as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.task_offsets = (0..rng.below(4))
+            .map(|_| <TaskOffset as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.task_end_offsets = (0..rng.below(4))
+            .map(|_| <TaskOffset as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.assignment = <Assignment as crate::testing::Random>::random(rng, version);
+        this.target_assignment = <Assignment as crate::testing::Random>::random(rng, version);
+        this.is_classic = rng.bool();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribedGroup {
     pub error_code: i16,
@@ -383,6 +471,33 @@ impl Encodable for DescribedGroup {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for DescribedGroup {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.group_id = rng.string();
+        this.group_state = rng.string();
+        this.group_epoch = rng.next_u64() as i32;
+        this.assignment_epoch = rng.next_u64() as i32;
+        this.topology = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(<Topology as crate::testing::Random>::random(rng, version))
+        };
+        this.members = (0..rng.below(4))
+            .map(|_| <Member as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.authorized_operations = rng.next_u64() as i32;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Endpoint {
     pub host: ByteString,
@@ -427,6 +542,16 @@ impl Encodable for Endpoint {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Endpoint {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.host = rng.string();
+        this.port = rng.next_u64() as u16;
+        this
     }
 }
 
@@ -478,6 +603,17 @@ impl Encodable for TaskOffset {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TaskOffset {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.subtopology_id = rng.string();
+        this.partition = rng.next_u64() as i32;
+        this.offset = rng.next_u64() as i64;
+        this
     }
 }
 
@@ -538,6 +674,23 @@ impl Encodable for Assignment {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Assignment {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.active_tasks = (0..rng.below(4))
+            .map(|_| <TaskIds as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.standby_tasks = (0..rng.below(4))
+            .map(|_| <TaskIds as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.warmup_tasks = (0..rng.below(4))
+            .map(|_| <TaskIds as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskIds {
     pub subtopology_id: ByteString,
@@ -588,6 +741,16 @@ impl Encodable for TaskIds {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TaskIds {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.subtopology_id = rng.string();
+        this.partitions = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct KeyValue {
     pub key: ByteString,
@@ -632,6 +795,16 @@ impl Encodable for KeyValue {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for KeyValue {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.key = rng.string();
+        this.value = rng.string();
+        this
     }
 }
 
@@ -689,5 +862,19 @@ impl Encodable for TopicInfo {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicInfo {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = rng.next_u64() as i32;
+        this.replication_factor = rng.next_u64() as i16;
+        this.topic_configs = (0..rng.below(4))
+            .map(|_| <KeyValue as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -147,6 +147,99 @@ impl Encodable for StreamsGroupHeartbeatRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for StreamsGroupHeartbeatRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        this.member_id = rng.string();
+        this.member_epoch = rng.next_u64() as i32;
+        this.endpoint_information_epoch = rng.next_u64() as i32;
+        this.instance_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.rack_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.rebalance_timeout_ms = rng.next_u64() as i32;
+        this.topology = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(<Topology as crate::testing::Random>::random(rng, version))
+        };
+        this.active_tasks = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| <TaskIds as crate::testing::Random>::random(rng, version))
+                    .collect(),
+            )
+        };
+        this.standby_tasks = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| <TaskIds as crate::testing::Random>::random(rng, version))
+                    .collect(),
+            )
+        };
+        this.warmup_tasks = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| <TaskIds as crate::testing::Random>::random(rng, version))
+                    .collect(),
+            )
+        };
+        this.process_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.user_endpoint = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(<Endpoint as crate::testing::Random>::random(rng, version))
+        };
+        this.client_tags = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| <KeyValue as crate::testing::Random>::random(rng, version))
+                    .collect(),
+            )
+        };
+        this.task_offsets = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| <TaskOffset as crate::testing::Random>::random(rng, version))
+                    .collect(),
+            )
+        };
+        this.task_end_offsets = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| <TaskOffset as crate::testing::Random>::random(rng, version))
+                    .collect(),
+            )
+        };
+        this.shutdown_application = rng.bool();
+        this
+    }
+}
+
 impl Message for StreamsGroupHeartbeatRequest {
     const NAME: &'static str = "StreamsGroupHeartbeatRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -220,6 +313,17 @@ impl Encodable for CopartitionGroup {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CopartitionGroup {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.source_topics = (0..rng.below(4)).map(|_| rng.next_u64() as i16).collect();
+        this.source_topic_regex = (0..rng.below(4)).map(|_| rng.next_u64() as i16).collect();
+        this.repartition_source_topics = (0..rng.below(4)).map(|_| rng.next_u64() as i16).collect();
+        this
     }
 }
 
@@ -308,6 +412,27 @@ impl Encodable for Subtopology {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Subtopology {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.subtopology_id = rng.string();
+        this.source_topics = (0..rng.below(4)).map(|_| rng.string()).collect();
+        this.source_topic_regex = (0..rng.below(4)).map(|_| rng.string()).collect();
+        this.state_changelog_topics = (0..rng.below(4))
+            .map(|_| <TopicInfo as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.repartition_sink_topics = (0..rng.below(4)).map(|_| rng.string()).collect();
+        this.repartition_source_topics = (0..rng.below(4))
+            .map(|_| <TopicInfo as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.copartition_groups = (0..rng.below(4))
+            .map(|_| <CopartitionGroup as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Topology {
     pub epoch: i32,
@@ -357,6 +482,18 @@ impl Encodable for Topology {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Topology {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.epoch = rng.next_u64() as i32;
+        this.subtopologies = (0..rng.below(4))
+            .map(|_| <Subtopology as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct KeyValue {
     pub key: ByteString,
@@ -401,6 +538,16 @@ impl Encodable for KeyValue {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for KeyValue {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.key = rng.string();
+        this.value = rng.string();
+        this
     }
 }
 
@@ -461,6 +608,20 @@ impl Encodable for TopicInfo {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicInfo {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = rng.next_u64() as i32;
+        this.replication_factor = rng.next_u64() as i16;
+        this.topic_configs = (0..rng.below(4))
+            .map(|_| <KeyValue as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Endpoint {
     pub host: ByteString,
@@ -505,6 +666,16 @@ impl Encodable for Endpoint {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Endpoint {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.host = rng.string();
+        this.port = rng.next_u64() as u16;
+        this
     }
 }
 
@@ -559,6 +730,17 @@ impl Encodable for TaskOffset {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TaskOffset {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.subtopology_id = rng.string();
+        this.partition = rng.next_u64() as i32;
+        this.offset = rng.next_u64() as i64;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskIds {
     pub subtopology_id: ByteString,
@@ -606,5 +788,15 @@ impl Encodable for TaskIds {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TaskIds {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.subtopology_id = rng.string();
+        this.partitions = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
     }
 }

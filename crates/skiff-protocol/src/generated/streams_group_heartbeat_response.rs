@@ -130,6 +130,72 @@ impl Encodable for StreamsGroupHeartbeatResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for StreamsGroupHeartbeatResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.member_id = rng.string();
+        this.member_epoch = rng.next_u64() as i32;
+        this.heartbeat_interval_ms = rng.next_u64() as i32;
+        this.acceptable_recovery_lag = rng.next_u64() as i32;
+        this.task_offset_interval_ms = rng.next_u64() as i32;
+        this.status = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| <Status as crate::testing::Random>::random(rng, version))
+                    .collect(),
+            )
+        };
+        this.active_tasks = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| <TaskIds as crate::testing::Random>::random(rng, version))
+                    .collect(),
+            )
+        };
+        this.standby_tasks = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| <TaskIds as crate::testing::Random>::random(rng, version))
+                    .collect(),
+            )
+        };
+        this.warmup_tasks = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| <TaskIds as crate::testing::Random>::random(rng, version))
+                    .collect(),
+            )
+        };
+        this.endpoint_information_epoch = rng.next_u64() as i32;
+        this.partitions_by_user_endpoint = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(
+                (0..rng.below(4))
+                    .map(|_| <EndpointToPartitions as crate::testing::Random>::random(rng, version))
+                    .collect(),
+            )
+        };
+        this
+    }
+}
+
 impl Message for StreamsGroupHeartbeatResponse {
     const NAME: &'static str = "StreamsGroupHeartbeatResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -198,6 +264,21 @@ impl Encodable for EndpointToPartitions {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for EndpointToPartitions {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.user_endpoint = <Endpoint as crate::testing::Random>::random(rng, version);
+        this.active_partitions = (0..rng.below(4))
+            .map(|_| <TopicPartition as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.standby_partitions = (0..rng.below(4))
+            .map(|_| <TopicPartition as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Status {
     pub status_code: i8,
@@ -242,6 +323,16 @@ impl Encodable for Status {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Status {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.status_code = rng.next_u64() as i8;
+        this.status_detail = rng.string();
+        this
     }
 }
 
@@ -295,6 +386,16 @@ impl Encodable for TopicPartition {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicPartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic = rng.string();
+        this.partitions = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskIds {
     pub subtopology_id: ByteString,
@@ -345,6 +446,16 @@ impl Encodable for TaskIds {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TaskIds {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.subtopology_id = rng.string();
+        this.partitions = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Endpoint {
     pub host: ByteString,
@@ -389,5 +500,15 @@ impl Encodable for Endpoint {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Endpoint {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.host = rng.string();
+        this.port = rng.next_u64() as u16;
+        this
     }
 }

@@ -100,6 +100,41 @@ impl Encodable for SyncGroupRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for SyncGroupRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        this.generation_id = rng.next_u64() as i32;
+        this.member_id = rng.string();
+        if version >= 3 {
+            this.group_instance_id = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        if version >= 5 {
+            this.protocol_type = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        if version >= 5 {
+            this.protocol_name = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this.assignments = (0..rng.below(4))
+            .map(|_| <SyncGroupRequestAssignment as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for SyncGroupRequest {
     const NAME: &'static str = "SyncGroupRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -155,5 +190,15 @@ impl Encodable for SyncGroupRequestAssignment {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for SyncGroupRequestAssignment {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.member_id = rng.string();
+        this.assignment = rng.bytes();
+        this
     }
 }

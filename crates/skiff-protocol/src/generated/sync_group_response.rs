@@ -88,6 +88,33 @@ impl Encodable for SyncGroupResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for SyncGroupResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        if version >= 1 {
+            this.throttle_time_ms = rng.next_u64() as i32;
+        }
+        this.error_code = rng.next_u64() as i16;
+        if version >= 5 {
+            this.protocol_type = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        if version >= 5 {
+            this.protocol_name = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this.assignment = rng.bytes();
+        this
+    }
+}
+
 impl Message for SyncGroupResponse {
     const NAME: &'static str = "SyncGroupResponse";
     const LOWEST_VERSION: i16 = 0;

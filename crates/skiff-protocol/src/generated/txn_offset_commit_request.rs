@@ -104,6 +104,34 @@ impl Encodable for TxnOffsetCommitRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TxnOffsetCommitRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.transactional_id = rng.string();
+        this.group_id = rng.string();
+        this.producer_id = rng.next_u64() as i64;
+        this.producer_epoch = rng.next_u64() as i16;
+        if version >= 3 {
+            this.generation_id = rng.next_u64() as i32;
+        }
+        if version >= 3 {
+            this.member_id = rng.string();
+        }
+        if version >= 3 {
+            this.group_instance_id = if rng.below(4) == 0 {
+                None
+            } else {
+                Some(rng.string())
+            };
+        }
+        this.topics = (0..rng.below(4))
+            .map(|_| <TxnOffsetCommitRequestTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for TxnOffsetCommitRequest {
     const NAME: &'static str = "TxnOffsetCommitRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -174,6 +202,24 @@ impl Encodable for TxnOffsetCommitRequestPartition {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TxnOffsetCommitRequestPartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.committed_offset = rng.next_u64() as i64;
+        if version >= 2 {
+            this.committed_leader_epoch = rng.next_u64() as i32;
+        }
+        this.committed_metadata = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TxnOffsetCommitRequestTopic {
     pub name: ByteString,
@@ -222,5 +268,19 @@ impl Encodable for TxnOffsetCommitRequestTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TxnOffsetCommitRequestTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| {
+                <TxnOffsetCommitRequestPartition as crate::testing::Random>::random(rng, version)
+            })
+            .collect();
+        this
     }
 }

@@ -68,6 +68,18 @@ impl Encodable for TxnOffsetCommitResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TxnOffsetCommitResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.topics = (0..rng.below(4))
+            .map(|_| <TxnOffsetCommitResponseTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for TxnOffsetCommitResponse {
     const NAME: &'static str = "TxnOffsetCommitResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -126,6 +138,16 @@ impl Encodable for TxnOffsetCommitResponsePartition {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TxnOffsetCommitResponsePartition {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TxnOffsetCommitResponseTopic {
     pub name: ByteString,
@@ -174,5 +196,19 @@ impl Encodable for TxnOffsetCommitResponseTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TxnOffsetCommitResponseTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| {
+                <TxnOffsetCommitResponsePartition as crate::testing::Random>::random(rng, version)
+            })
+            .collect();
+        this
     }
 }

@@ -60,6 +60,15 @@ impl Encodable for UnregisterBrokerRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for UnregisterBrokerRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.broker_id = rng.next_u64() as i32;
+        this
+    }
+}
+
 impl Message for UnregisterBrokerRequest {
     const NAME: &'static str = "UnregisterBrokerRequest";
     const LOWEST_VERSION: i16 = 0;

@@ -75,6 +75,21 @@ impl Encodable for UpdateFeaturesRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for UpdateFeaturesRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.timeout_ms = rng.next_u64() as i32;
+        this.feature_updates = (0..rng.below(4))
+            .map(|_| <FeatureUpdateKey as crate::testing::Random>::random(rng, version))
+            .collect();
+        if version >= 1 {
+            this.validate_only = rng.bool();
+        }
+        this
+    }
+}
+
 impl Message for UpdateFeaturesRequest {
     const NAME: &'static str = "UpdateFeaturesRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -146,5 +161,21 @@ impl Encodable for FeatureUpdateKey {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for FeatureUpdateKey {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.feature = rng.string();
+        this.max_version_level = rng.next_u64() as i16;
+        if version <= 0 {
+            this.allow_downgrade = rng.bool();
+        }
+        if version >= 1 {
+            this.upgrade_type = rng.next_u64() as i8;
+        }
+        this
     }
 }

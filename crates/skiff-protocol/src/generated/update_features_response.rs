@@ -80,6 +80,26 @@ impl Encodable for UpdateFeaturesResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for UpdateFeaturesResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        if version <= 1 {
+            this.results = (0..rng.below(4))
+                .map(|_| <UpdatableFeatureResult as crate::testing::Random>::random(rng, version))
+                .collect();
+        }
+        this
+    }
+}
+
 impl Message for UpdateFeaturesResponse {
     const NAME: &'static str = "UpdateFeaturesResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -139,5 +159,20 @@ impl Encodable for UpdatableFeatureResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for UpdatableFeatureResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.feature = rng.string();
+        this.error_code = rng.next_u64() as i16;
+        this.error_message = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this
     }
 }

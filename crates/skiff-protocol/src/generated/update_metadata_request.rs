@@ -56,6 +56,14 @@ impl Encodable for UpdateMetadataRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for UpdateMetadataRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this
+    }
+}
+
 impl Message for UpdateMetadataRequest {
     const NAME: &'static str = "UpdateMetadataRequest";
     const LOWEST_VERSION: i16 = 1;

@@ -56,6 +56,14 @@ impl Encodable for UpdateMetadataResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for UpdateMetadataResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this
+    }
+}
+
 impl Message for UpdateMetadataResponse {
     const NAME: &'static str = "UpdateMetadataResponse";
     const LOWEST_VERSION: i16 = 1;

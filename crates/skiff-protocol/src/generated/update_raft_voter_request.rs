@@ -82,6 +82,27 @@ impl Encodable for UpdateRaftVoterRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for UpdateRaftVoterRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.cluster_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        this.current_leader_epoch = rng.next_u64() as i32;
+        this.voter_id = rng.next_u64() as i32;
+        this.voter_directory_id = rng.uuid();
+        this.listeners = (0..rng.below(4))
+            .map(|_| <Listener as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.k_raft_version_feature =
+            <KRaftVersionFeature as crate::testing::Random>::random(rng, version);
+        this
+    }
+}
+
 impl Message for UpdateRaftVoterRequest {
     const NAME: &'static str = "UpdateRaftVoterRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -144,6 +165,17 @@ impl Encodable for Listener {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Listener {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.host = rng.string();
+        this.port = rng.next_u64() as u16;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct KRaftVersionFeature {
     pub min_supported_version: i16,
@@ -188,5 +220,15 @@ impl Encodable for KRaftVersionFeature {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for KRaftVersionFeature {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.min_supported_version = rng.next_u64() as i16;
+        this.max_supported_version = rng.next_u64() as i16;
+        this
     }
 }

@@ -78,6 +78,17 @@ impl Encodable for UpdateRaftVoterResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for UpdateRaftVoterResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.throttle_time_ms = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this.current_leader = <CurrentLeader as crate::testing::Random>::random(rng, version);
+        this
+    }
+}
+
 impl Message for UpdateRaftVoterResponse {
     const NAME: &'static str = "UpdateRaftVoterResponse";
     const LOWEST_VERSION: i16 = 0;
@@ -141,5 +152,17 @@ impl Encodable for CurrentLeader {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for CurrentLeader {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.leader_id = rng.next_u64() as i32;
+        this.leader_epoch = rng.next_u64() as i32;
+        this.host = rng.string();
+        this.port = rng.next_u64() as i32;
+        this
     }
 }

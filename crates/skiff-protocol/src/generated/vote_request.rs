@@ -74,6 +74,25 @@ impl Encodable for VoteRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for VoteRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.cluster_id = if rng.below(4) == 0 {
+            None
+        } else {
+            Some(rng.string())
+        };
+        if version >= 1 {
+            this.voter_id = rng.next_u64() as i32;
+        }
+        this.topics = (0..rng.below(4))
+            .map(|_| <TopicData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for VoteRequest {
     const NAME: &'static str = "VoteRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -168,6 +187,28 @@ impl Encodable for PartitionData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.replica_epoch = rng.next_u64() as i32;
+        this.replica_id = rng.next_u64() as i32;
+        if version >= 1 {
+            this.replica_directory_id = rng.uuid();
+        }
+        if version >= 1 {
+            this.voter_directory_id = rng.uuid();
+        }
+        this.last_offset_epoch = rng.next_u64() as i32;
+        this.last_offset = rng.next_u64() as i64;
+        if version >= 2 {
+            this.pre_vote = rng.bool();
+        }
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicData {
     pub topic_name: ByteString,
@@ -214,5 +255,17 @@ impl Encodable for TopicData {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for TopicData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

@@ -66,6 +66,18 @@ impl Encodable for VotersRecord {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for VotersRecord {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.version = rng.next_u64() as i16;
+        this.voters = (0..rng.below(4))
+            .map(|_| <Voter as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for VotersRecord {
     const NAME: &'static str = "VotersRecord";
     const LOWEST_VERSION: i16 = 0;
@@ -124,6 +136,17 @@ impl Encodable for Endpoint {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Endpoint {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.host = rng.string();
+        this.port = rng.next_u64() as u16;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct KRaftVersionFeature {
     pub min_supported_version: i16,
@@ -168,6 +191,16 @@ impl Encodable for KRaftVersionFeature {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for KRaftVersionFeature {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.min_supported_version = rng.next_u64() as i16;
+        this.max_supported_version = rng.next_u64() as i16;
+        this
     }
 }
 
@@ -225,5 +258,20 @@ impl Encodable for Voter {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for Voter {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.voter_id = rng.next_u64() as i32;
+        this.voter_directory_id = rng.uuid();
+        this.endpoints = (0..rng.below(4))
+            .map(|_| <Endpoint as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.k_raft_version_feature =
+            <KRaftVersionFeature as crate::testing::Random>::random(rng, version);
+        this
     }
 }

@@ -66,6 +66,18 @@ impl Encodable for WriteShareGroupStateRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for WriteShareGroupStateRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.group_id = rng.string();
+        this.topics = (0..rng.below(4))
+            .map(|_| <WriteStateData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for WriteShareGroupStateRequest {
     const NAME: &'static str = "WriteShareGroupStateRequest";
     const LOWEST_VERSION: i16 = 0;
@@ -129,6 +141,18 @@ impl Encodable for StateBatch {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for StateBatch {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.first_offset = rng.next_u64() as i64;
+        this.last_offset = rng.next_u64() as i64;
+        this.delivery_state = rng.next_u64() as i8;
+        this.delivery_count = rng.next_u64() as i16;
+        this
     }
 }
 
@@ -201,6 +225,24 @@ impl Encodable for PartitionData {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for PartitionData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition = rng.next_u64() as i32;
+        this.state_epoch = rng.next_u64() as i32;
+        this.leader_epoch = rng.next_u64() as i32;
+        this.start_offset = rng.next_u64() as i64;
+        if version >= 1 {
+            this.delivery_complete_count = rng.next_u64() as i32;
+        }
+        this.state_batches = (0..rng.below(4))
+            .map(|_| <StateBatch as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct WriteStateData {
     pub topic_id: Uuid,
@@ -247,5 +289,17 @@ impl Encodable for WriteStateData {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for WriteStateData {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.topic_id = rng.uuid();
+        this.partitions = (0..rng.below(4))
+            .map(|_| <PartitionData as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }

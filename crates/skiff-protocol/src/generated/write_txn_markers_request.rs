@@ -62,6 +62,17 @@ impl Encodable for WriteTxnMarkersRequest {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for WriteTxnMarkersRequest {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.markers = (0..rng.below(4))
+            .map(|_| <WritableTxnMarker as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for WriteTxnMarkersRequest {
     const NAME: &'static str = "WriteTxnMarkersRequest";
     const LOWEST_VERSION: i16 = 1;
@@ -120,6 +131,16 @@ impl Encodable for WritableTxnMarkerTopic {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for WritableTxnMarkerTopic {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partition_indexes = (0..rng.below(4)).map(|_| rng.next_u64() as i32).collect();
+        this
     }
 }
 
@@ -191,5 +212,23 @@ impl Encodable for WritableTxnMarker {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for WritableTxnMarker {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.producer_id = rng.next_u64() as i64;
+        this.producer_epoch = rng.next_u64() as i16;
+        this.transaction_result = rng.bool();
+        this.topics = (0..rng.below(4))
+            .map(|_| <WritableTxnMarkerTopic as crate::testing::Random>::random(rng, version))
+            .collect();
+        this.coordinator_epoch = rng.next_u64() as i32;
+        if version >= 2 {
+            this.transaction_version = rng.next_u64() as i8;
+        }
+        this
     }
 }

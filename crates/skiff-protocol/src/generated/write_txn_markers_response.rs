@@ -64,6 +64,17 @@ impl Encodable for WriteTxnMarkersResponse {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for WriteTxnMarkersResponse {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.markers = (0..rng.below(4))
+            .map(|_| <WritableTxnMarkerResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
+    }
+}
+
 impl Message for WriteTxnMarkersResponse {
     const NAME: &'static str = "WriteTxnMarkersResponse";
     const LOWEST_VERSION: i16 = 1;
@@ -122,6 +133,16 @@ impl Encodable for WritableTxnMarkerPartitionResult {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for WritableTxnMarkerPartitionResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.partition_index = rng.next_u64() as i32;
+        this.error_code = rng.next_u64() as i16;
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct WritableTxnMarkerTopicResult {
     pub name: ByteString,
@@ -173,6 +194,20 @@ impl Encodable for WritableTxnMarkerTopicResult {
     }
 }
 
+#[cfg(feature = "testing")]
+impl crate::testing::Random for WritableTxnMarkerTopicResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.name = rng.string();
+        this.partitions = (0..rng.below(4))
+            .map(|_| {
+                <WritableTxnMarkerPartitionResult as crate::testing::Random>::random(rng, version)
+            })
+            .collect();
+        this
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct WritableTxnMarkerResult {
     pub producer_id: i64,
@@ -221,5 +256,17 @@ impl Encodable for WritableTxnMarkerResult {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "testing")]
+impl crate::testing::Random for WritableTxnMarkerResult {
+    fn random(rng: &mut crate::testing::Rng, version: i16) -> Self {
+        let mut this = Self::default();
+        this.producer_id = rng.next_u64() as i64;
+        this.topics = (0..rng.below(4))
+            .map(|_| <WritableTxnMarkerTopicResult as crate::testing::Random>::random(rng, version))
+            .collect();
+        this
     }
 }
