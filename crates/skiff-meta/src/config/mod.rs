@@ -1,6 +1,7 @@
 //! Topic and broker configuration: the registry of supported keys ([`registry`]), the wire-level
 //! vocabulary of DescribeConfigs / IncrementalAlterConfigs (types, sources, entries, operations),
-//! resolution of a topic's effective config ([`effective`]) and describe/alter logic (`resolve`, private).
+//! a topic's typed effective config ([`effective`]), and the private describe/alter logic
+//! (`resolve`).
 
 pub mod effective;
 pub mod registry;
