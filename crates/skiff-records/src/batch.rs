@@ -161,6 +161,24 @@ impl BatchHeader {
         })
     }
 
+    /// Parses and fully validates (length, magic, CRC, consistency) a slice that holds exactly
+    /// one batch, without copying it. Used to check batches read from disk.
+    pub fn parse_validated(bytes: &[u8]) -> Result<Self> {
+        let header = Self::parse(bytes)?;
+        let total = header.total_len();
+        if total > bytes.len() {
+            return Err(RecordsError::PartialBatch {
+                needed: total as u64,
+                available: bytes.len(),
+            });
+        }
+        if total < bytes.len() {
+            return Err(RecordsError::InvalidBatch("trailing bytes after batch"));
+        }
+        validate_payload(&header, bytes)?;
+        Ok(header)
+    }
+
     /// Size of the whole batch in bytes, including the 12-byte log overhead.
     pub fn total_len(&self) -> usize {
         // batch_length was checked non-negative by `parse`.
@@ -196,6 +214,20 @@ impl BatchHeader {
                     "record count larger than the payload can hold",
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// Checks what Kafka's `LogValidator` demands of a batch sent by a producer: at least one
+    /// record and exactly one offset per record (no compaction gaps from a client).
+    pub fn validate_for_produce(&self) -> Result<()> {
+        if self.record_count <= 0 {
+            return Err(RecordsError::InvalidBatch("produced batch has no records"));
+        }
+        if i64::from(self.last_offset_delta) + 1 != i64::from(self.record_count) {
+            return Err(RecordsError::InvalidBatch(
+                "inconsistent batch offset range and record count",
+            ));
         }
         Ok(())
     }
@@ -346,18 +378,9 @@ impl RecordBatch {
         self.header.next_offset()
     }
 
-    /// Checks what Kafka's `LogValidator` demands of a batch sent by a producer: at least one
-    /// record and exactly one offset per record (no compaction gaps from a client).
+    /// See [`BatchHeader::validate_for_produce`].
     pub fn validate_for_produce(&self) -> Result<()> {
-        if self.header.record_count <= 0 {
-            return Err(RecordsError::InvalidBatch("produced batch has no records"));
-        }
-        if i64::from(self.header.last_offset_delta) + 1 != i64::from(self.header.record_count) {
-            return Err(RecordsError::InvalidBatch(
-                "inconsistent batch offset range and record count",
-            ));
-        }
-        Ok(())
+        self.header.validate_for_produce()
     }
 
     /// The encoded records after the header (compressed if the batch is).
@@ -488,19 +511,7 @@ pub struct RecordBatchMut<'a> {
 impl<'a> RecordBatchMut<'a> {
     /// Validates `bytes` as exactly one batch (length, magic, CRC, consistency).
     pub fn new(bytes: &'a mut [u8]) -> Result<Self> {
-        let header = BatchHeader::parse(bytes)?;
-        let total = header.total_len();
-        if total != bytes.len() {
-            return if total > bytes.len() {
-                Err(RecordsError::PartialBatch {
-                    needed: total as u64,
-                    available: bytes.len(),
-                })
-            } else {
-                Err(RecordsError::InvalidBatch("trailing bytes after batch"))
-            };
-        }
-        validate_payload(&header, bytes)?;
+        let header = BatchHeader::parse_validated(bytes)?;
         Ok(Self { bytes, header })
     }
 

@@ -1,0 +1,592 @@
+//! [`PartitionLog`]: the ordered segments of one partition and the operations Kafka's request
+//! handlers need (append, read, list offsets, delete records, retention, durability).
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+
+use bytes::{Bytes, BytesMut};
+use skiff_records::{NO_TIMESTAMP, RecordBatchMut, RecordsError};
+
+use crate::checkpoint;
+use crate::config::{FlushPolicy, LogConfig, RecoveryMode, TimestampPolicy};
+use crate::error::{IoContext, LogError, Result};
+use crate::segment::{
+    INDEX_SUFFIX, LOG_SUFFIX, ScanEnd, Segment, TIME_INDEX_SUFFIX, parse_file_name,
+};
+
+/// What an append did, for the Produce response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    /// Offset assigned to the first record.
+    pub base_offset: i64,
+    /// Offset of the last record.
+    pub last_offset: i64,
+    /// The broker timestamp stamped on the batches, or -1 under create time.
+    pub log_append_time: i64,
+    /// Largest batch max timestamp of the appended batches.
+    pub max_timestamp: i64,
+    /// Base offset of the batch holding `max_timestamp`.
+    pub offset_of_max_timestamp: i64,
+    /// Log start offset after the append.
+    pub log_start_offset: i64,
+    /// Number of batches and bytes appended.
+    pub batch_count: usize,
+    pub size_in_bytes: usize,
+}
+
+/// What a read returned, for the Fetch response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadResult {
+    /// Whole batches; the first may start before the requested offset. Empty at the log end.
+    pub records: Bytes,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+}
+
+/// A record found by timestamp or as the newest one (ListOffsets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampOffset {
+    pub offset: i64,
+    pub timestamp: i64,
+}
+
+/// What retention or DeleteRecords removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeletionOutcome {
+    pub deleted_segments: usize,
+    pub deleted_bytes: u64,
+    pub log_start_offset: i64,
+}
+
+/// A handle to fdatasync the active segment outside the log's lock.
+///
+/// Taken with [`PartitionLog::sync_target`]; after [`SyncTarget::sync`] succeeds, pass
+/// [`SyncTarget::end_offset`] to [`PartitionLog::mark_durable`]. Every byte appended before the
+/// target was taken is covered: earlier segments were synced when they were rolled.
+#[derive(Debug)]
+pub struct SyncTarget {
+    file: File,
+    path: PathBuf,
+    end_offset: i64,
+}
+
+impl SyncTarget {
+    /// The log end offset when the target was taken: offsets below it become durable.
+    pub fn end_offset(&self) -> i64 {
+        self.end_offset
+    }
+
+    /// fdatasync of the segment file. Blocking: run it on a blocking thread in async code.
+    pub fn sync(&self) -> Result<()> {
+        self.file.sync_data().io("fdatasync segment", &self.path)
+    }
+}
+
+/// The durable log of one partition, one directory of segments.
+///
+/// Synchronous and not internally locked: wrap it in a `Mutex` (appends need `&mut`) and keep
+/// fdatasync outside that lock with [`PartitionLog::sync_target`] or
+/// [`crate::GroupCommitter`].
+#[derive(Debug)]
+pub struct PartitionLog {
+    dir: PathBuf,
+    config: LogConfig,
+    /// Rolled segments by base offset, all below `active`.
+    sealed: BTreeMap<i64, Segment>,
+    /// The segment appends go to.
+    active: Segment,
+    log_start_offset: i64,
+    log_end_offset: i64,
+    durable_end_offset: i64,
+    first_unflushed_ms: Option<i64>,
+    leader_epoch: Option<i32>,
+}
+
+impl PartitionLog {
+    /// Opens (or creates) the log in `dir`, recovering the last segment.
+    pub fn open(dir: impl AsRef<Path>, config: LogConfig) -> Result<Self> {
+        config.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        fs::create_dir_all(&dir).io("create log directory", &dir)?;
+        let bases = list_segments(&dir)?;
+        let checkpointed_start = checkpoint::read(&dir)?;
+
+        let mut sealed = BTreeMap::new();
+        let mut active = None;
+        for (i, &base) in bases.iter().enumerate() {
+            match bases.get(i + 1) {
+                Some(&next_base) => {
+                    let segment =
+                        Segment::open_sealed(&dir, base, next_base, config.index_interval_bytes)?;
+                    sealed.insert(base, segment);
+                }
+                None => {
+                    let (mut segment, end) =
+                        Segment::open_active(&dir, base, config.index_interval_bytes)?;
+                    if let ScanEnd::Invalid { position, reason } = end {
+                        match config.recovery {
+                            RecoveryMode::Strict => {
+                                return Err(LogError::Corrupt {
+                                    path: segment.path().to_path_buf(),
+                                    position,
+                                    reason,
+                                });
+                            }
+                            RecoveryMode::TruncateTail => {
+                                tracing::warn!(
+                                    segment = %segment.path().display(),
+                                    position,
+                                    %reason,
+                                    "truncating invalid log tail"
+                                );
+                                segment.truncate_to_valid()?;
+                            }
+                        }
+                    }
+                    active = Some(segment);
+                }
+            }
+        }
+
+        let log_start_offset = checkpointed_start.max(bases.first().copied()).unwrap_or(0);
+        let active = match active {
+            Some(active) => active,
+            None => {
+                let segment = Segment::create(&dir, log_start_offset)?;
+                checkpoint::sync_dir(&dir)?;
+                segment
+            }
+        };
+        let mut log = Self {
+            log_start_offset,
+            dir,
+            config,
+            sealed,
+            log_end_offset: active.next_offset(),
+            active,
+            durable_end_offset: 0,
+            first_unflushed_ms: None,
+            leader_epoch: None,
+        };
+        if log.log_start_offset > log.log_end_offset {
+            // The tail that a DeleteRecords advanced past was lost: start empty at the start.
+            tracing::warn!(
+                log_start = log.log_start_offset,
+                log_end = log.log_end_offset,
+                "log start beyond recovered end, resetting the log"
+            );
+            log.reset_to(log.log_start_offset)?;
+        }
+        // Segments wholly below the start were meant to be deleted before a crash.
+        log.delete_segments_below(log.log_start_offset)?;
+        log.active
+            .file()
+            .sync_data()
+            .io("fdatasync segment", log.active.path())?;
+        log.durable_end_offset = log.log_end_offset;
+        Ok(log)
+    }
+
+    /// All segments, oldest first.
+    fn segments(&self) -> impl Iterator<Item = &Segment> {
+        self.sealed.values().chain(std::iter::once(&self.active))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+    /// First offset that can be read (moved by retention and DeleteRecords).
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+    /// Offset the next appended record will get.
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset
+    }
+    /// Offsets below this are on disk (fdatasync'ed).
+    pub fn durable_offset(&self) -> i64 {
+        self.durable_end_offset
+    }
+    /// Total bytes of all segments.
+    pub fn size_in_bytes(&self) -> u64 {
+        self.segments().map(Segment::size).sum()
+    }
+    pub fn segment_count(&self) -> usize {
+        self.sealed.len() + 1
+    }
+
+    /// Partition leader epoch written into appended batches from now on (Kafka stamps it on
+    /// append; `None` keeps what the producer sent).
+    pub fn set_leader_epoch(&mut self, epoch: Option<i32>) {
+        self.leader_epoch = epoch;
+    }
+
+    /// Validates and appends a produced record set, assigning offsets from the log end.
+    ///
+    /// The input is copied once into a buffer that is rewritten in place (base offsets, leader
+    /// epoch, and under `LogAppendTime` the timestamp and CRC); records are never re-encoded.
+    /// Nothing is written unless every batch is valid.
+    pub fn append(&mut self, batches: Bytes, now_ms: i64) -> Result<AppendInfo> {
+        if batches.is_empty() {
+            return Err(RecordsError::Empty.into());
+        }
+        let mut buf = BytesMut::from(&batches[..]);
+        let append_time =
+            (self.config.timestamp_policy == TimestampPolicy::LogAppendTime).then_some(now_ms);
+        let mut headers = Vec::new();
+        let mut next_offset = self.log_end_offset;
+        for batch in RecordBatchMut::split_all(&mut buf) {
+            let mut batch = batch?;
+            batch.header().validate_for_produce()?;
+            let size = batch.header().total_len();
+            if size > self.config.max_message_bytes {
+                return Err(LogError::MessageTooLarge {
+                    size,
+                    max: self.config.max_message_bytes,
+                });
+            }
+            batch.set_base_offset(next_offset);
+            if let Some(epoch) = self.leader_epoch {
+                batch.set_partition_leader_epoch(epoch);
+            }
+            if let Some(timestamp) = append_time {
+                batch.set_log_append_time(timestamp);
+            }
+            next_offset = next_offset
+                .checked_add(i64::from(batch.header().last_offset_delta) + 1)
+                .ok_or(LogError::OffsetOverflow)?;
+            headers.push(*batch.header());
+        }
+        let (Some(first), Some(last)) = (headers.first(), headers.last()) else {
+            return Err(RecordsError::Empty.into());
+        };
+        let (base_offset, last_offset) = (first.base_offset, last.last_offset());
+        if buf.len() as u64 > self.config.segment_bytes {
+            return Err(LogError::RecordSetTooLarge {
+                size: buf.len(),
+                max: self.config.segment_bytes,
+            });
+        }
+        let (mut max_timestamp, mut offset_of_max_timestamp) = (NO_TIMESTAMP, base_offset);
+        for header in &headers {
+            if header.max_timestamp > max_timestamp {
+                max_timestamp = header.max_timestamp;
+                offset_of_max_timestamp = header.base_offset;
+            }
+        }
+
+        self.maybe_roll(buf.len() as u64, last_offset, now_ms)?;
+        let interval = self.config.index_interval_bytes;
+        self.active.append(&buf, &headers, interval, now_ms)?;
+        self.log_end_offset = next_offset;
+        self.first_unflushed_ms.get_or_insert(now_ms);
+        Ok(AppendInfo {
+            base_offset,
+            last_offset,
+            log_append_time: append_time.unwrap_or(NO_TIMESTAMP),
+            max_timestamp,
+            offset_of_max_timestamp,
+            log_start_offset: self.log_start_offset,
+            batch_count: headers.len(),
+            size_in_bytes: buf.len(),
+        })
+    }
+
+    fn maybe_roll(&mut self, incoming: u64, last_offset: i64, now_ms: i64) -> Result<()> {
+        let active = &self.active;
+        if active.size() == 0 {
+            return Ok(());
+        }
+        let full = active.size() + incoming > self.config.segment_bytes;
+        let offsets_exhausted =
+            last_offset.saturating_sub(active.base_offset()) > i64::from(i32::MAX);
+        let aged = self.config.segment_ms.is_some_and(|segment_ms| {
+            active
+                .created_at_ms()
+                .is_some_and(|created| now_ms.saturating_sub(created) >= segment_ms as i64)
+        });
+        if full || offsets_exhausted || aged {
+            self.roll()?;
+        }
+        Ok(())
+    }
+
+    /// Seals the active segment (synced) and starts a new one at the log end.
+    pub fn roll(&mut self) -> Result<()> {
+        self.active.seal()?;
+        self.durable_end_offset = self.durable_end_offset.max(self.log_end_offset);
+        self.first_unflushed_ms = None;
+        let base = self.log_end_offset;
+        let previous = std::mem::replace(&mut self.active, Segment::create(&self.dir, base)?);
+        self.sealed.insert(previous.base_offset(), previous);
+        checkpoint::sync_dir(&self.dir)?;
+        tracing::debug!(dir = %self.dir.display(), base, "rolled segment");
+        Ok(())
+    }
+
+    /// Whole batches from the one containing `from_offset`, up to `max_bytes` but always at
+    /// least one batch when one exists (KIP-74). Reads stay within one segment.
+    pub fn read(&self, from_offset: i64, max_bytes: usize) -> Result<ReadResult> {
+        if from_offset < self.log_start_offset || from_offset > self.log_end_offset {
+            return Err(LogError::OffsetOutOfRange {
+                offset: from_offset,
+                log_start: self.log_start_offset,
+                log_end: self.log_end_offset,
+            });
+        }
+        let mut records = Bytes::new();
+        // The first segment extending past `from_offset` holds it (or the batch after a gap).
+        for segment in self.segments().filter(|s| s.next_offset() > from_offset) {
+            if let Some((position, header)) = segment.find(from_offset)? {
+                records = segment.read_from(position, &header, max_bytes)?;
+                break;
+            }
+        }
+        Ok(ReadResult {
+            records,
+            log_start_offset: self.log_start_offset,
+            log_end_offset: self.log_end_offset,
+        })
+    }
+
+    /// First record at or after the log start with a timestamp of at least `timestamp`
+    /// (ListOffsets by time). Exact within uncompressed batches; for compressed batches the
+    /// batch's first offset (the consumer skips earlier records itself).
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<TimestampOffset>> {
+        for segment in self.segments() {
+            let relevant = segment.next_offset() > self.log_start_offset
+                && segment
+                    .max_timestamp()
+                    .is_some_and(|(max, _)| max >= timestamp);
+            if relevant
+                && let Some((offset, timestamp)) =
+                    segment.find_by_timestamp(timestamp, self.log_start_offset)?
+            {
+                return Ok(Some(TimestampOffset { offset, timestamp }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The record with the largest timestamp (ListOffsets `MAX_TIMESTAMP`, KIP-734); the
+    /// earliest one on ties. `None` for an empty log.
+    pub fn max_timestamp_offset(&self) -> Result<Option<TimestampOffset>> {
+        let mut best: Option<(&Segment, i64, i64)> = None;
+        for segment in self.segments() {
+            if let Some((max, offset)) = segment.max_timestamp()
+                && offset >= self.log_start_offset
+                && best.is_none_or(|(_, best_max, _)| max > best_max)
+            {
+                best = Some((segment, max, offset));
+            }
+        }
+        let Some((segment, max, offset)) = best else {
+            return Ok(None);
+        };
+        let exact = match segment.batch_at_offset(offset)? {
+            Some((position, header)) => {
+                segment.exact_record(position, &header, self.log_start_offset, |ts| ts == max)?
+            }
+            None => None,
+        };
+        let (offset, timestamp) = exact.unwrap_or((offset, max));
+        Ok(Some(TimestampOffset { offset, timestamp }))
+    }
+
+    /// DeleteRecords: makes `offset` the new log start (persisted) and deletes the sealed
+    /// segments that lie wholly below it. Returns the new log start offset.
+    pub fn delete_records_before(&mut self, offset: i64) -> Result<i64> {
+        if offset < 0 || offset > self.log_end_offset {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start: self.log_start_offset,
+                log_end: self.log_end_offset,
+            });
+        }
+        if offset > self.log_start_offset {
+            self.log_start_offset = offset;
+            checkpoint::write(&self.dir, offset)?;
+            self.delete_segments_below(offset)?;
+        }
+        Ok(self.log_start_offset)
+    }
+
+    /// Deletes sealed segments whose records are all below `offset`.
+    fn delete_segments_below(&mut self, offset: i64) -> Result<DeletionOutcome> {
+        let bases: Vec<i64> = self.segments().map(Segment::base_offset).collect();
+        let count = bases
+            .windows(2)
+            .take_while(|pair| matches!(pair, [_, next] if *next <= offset))
+            .count();
+        self.delete_oldest(count)
+    }
+
+    /// `retention.ms` / `retention.bytes`: deletes the oldest sealed segments that are too old
+    /// or beyond the size budget (the active segment is never deleted).
+    pub fn apply_retention(&mut self, now_ms: i64) -> Result<DeletionOutcome> {
+        let sealed: Vec<&Segment> = self.sealed.values().collect();
+        let mut count = 0;
+        if let Some(retention_ms) = self.config.retention_ms {
+            let cutoff = now_ms.saturating_sub(retention_ms.min(i64::MAX as u64) as i64);
+            count = sealed
+                .iter()
+                .take_while(|segment| segment.max_timestamp().is_none_or(|(max, _)| max < cutoff))
+                .count();
+        }
+        if let Some(retention_bytes) = self.config.retention_bytes {
+            let mut excess = self.size_in_bytes().saturating_sub(retention_bytes);
+            for (i, segment) in sealed.iter().enumerate() {
+                if i < count {
+                    excess = excess.saturating_sub(segment.size());
+                } else if excess >= segment.size() && excess > 0 {
+                    excess -= segment.size();
+                    count = i + 1;
+                } else {
+                    break;
+                }
+            }
+        }
+        self.delete_oldest(count)
+    }
+
+    /// Deletes the `count` oldest segments (never the active one): log start moves and is
+    /// checkpointed first, so a crash midway leaves only unreferenced files behind.
+    fn delete_oldest(&mut self, count: usize) -> Result<DeletionOutcome> {
+        let count = count.min(self.sealed.len());
+        let mut outcome = DeletionOutcome {
+            log_start_offset: self.log_start_offset,
+            ..DeletionOutcome::default()
+        };
+        if count == 0 {
+            return Ok(outcome);
+        }
+        let doomed: Vec<i64> = self.sealed.keys().take(count).copied().collect();
+        let new_first = self
+            .segments()
+            .nth(count)
+            .map_or(self.log_end_offset, Segment::base_offset);
+        if new_first > self.log_start_offset {
+            self.log_start_offset = new_first;
+            checkpoint::write(&self.dir, new_first)?;
+        }
+        for base in doomed {
+            if let Some(segment) = self.sealed.remove(&base) {
+                outcome.deleted_bytes += segment.size();
+                outcome.deleted_segments += 1;
+                segment.delete_files()?;
+            }
+        }
+        checkpoint::sync_dir(&self.dir)?;
+        outcome.log_start_offset = self.log_start_offset;
+        tracing::debug!(dir = %self.dir.display(), ?outcome, "deleted segments");
+        Ok(outcome)
+    }
+
+    /// Empties the log and restarts it at `offset` (also used when recovery finds the
+    /// checkpointed start beyond the data).
+    pub fn reset_to(&mut self, offset: i64) -> Result<()> {
+        let offset = offset.max(0);
+        for segment in std::mem::take(&mut self.sealed).into_values() {
+            segment.delete_files()?;
+        }
+        // Delete before creating: the new segment may reuse the active one's file names.
+        self.active.delete_files()?;
+        self.active = Segment::create(&self.dir, offset)?;
+        checkpoint::sync_dir(&self.dir)?;
+        self.log_start_offset = offset;
+        self.log_end_offset = offset;
+        self.durable_end_offset = offset;
+        self.first_unflushed_ms = None;
+        checkpoint::write(&self.dir, offset)
+    }
+
+    /// Removes the whole partition directory (DeleteTopics).
+    pub fn delete(self) -> Result<()> {
+        fs::remove_dir_all(&self.dir).io("delete log directory", &self.dir)
+    }
+
+    /// A handle to fdatasync outside the lock, or `None` when everything is already durable.
+    pub fn sync_target(&self) -> Result<Option<SyncTarget>> {
+        if self.durable_end_offset >= self.log_end_offset {
+            return Ok(None);
+        }
+        let active = &self.active;
+        let file = active
+            .file()
+            .try_clone()
+            .io("clone segment handle", active.path())?;
+        Ok(Some(SyncTarget {
+            file,
+            path: active.path().to_path_buf(),
+            end_offset: self.log_end_offset,
+        }))
+    }
+
+    /// Records that offsets below `end_offset` are on disk.
+    pub fn mark_durable(&mut self, end_offset: i64) {
+        let end_offset = end_offset.min(self.log_end_offset);
+        if end_offset > self.durable_end_offset {
+            self.durable_end_offset = end_offset;
+        }
+        if self.durable_end_offset >= self.log_end_offset {
+            self.first_unflushed_ms = None;
+        }
+    }
+
+    /// fdatasync now, under the caller's lock (simple path; prefer [`crate::GroupCommitter`]).
+    pub fn flush(&mut self) -> Result<()> {
+        if let Some(target) = self.sync_target()? {
+            target.sync()?;
+            self.mark_durable(target.end_offset());
+        }
+        Ok(())
+    }
+
+    /// Under [`FlushPolicy::Interval`], whether unflushed data is older than `flush_ms`.
+    pub fn flush_due(&self, now_ms: i64) -> bool {
+        match self.config.flush {
+            FlushPolicy::Interval { flush_ms } => self
+                .first_unflushed_ms
+                .is_some_and(|since| now_ms.saturating_sub(since) >= flush_ms as i64),
+            FlushPolicy::Always | FlushPolicy::Never => false,
+        }
+    }
+
+    /// When the oldest unflushed append happened, if any (to arm a `flush.ms` timer).
+    pub fn unflushed_since_ms(&self) -> Option<i64> {
+        self.first_unflushed_ms
+    }
+}
+
+/// Base offsets of the segments in `dir`, sorted; removes leftovers of interrupted writes and
+/// index files whose segment is gone.
+fn list_segments(dir: &Path) -> Result<Vec<i64>> {
+    let mut bases = Vec::new();
+    let mut indexes = Vec::new();
+    for entry in fs::read_dir(dir).io("list log directory", dir)? {
+        let entry = entry.io("list log directory", dir)?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.ends_with(".tmp") {
+            let path = entry.path();
+            fs::remove_file(&path).io("remove temporary file", &path)?;
+        } else if let Some(base) = parse_file_name(name, LOG_SUFFIX) {
+            bases.push(base);
+        } else if let Some(base) =
+            parse_file_name(name, INDEX_SUFFIX).or_else(|| parse_file_name(name, TIME_INDEX_SUFFIX))
+        {
+            indexes.push((base, entry.path()));
+        }
+    }
+    bases.sort_unstable();
+    for (base, path) in indexes {
+        if bases.binary_search(&base).is_err() {
+            fs::remove_file(&path).io("remove orphan index", &path)?;
+        }
+    }
+    Ok(bases)
+}

@@ -1,0 +1,638 @@
+//! One segment: a `.log` file of whole batches plus its two sparse indexes.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use bytes::{Bytes, BytesMut};
+use skiff_records::{BATCH_HEADER_LEN, BatchHeader, Compression, RecordBatch, TimestampType};
+
+use crate::error::{IoContext, LogError, Result};
+use crate::index::{Index, OffsetEntry, TimeEntry, offset_index_consistent, time_index_consistent};
+
+pub(crate) const LOG_SUFFIX: &str = "log";
+pub(crate) const INDEX_SUFFIX: &str = "index";
+pub(crate) const TIME_INDEX_SUFFIX: &str = "timeindex";
+
+/// Recovery reads segments in windows of this size instead of one syscall per batch.
+const SCAN_WINDOW: usize = 1 << 20;
+
+/// `00000000000000000042.log`: 20 digits, like Kafka, so names sort by offset.
+pub(crate) fn file_name(base_offset: i64, suffix: &str) -> String {
+    format!("{base_offset:020}.{suffix}")
+}
+
+/// Parses a segment file name back into its base offset.
+pub(crate) fn parse_file_name(name: &str, suffix: &str) -> Option<i64> {
+    let stem = name.strip_suffix(suffix)?.strip_suffix('.')?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse().ok()
+}
+
+/// Decides where sparse index entries go; shared by appends and index rebuilds so both produce
+/// identical indexes.
+#[derive(Debug, Clone, Default)]
+struct IndexTracker {
+    bytes_since_entry: u64,
+    max_timestamp: Option<i64>,
+    offset_of_max_timestamp: i64,
+}
+
+impl IndexTracker {
+    fn observe(
+        &mut self,
+        segment_base: i64,
+        header: &BatchHeader,
+        position: u32,
+        interval: u64,
+        last_time_entry: Option<i64>,
+    ) -> (Option<OffsetEntry>, Option<TimeEntry>) {
+        if self
+            .max_timestamp
+            .is_none_or(|max| header.max_timestamp > max)
+        {
+            self.max_timestamp = Some(header.max_timestamp);
+            self.offset_of_max_timestamp = header.base_offset;
+        }
+        let mut entries = (None, None);
+        if self.bytes_since_entry > interval {
+            entries.0 = Some(OffsetEntry {
+                relative_offset: relative(segment_base, header.base_offset),
+                position,
+            });
+            entries.1 = self.time_entry(segment_base, last_time_entry);
+            self.bytes_since_entry = 0;
+        }
+        self.bytes_since_entry += header.total_len() as u64;
+        entries
+    }
+
+    /// A time-index entry for the maximum so far, if it grew since `last_time_entry`.
+    fn time_entry(&self, segment_base: i64, last_time_entry: Option<i64>) -> Option<TimeEntry> {
+        let max = self.max_timestamp?;
+        last_time_entry
+            .is_none_or(|last| max > last)
+            .then(|| TimeEntry {
+                timestamp: max,
+                relative_offset: relative(segment_base, self.offset_of_max_timestamp),
+            })
+    }
+}
+
+/// Offset relative to the segment base. Appends roll before a relative offset would pass
+/// `i32::MAX`, so the clamp never triggers on a log this crate wrote.
+fn relative(segment_base: i64, offset: i64) -> u32 {
+    u32::try_from(
+        offset
+            .saturating_sub(segment_base)
+            .clamp(0, i64::from(i32::MAX)),
+    )
+    .unwrap_or(0)
+}
+
+/// How a scan of a segment ended.
+pub(crate) enum ScanEnd {
+    Clean,
+    Invalid { position: u64, reason: String },
+}
+
+/// Reads a segment sequentially in large windows.
+struct WindowReader<'a> {
+    file: &'a File,
+    path: &'a Path,
+    len: u64,
+    window_start: u64,
+    window: Vec<u8>,
+}
+
+impl<'a> WindowReader<'a> {
+    fn new(file: &'a File, path: &'a Path, len: u64) -> Self {
+        Self {
+            file,
+            path,
+            len,
+            window_start: 0,
+            window: Vec::new(),
+        }
+    }
+
+    /// The bytes `[position, position + need)`; the caller checked they are inside the file,
+    /// so `need` is bounded by the file size, not by a length field.
+    fn bytes(&mut self, position: u64, need: usize) -> Result<&[u8]> {
+        let end = position + need as u64;
+        let inside =
+            position >= self.window_start && end <= self.window_start + self.window.len() as u64;
+        if !inside {
+            let available =
+                usize::try_from(self.len.saturating_sub(position)).unwrap_or(usize::MAX);
+            let read_len = need.max(SCAN_WINDOW).min(available);
+            self.window.resize(read_len, 0);
+            self.file
+                .read_exact_at(&mut self.window, position)
+                .io("read segment", self.path)?;
+            self.window_start = position;
+        }
+        let from = usize::try_from(position - self.window_start).unwrap_or(usize::MAX);
+        self.window
+            .get(from..from.saturating_add(need))
+            .ok_or_else(|| LogError::Corrupt {
+                path: self.path.to_path_buf(),
+                position,
+                reason: "short read".into(),
+            })
+    }
+}
+
+/// A segment and its indexes. Holds only whole batches (recovery cuts anything else).
+#[derive(Debug)]
+pub(crate) struct Segment {
+    base_offset: i64,
+    log_path: PathBuf,
+    log: File,
+    size: u64,
+    /// Offset after the last batch (`base_offset` when empty).
+    next_offset: i64,
+    offset_index: Index<OffsetEntry>,
+    time_index: Index<TimeEntry>,
+    tracker: IndexTracker,
+    /// When the segment received its first batch (for `segment.ms`).
+    created_at_ms: Option<i64>,
+}
+
+impl Segment {
+    fn paths(dir: &Path, base_offset: i64) -> [PathBuf; 3] {
+        [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX].map(|s| dir.join(file_name(base_offset, s)))
+    }
+
+    fn open_log_file(path: &Path, create: bool) -> Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .open(path)
+            .io("open segment", path)
+    }
+
+    /// Creates an empty segment (replacing stale files of the same name).
+    pub(crate) fn create(dir: &Path, base_offset: i64) -> Result<Self> {
+        let [log_path, index_path, time_path] = Self::paths(dir, base_offset);
+        let log = Self::open_log_file(&log_path, true)?;
+        log.set_len(0).io("truncate segment", &log_path)?;
+        Ok(Self {
+            base_offset,
+            log_path,
+            log,
+            size: 0,
+            next_offset: base_offset,
+            offset_index: Index::rewrite(&index_path, Vec::new())?,
+            time_index: Index::rewrite(&time_path, Vec::new())?,
+            tracker: IndexTracker::default(),
+            created_at_ms: None,
+        })
+    }
+
+    /// Opens a segment that is not the last one: trusted by size; indexes are loaded, or rebuilt
+    /// from batch headers when missing or inconsistent. `next_offset` is the next segment's base.
+    pub(crate) fn open_sealed(
+        dir: &Path,
+        base_offset: i64,
+        next_offset: i64,
+        interval: u64,
+    ) -> Result<Self> {
+        let [log_path, index_path, time_path] = Self::paths(dir, base_offset);
+        let log = Self::open_log_file(&log_path, false)?;
+        let size = log.metadata().io("stat segment", &log_path)?.len();
+        let max_relative = u32::try_from(next_offset.saturating_sub(base_offset)).ok();
+        let offset_index = Index::load(&index_path, |e| {
+            offset_index_consistent(e, size, max_relative)
+        })?;
+        let time_index = Index::load(&time_path, |e| time_index_consistent(e, max_relative))?
+            .filter(|index| size == 0 || index.last().is_some());
+        let mut segment = match (offset_index, time_index) {
+            (Some(offset_index), Some(time_index)) => Self {
+                base_offset,
+                log_path,
+                log,
+                size,
+                next_offset,
+                offset_index,
+                time_index,
+                tracker: IndexTracker::default(),
+                created_at_ms: None,
+            },
+            _ => {
+                tracing::info!(segment = %log_path.display(), "rebuilding indexes of sealed segment");
+                let mut segment = Self::rebuild(log, log_path, base_offset, size, interval, false)?;
+                if let ScanEnd::Invalid { position, reason } = segment.1 {
+                    return Err(LogError::Corrupt {
+                        path: segment.0.log_path,
+                        position,
+                        reason,
+                    });
+                }
+                segment.0.close_time_index()?;
+                segment.0
+            }
+        };
+        segment.next_offset = next_offset;
+        if let Some(last) = segment.time_index.last() {
+            segment.tracker.max_timestamp = Some(last.timestamp);
+            segment.tracker.offset_of_max_timestamp =
+                base_offset.saturating_add(i64::from(last.relative_offset));
+        }
+        Ok(segment)
+    }
+
+    /// Opens the last segment, validating every batch (length, magic, CRC, contiguous offsets)
+    /// and rebuilding both indexes. Returns where validation stopped if it did not reach the end;
+    /// the caller decides whether to truncate there.
+    pub(crate) fn open_active(
+        dir: &Path,
+        base_offset: i64,
+        interval: u64,
+    ) -> Result<(Self, ScanEnd)> {
+        let [log_path, ..] = Self::paths(dir, base_offset);
+        let log = Self::open_log_file(&log_path, false)?;
+        let size = log.metadata().io("stat segment", &log_path)?.len();
+        Self::rebuild(log, log_path, base_offset, size, interval, true)
+    }
+
+    /// Scans `size` bytes of `log`, building fresh indexes over the valid prefix.
+    fn rebuild(
+        log: File,
+        log_path: PathBuf,
+        base_offset: i64,
+        size: u64,
+        interval: u64,
+        verify: bool,
+    ) -> Result<(Self, ScanEnd)> {
+        let mut tracker = IndexTracker::default();
+        let mut offset_entries = Vec::new();
+        let mut time_entries: Vec<TimeEntry> = Vec::new();
+        let mut first_timestamp = None;
+        let (valid_size, next_offset, end) = scan(
+            &log,
+            &log_path,
+            size,
+            base_offset,
+            verify,
+            |header, position| {
+                first_timestamp.get_or_insert(header.max_timestamp);
+                let last_time = time_entries.last().map(|entry| entry.timestamp);
+                let (offset_entry, time_entry) =
+                    tracker.observe(base_offset, header, position, interval, last_time);
+                offset_entries.extend(offset_entry);
+                time_entries.extend(time_entry);
+            },
+        )?;
+        let dir = log_path.parent().unwrap_or(Path::new("."));
+        let [_, index_path, time_path] = Self::paths(dir, base_offset);
+        let segment = Self {
+            base_offset,
+            log_path,
+            log,
+            size: valid_size,
+            next_offset,
+            offset_index: Index::rewrite(&index_path, offset_entries)?,
+            time_index: Index::rewrite(&time_path, time_entries)?,
+            tracker,
+            created_at_ms: first_timestamp,
+        };
+        Ok((segment, end))
+    }
+
+    /// Cuts the file after the valid prefix found by recovery and makes the cut durable.
+    pub(crate) fn truncate_to_valid(&mut self) -> Result<()> {
+        self.log
+            .set_len(self.size)
+            .io("truncate segment", &self.log_path)?;
+        self.log.sync_all().io("fsync segment", &self.log_path)
+    }
+
+    pub(crate) fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    pub(crate) fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+    pub(crate) fn path(&self) -> &Path {
+        &self.log_path
+    }
+    pub(crate) fn created_at_ms(&self) -> Option<i64> {
+        self.created_at_ms
+    }
+    /// Largest batch max timestamp and the base offset of the batch holding it.
+    pub(crate) fn max_timestamp(&self) -> Option<(i64, i64)> {
+        self.tracker
+            .max_timestamp
+            .map(|max| (max, self.tracker.offset_of_max_timestamp))
+    }
+    pub(crate) fn file(&self) -> &File {
+        &self.log
+    }
+
+    /// Appends already validated batches (`headers` describe `bytes` in order).
+    pub(crate) fn append(
+        &mut self,
+        bytes: &[u8],
+        headers: &[BatchHeader],
+        interval: u64,
+        now_ms: i64,
+    ) -> Result<()> {
+        self.log
+            .write_all_at(bytes, self.size)
+            .io("write segment", &self.log_path)?;
+        let mut position = self.size;
+        for header in headers {
+            let at = u32::try_from(position).map_err(|_| LogError::Corrupt {
+                path: self.log_path.clone(),
+                position,
+                reason: "segment position exceeds u32".into(),
+            })?;
+            let last_time = self.time_index.last().map(|entry| entry.timestamp);
+            let (offset_entry, time_entry) =
+                self.tracker
+                    .observe(self.base_offset, header, at, interval, last_time);
+            if let Some(entry) = offset_entry {
+                self.offset_index.append(entry)?;
+            }
+            if let Some(entry) = time_entry {
+                self.time_index.append(entry)?;
+            }
+            position += header.total_len() as u64;
+            self.next_offset = header.next_offset();
+        }
+        self.size = position;
+        self.created_at_ms.get_or_insert(now_ms);
+        Ok(())
+    }
+
+    /// Records the final maximum timestamp in the time index so a reopened sealed segment
+    /// knows it without a scan.
+    fn close_time_index(&mut self) -> Result<()> {
+        let last_time = self.time_index.last().map(|entry| entry.timestamp);
+        if let Some(entry) = self.tracker.time_entry(self.base_offset, last_time) {
+            self.time_index.append(entry)?;
+        }
+        Ok(())
+    }
+
+    /// Seals the segment before a roll: final time-index entry, then data and indexes synced.
+    pub(crate) fn seal(&mut self) -> Result<()> {
+        self.close_time_index()?;
+        self.log.sync_data().io("fsync segment", &self.log_path)?;
+        self.offset_index.sync()?;
+        self.time_index.sync()
+    }
+
+    /// Removes the segment's files.
+    pub(crate) fn delete_files(&self) -> Result<()> {
+        for path in [
+            self.log_path.as_path(),
+            self.offset_index.path(),
+            self.time_index.path(),
+        ] {
+            match fs::remove_file(path) {
+                Ok(()) => {}
+                Err(err) if err.kind() == ErrorKind::NotFound => {}
+                Err(err) => return Err(err).io("delete segment file", path),
+            }
+        }
+        Ok(())
+    }
+
+    fn corrupt(&self, position: u64, reason: impl Into<String>) -> LogError {
+        LogError::Corrupt {
+            path: self.log_path.clone(),
+            position,
+            reason: reason.into(),
+        }
+    }
+
+    /// Reads and parses the batch header at `position` (a batch boundary).
+    fn header_at(&self, position: u64) -> Result<BatchHeader> {
+        let available = self
+            .size
+            .saturating_sub(position)
+            .min(BATCH_HEADER_LEN as u64);
+        let mut buf = [0u8; BATCH_HEADER_LEN];
+        let slot = buf
+            .get_mut(..available as usize)
+            .ok_or_else(|| self.corrupt(position, "header read"))?;
+        self.log
+            .read_exact_at(slot, position)
+            .io("read segment", &self.log_path)?;
+        let header =
+            BatchHeader::parse(slot).map_err(|err| self.corrupt(position, err.to_string()))?;
+        if position + header.total_len() as u64 > self.size {
+            return Err(self.corrupt(position, "batch extends past segment end"));
+        }
+        Ok(header)
+    }
+
+    /// Position and header of the first batch whose last offset is at least `offset`.
+    pub(crate) fn find(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
+        self.find_from(
+            offset,
+            u64::from(
+                self.offset_index
+                    .position_for(relative(self.base_offset, offset)),
+            ),
+        )
+    }
+
+    fn find_from(&self, offset: i64, mut position: u64) -> Result<Option<(u64, BatchHeader)>> {
+        while position < self.size {
+            let header = self.header_at(position)?;
+            if header.last_offset() >= offset {
+                return Ok(Some((position, header)));
+            }
+            position += header.total_len() as u64;
+        }
+        Ok(None)
+    }
+
+    /// Whole batches starting at `position`: as many as fit in `max_bytes`, but at least the first.
+    pub(crate) fn read_from(
+        &self,
+        position: u64,
+        first: &BatchHeader,
+        max_bytes: usize,
+    ) -> Result<Bytes> {
+        let available = self.size.saturating_sub(position);
+        let want = (max_bytes.max(first.total_len()) as u64).min(available);
+        let mut buf = BytesMut::zeroed(usize::try_from(want).unwrap_or(0));
+        self.log
+            .read_exact_at(&mut buf, position)
+            .io("read segment", &self.log_path)?;
+        let mut cut = 0usize;
+        while let Some(rest) = buf.get(cut..) {
+            match BatchHeader::parse(rest) {
+                Ok(header) if header.total_len() <= rest.len() => cut += header.total_len(),
+                _ => break,
+            }
+        }
+        if cut == 0 {
+            return Err(self.corrupt(position, "no whole batch at read position"));
+        }
+        buf.truncate(cut);
+        Ok(buf.freeze())
+    }
+
+    fn read_batch(&self, position: u64, header: &BatchHeader) -> Result<RecordBatch> {
+        let bytes = self.read_from(position, header, 0)?;
+        RecordBatch::parse(bytes).map_err(|err| self.corrupt(position, err.to_string()))
+    }
+
+    /// First record at or after `min_offset` with a timestamp of at least `timestamp`:
+    /// `(offset, timestamp)`. Exact for uncompressed batches; for compressed ones the batch's
+    /// base offset and max timestamp (records are not decompressed here).
+    pub(crate) fn find_by_timestamp(
+        &self,
+        timestamp: i64,
+        min_offset: i64,
+    ) -> Result<Option<(i64, i64)>> {
+        let start = self
+            .time_index
+            .start_offset_for(timestamp)
+            .map_or(self.base_offset, |rel| {
+                self.base_offset.saturating_add(i64::from(rel))
+            })
+            .max(min_offset);
+        let Some((mut position, _)) = self.find(start)? else {
+            return Ok(None);
+        };
+        while position < self.size {
+            let header = self.header_at(position)?;
+            if header.max_timestamp >= timestamp
+                && header.last_offset() >= min_offset
+                && let Some(found) =
+                    self.exact_record(position, &header, min_offset, |ts| ts >= timestamp)?
+            {
+                return Ok(Some(found));
+            }
+            position += header.total_len() as u64;
+        }
+        Ok(None)
+    }
+
+    /// The record of the batch at `position` matching `wanted`, refined to the exact record when
+    /// the batch is uncompressed create-time.
+    pub(crate) fn exact_record(
+        &self,
+        position: u64,
+        header: &BatchHeader,
+        min_offset: i64,
+        wanted: impl Fn(i64) -> bool,
+    ) -> Result<Option<(i64, i64)>> {
+        let coarse = (header.base_offset.max(min_offset), header.max_timestamp);
+        if header.compression() != Compression::None
+            || header.timestamp_type() == TimestampType::LogAppendTime
+        {
+            return Ok(Some(coarse));
+        }
+        let batch = self.read_batch(position, header)?;
+        let records = batch
+            .records()
+            .map_err(|err| self.corrupt(position, err.to_string()))?;
+        for record in records {
+            let record = record.map_err(|err| self.corrupt(position, err.to_string()))?;
+            if record.offset >= min_offset && wanted(record.timestamp) {
+                return Ok(Some((record.offset, record.timestamp)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Position and header of the batch with base offset `base_offset`.
+    pub(crate) fn batch_at_offset(&self, base_offset: i64) -> Result<Option<(u64, BatchHeader)>> {
+        Ok(self
+            .find(base_offset)?
+            .filter(|(_, header)| header.base_offset <= base_offset))
+    }
+}
+
+/// Walks the batches of a segment file from the start, calling `on_batch` for each valid one.
+/// Returns the valid size, the offset after the last valid batch, and how the walk ended.
+fn scan(
+    file: &File,
+    path: &Path,
+    len: u64,
+    base_offset: i64,
+    verify: bool,
+    mut on_batch: impl FnMut(&BatchHeader, u32),
+) -> Result<(u64, i64, ScanEnd)> {
+    let mut reader = WindowReader::new(file, path, len);
+    let mut position = 0u64;
+    let mut next_offset = base_offset;
+    let invalid = |position, reason: String| ScanEnd::Invalid { position, reason };
+    while position < len {
+        let remaining = len - position;
+        let header_len = remaining.min(BATCH_HEADER_LEN as u64) as usize;
+        let header = match BatchHeader::parse(reader.bytes(position, header_len)?) {
+            Ok(header) => header,
+            Err(err) => return Ok((position, next_offset, invalid(position, err.to_string()))),
+        };
+        let total = header.total_len();
+        if total as u64 > remaining {
+            let reason = format!("batch of {total} bytes extends past the end ({remaining} left)");
+            return Ok((position, next_offset, invalid(position, reason)));
+        }
+        let Ok(at) = u32::try_from(position) else {
+            return Ok((
+                position,
+                next_offset,
+                invalid(position, "position exceeds u32".into()),
+            ));
+        };
+        if verify {
+            if let Err(err) = BatchHeader::parse_validated(reader.bytes(position, total)?) {
+                return Ok((position, next_offset, invalid(position, err.to_string())));
+            }
+            if header.base_offset != next_offset {
+                let reason = format!(
+                    "batch base offset {} where {next_offset} was expected",
+                    header.base_offset
+                );
+                return Ok((position, next_offset, invalid(position, reason)));
+            }
+            if header.last_offset().saturating_sub(base_offset) > i64::from(i32::MAX) {
+                let reason = "relative offset exceeds i32".to_string();
+                return Ok((position, next_offset, invalid(position, reason)));
+            }
+        }
+        on_batch(&header, at);
+        next_offset = header.next_offset();
+        position += total as u64;
+    }
+    Ok((position, next_offset, ScanEnd::Clean))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_round_trip() {
+        assert_eq!(file_name(42, LOG_SUFFIX), "00000000000000000042.log");
+        assert_eq!(
+            parse_file_name("00000000000000000042.log", LOG_SUFFIX),
+            Some(42)
+        );
+        assert_eq!(
+            parse_file_name("00000000000000000042.index", LOG_SUFFIX),
+            None
+        );
+        assert_eq!(parse_file_name("42.log", LOG_SUFFIX), None);
+        assert_eq!(
+            parse_file_name("0000000000000000004x.log", LOG_SUFFIX),
+            None
+        );
+    }
+}

@@ -1,0 +1,528 @@
+//! Behaviour tests of the partition log on real files.
+
+use std::fs::{self, OpenOptions};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use skiff_records::{RecordBatch, RecordBatchBuilder, RecordBatches, TimestampType};
+
+use crate::*;
+
+fn batch(records: usize, timestamp: i64, value_len: usize) -> Bytes {
+    let mut builder = RecordBatchBuilder::new().producer(7, 0, 0);
+    for i in 0..records {
+        let value = vec![b'x'; value_len];
+        builder
+            .append(
+                timestamp + i as i64,
+                Some(format!("k{i}").as_bytes()),
+                Some(&value),
+                &[],
+            )
+            .unwrap();
+    }
+    builder.build().unwrap().into_bytes()
+}
+
+fn config() -> LogConfig {
+    LogConfig {
+        flush: FlushPolicy::Never,
+        retention_ms: None,
+        segment_ms: None,
+        ..LogConfig::default()
+    }
+}
+
+fn small_segments() -> LogConfig {
+    LogConfig {
+        segment_bytes: 2048,
+        index_interval_bytes: 256,
+        ..config()
+    }
+}
+
+fn batches_of(bytes: Bytes) -> Vec<RecordBatch> {
+    RecordBatches::new(bytes)
+        .collect::<skiff_records::Result<_>>()
+        .unwrap()
+}
+
+fn segment_file(dir: &Path, suffix: &str) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == suffix))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn append_then_read_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), config()).unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (0, 0));
+
+    let first = log.append(batch(3, 1_000, 10), 5_000).unwrap();
+    assert_eq!((first.base_offset, first.last_offset), (0, 2));
+    assert_eq!(first.log_append_time, -1);
+    assert_eq!(first.max_timestamp, 1_002);
+    let second = log.append(batch(2, 2_000, 10), 5_001).unwrap();
+    assert_eq!((second.base_offset, second.last_offset), (3, 4));
+    assert_eq!(log.log_end_offset(), 5);
+
+    let all = batches_of(log.read(0, 1 << 20).unwrap().records);
+    assert_eq!(
+        all.iter().map(RecordBatch::base_offset).collect::<Vec<_>>(),
+        [0, 3]
+    );
+    let offsets: Vec<i64> = all
+        .iter()
+        .flat_map(|b| b.records().unwrap().map(|r| r.unwrap().offset))
+        .collect();
+    assert_eq!(offsets, [0, 1, 2, 3, 4]);
+
+    // Mid-batch: the containing batch is returned whole.
+    let mid = batches_of(log.read(1, 1 << 20).unwrap().records);
+    assert_eq!(mid[0].base_offset(), 0);
+    // max_bytes below one batch still yields exactly one whole batch (KIP-74).
+    let one = batches_of(log.read(0, 1).unwrap().records);
+    assert_eq!(one.len(), 1);
+    // At the end: empty; past either end: out of range.
+    assert!(log.read(5, 100).unwrap().records.is_empty());
+    assert!(matches!(
+        log.read(6, 100),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    assert!(matches!(
+        log.read(-1, 100),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+}
+
+#[test]
+fn multi_batch_append_and_rejections_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(
+        dir.path(),
+        LogConfig {
+            max_message_bytes: 500,
+            ..config()
+        },
+    )
+    .unwrap();
+    let mut set = BytesMut::new();
+    set.extend_from_slice(&batch(2, 10, 5));
+    set.extend_from_slice(&batch(3, 20, 5));
+    let info = log.append(set.freeze(), 0).unwrap();
+    assert_eq!(
+        (info.base_offset, info.last_offset, info.batch_count),
+        (0, 4, 2)
+    );
+
+    let mut corrupt = batch(1, 30, 5).to_vec();
+    *corrupt.last_mut().unwrap() ^= 0xff;
+    let mut set = BytesMut::new();
+    set.extend_from_slice(&batch(1, 30, 5));
+    set.extend_from_slice(&corrupt);
+    assert!(matches!(
+        log.append(set.freeze(), 0),
+        Err(LogError::InvalidRecords(
+            skiff_records::RecordsError::CrcMismatch { .. }
+        ))
+    ));
+    let mut partial = batch(1, 30, 5);
+    partial.truncate(partial.len() - 1);
+    assert!(matches!(
+        log.append(partial, 0),
+        Err(LogError::InvalidRecords(
+            skiff_records::RecordsError::PartialBatch { .. }
+        ))
+    ));
+    assert!(matches!(
+        log.append(batch(1, 30, 600), 0),
+        Err(LogError::MessageTooLarge { .. })
+    ));
+    assert!(log.append(Bytes::new(), 0).is_err());
+    assert_eq!(log.log_end_offset(), 5);
+    assert_eq!(batches_of(log.read(0, 1 << 20).unwrap().records).len(), 2);
+}
+
+#[test]
+fn log_append_time_rewrites_timestamps() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(
+        dir.path(),
+        LogConfig {
+            timestamp_policy: TimestampPolicy::LogAppendTime,
+            ..config()
+        },
+    )
+    .unwrap();
+    log.set_leader_epoch(Some(4));
+    let info = log.append(batch(2, 1, 5), 777).unwrap();
+    assert_eq!((info.log_append_time, info.max_timestamp), (777, 777));
+    let stored = batches_of(log.read(0, 1 << 20).unwrap().records);
+    assert_eq!(stored[0].timestamp_type(), TimestampType::LogAppendTime);
+    assert_eq!(stored[0].partition_leader_epoch(), 4);
+    assert!(
+        stored[0]
+            .records()
+            .unwrap()
+            .all(|r| r.unwrap().timestamp == 777)
+    );
+}
+
+/// Appends `count` single-record batches with timestamps 1000, 1010, ...
+fn fill(log: &mut PartitionLog, count: usize) {
+    for i in 0..count {
+        log.append(batch(1, 1_000 + 10 * i as i64, 100), 0).unwrap();
+    }
+}
+
+#[test]
+fn rolls_segments_and_finds_every_offset_through_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_segments()).unwrap();
+    fill(&mut log, 60);
+    assert!(log.segment_count() > 3, "{} segments", log.segment_count());
+    assert!(
+        segment_file(dir.path(), "index")
+            .iter()
+            .any(|p| fs::metadata(p).unwrap().len() > 0)
+    );
+    for offset in 0..60 {
+        let read = batches_of(log.read(offset, 1).unwrap().records);
+        assert_eq!(read[0].base_offset(), offset);
+    }
+    // A large read stays within one segment and ends on a batch boundary.
+    let read = log.read(0, 1 << 20).unwrap().records;
+    assert!(read.len() as u64 <= small_segments().segment_bytes);
+    assert!(!batches_of(read).is_empty());
+    // Rolled segments were synced on roll.
+    assert!(log.durable_offset() > 0);
+}
+
+#[test]
+fn reopen_keeps_data_and_rebuilds_missing_or_bad_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = {
+        let mut log = PartitionLog::open(dir.path(), small_segments()).unwrap();
+        fill(&mut log, 40);
+        (0..40)
+            .map(|o| log.read(o, 1).unwrap().records)
+            .collect::<Vec<_>>()
+    };
+    let indexes = segment_file(dir.path(), "index");
+    fs::remove_file(&indexes[0]).unwrap();
+    fs::write(&indexes[1], [0xff; 13]).unwrap();
+    fs::remove_file(&segment_file(dir.path(), "timeindex")[0]).unwrap();
+
+    let mut log = PartitionLog::open(dir.path(), small_segments()).unwrap();
+    assert_eq!(log.log_end_offset(), 40);
+    assert_eq!(log.durable_offset(), 40);
+    for (offset, expected) in before.iter().enumerate() {
+        assert_eq!(&log.read(offset as i64, 1).unwrap().records, expected);
+    }
+    assert!(fs::metadata(&indexes[0]).unwrap().len() > 0);
+    assert_eq!(fs::metadata(&indexes[1]).unwrap().len() % 8, 0);
+    assert_eq!(log.append(batch(1, 5, 5), 0).unwrap().base_offset, 40);
+    assert_eq!(
+        log.offset_for_timestamp(1_005).unwrap(),
+        Some(TimestampOffset {
+            offset: 1,
+            timestamp: 1_010
+        })
+    );
+}
+
+fn last_segment(dir: &Path) -> std::path::PathBuf {
+    segment_file(dir, "log").pop().unwrap()
+}
+
+#[test]
+fn torn_tail_is_truncated_and_appends_continue() {
+    for damage in ["cut", "garbage", "flip"] {
+        let dir = tempfile::tempdir().unwrap();
+        let sizes: Vec<usize> = {
+            let mut log = PartitionLog::open(dir.path(), config()).unwrap();
+            (0..5)
+                .map(|i| log.append(batch(2, i, 50), 0).unwrap().size_in_bytes)
+                .collect()
+        };
+        let path = last_segment(dir.path());
+        let intact: u64 = sizes[..4].iter().sum::<usize>() as u64;
+        match damage {
+            "cut" => OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_len(intact + 30)
+                .unwrap(),
+            "garbage" => {
+                let mut bytes = fs::read(&path).unwrap();
+                bytes.truncate(intact as usize);
+                bytes.extend_from_slice(&[0x5a; 100]);
+                fs::write(&path, bytes).unwrap();
+            }
+            _ => {
+                let mut bytes = fs::read(&path).unwrap();
+                bytes[intact as usize + 70] ^= 0x01;
+                fs::write(&path, bytes).unwrap();
+            }
+        }
+        let strict = PartitionLog::open(
+            dir.path(),
+            LogConfig {
+                recovery: RecoveryMode::Strict,
+                ..config()
+            },
+        );
+        assert!(matches!(strict, Err(LogError::Corrupt { .. })), "{damage}");
+
+        let mut log = PartitionLog::open(dir.path(), config()).unwrap();
+        assert_eq!(log.log_end_offset(), 8, "{damage}");
+        assert_eq!(fs::metadata(&path).unwrap().len(), intact);
+        assert_eq!(batches_of(log.read(0, 1 << 20).unwrap().records).len(), 4);
+        assert_eq!(log.append(batch(1, 0, 5), 0).unwrap().base_offset, 8);
+        drop(log);
+        let log = PartitionLog::open(dir.path(), config()).unwrap();
+        assert_eq!(log.log_end_offset(), 9);
+    }
+}
+
+#[test]
+fn retention_by_size_and_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(
+        dir.path(),
+        LogConfig {
+            retention_bytes: Some(4096),
+            ..small_segments()
+        },
+    )
+    .unwrap();
+    fill(&mut log, 60);
+    let segments = log.segment_count();
+    let outcome = log.apply_retention(0).unwrap();
+    assert!(outcome.deleted_segments > 0);
+    assert_eq!(log.segment_count(), segments - outcome.deleted_segments);
+    assert!(log.size_in_bytes() <= 4096 + 2048);
+    assert!(log.size_in_bytes() > 4096 - 2048);
+    let start = log.log_start_offset();
+    assert!(start > 0);
+    assert!(matches!(
+        log.read(start - 1, 1),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    assert_eq!(
+        batches_of(log.read(start, 1).unwrap().records)[0].base_offset(),
+        start
+    );
+    drop(log);
+
+    // Time: timestamps are 1000 + 10 * offset; keep what is newer than now - retention.
+    let mut log = PartitionLog::open(
+        dir.path(),
+        LogConfig {
+            retention_ms: Some(100),
+            ..small_segments()
+        },
+    )
+    .unwrap();
+    assert_eq!(log.log_start_offset(), start);
+    let now = 1_000 + 10 * 59;
+    log.apply_retention(now).unwrap();
+    let start = log.log_start_offset();
+    // Every remaining sealed segment holds a record newer than the cutoff, the deleted ones not.
+    assert!(1_000 + 10 * (start - 1) < now - 100, "start {start}");
+    assert!(log.segment_count() >= 1);
+    // Everything old: only the active segment survives.
+    log.apply_retention(i64::MAX).unwrap();
+    assert_eq!(log.segment_count(), 1);
+    assert!(
+        !log.read(log.log_start_offset(), 1 << 20)
+            .unwrap()
+            .records
+            .is_empty()
+    );
+}
+
+#[test]
+fn delete_records_moves_start_and_deletes_covered_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_segments()).unwrap();
+    fill(&mut log, 40);
+    let segments = log.segment_count();
+    assert_eq!(log.delete_records_before(25).unwrap(), 25);
+    assert!(log.segment_count() < segments);
+    assert_eq!(log.delete_records_before(10).unwrap(), 25);
+    assert!(matches!(
+        log.delete_records_before(41),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    assert!(matches!(
+        log.read(24, 1),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    drop(log);
+    let mut log = PartitionLog::open(dir.path(), small_segments()).unwrap();
+    assert_eq!(log.log_start_offset(), 25);
+    assert_eq!(
+        batches_of(log.read(25, 1).unwrap().records)[0].base_offset(),
+        25
+    );
+    // Timestamp lookups ignore deleted records.
+    assert_eq!(log.offset_for_timestamp(0).unwrap().unwrap().offset, 25);
+    // Deleting up to the end leaves an empty readable log.
+    log.delete_records_before(40).unwrap();
+    assert!(log.read(40, 10).unwrap().records.is_empty());
+}
+
+#[test]
+fn offset_for_timestamp_and_max_timestamp() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_segments()).unwrap();
+    assert_eq!(log.max_timestamp_offset().unwrap(), None);
+    // Batches of 3 records: timestamps t, t+1, t+2 with t = 100 * batch index.
+    for i in 0..30 {
+        log.append(batch(3, 100 * i, 60), 0).unwrap();
+    }
+    // An older-timestamped batch after the max.
+    log.append(batch(1, 50, 5), 0).unwrap();
+    let find = |ts| log.offset_for_timestamp(ts).unwrap();
+    assert_eq!(
+        find(0),
+        Some(TimestampOffset {
+            offset: 0,
+            timestamp: 0
+        })
+    );
+    assert_eq!(
+        find(1),
+        Some(TimestampOffset {
+            offset: 1,
+            timestamp: 1
+        })
+    );
+    assert_eq!(
+        find(3),
+        Some(TimestampOffset {
+            offset: 3,
+            timestamp: 100
+        })
+    );
+    assert_eq!(
+        find(1_502),
+        Some(TimestampOffset {
+            offset: 47,
+            timestamp: 1_502
+        })
+    );
+    assert_eq!(
+        find(2_902),
+        Some(TimestampOffset {
+            offset: 89,
+            timestamp: 2_902
+        })
+    );
+    assert_eq!(find(2_903), None);
+    assert_eq!(
+        log.max_timestamp_offset().unwrap(),
+        Some(TimestampOffset {
+            offset: 89,
+            timestamp: 2_902
+        })
+    );
+    // Same answers after reopening (sealed segments answer from their time index).
+    drop(log);
+    let log = PartitionLog::open(dir.path(), small_segments()).unwrap();
+    assert_eq!(
+        log.offset_for_timestamp(1_502).unwrap().map(|t| t.offset),
+        Some(47)
+    );
+    assert_eq!(
+        log.max_timestamp_offset().unwrap().map(|t| t.offset),
+        Some(89)
+    );
+}
+
+#[test]
+fn flush_interval_and_explicit_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(
+        dir.path(),
+        LogConfig {
+            flush: FlushPolicy::Interval { flush_ms: 100 },
+            ..config()
+        },
+    )
+    .unwrap();
+    assert!(!log.flush_due(1_000));
+    log.append(batch(1, 0, 5), 1_000).unwrap();
+    assert_eq!(log.durable_offset(), 0);
+    assert_eq!(log.unflushed_since_ms(), Some(1_000));
+    assert!(!log.flush_due(1_050));
+    assert!(log.flush_due(1_100));
+    let target = log.sync_target().unwrap().unwrap();
+    assert_eq!(target.end_offset(), 1);
+    target.sync().unwrap();
+    log.mark_durable(target.end_offset());
+    assert_eq!(log.durable_offset(), 1);
+    assert!(!log.flush_due(5_000));
+    assert!(log.sync_target().unwrap().is_none());
+    log.append(batch(1, 0, 5), 2_000).unwrap();
+    log.flush().unwrap();
+    assert_eq!(log.durable_offset(), 2);
+}
+
+#[test]
+fn delete_removes_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("topic-0");
+    let mut log = PartitionLog::open(&path, config()).unwrap();
+    log.append(batch(1, 0, 5), 0).unwrap();
+    log.delete().unwrap();
+    assert!(!path.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn group_commit_covers_many_appends_with_few_syncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(Mutex::new(
+        PartitionLog::open(
+            dir.path(),
+            LogConfig {
+                flush: FlushPolicy::Always,
+                ..config()
+            },
+        )
+        .unwrap(),
+    ));
+    let committer = Arc::new(GroupCommitter::spawn(Arc::clone(&log)));
+    const TASKS: usize = 32;
+    const APPENDS: usize = 20;
+    let mut handles = Vec::new();
+    for _ in 0..TASKS {
+        let log = Arc::clone(&log);
+        let committer = Arc::clone(&committer);
+        handles.push(tokio::spawn(async move {
+            for _ in 0..APPENDS {
+                let info = log.lock().unwrap().append(batch(1, 0, 100), 0).unwrap();
+                committer.wait_durable(info.last_offset + 1).await.unwrap();
+                assert!(log.lock().unwrap().durable_offset() > info.last_offset);
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    let appends = (TASKS * APPENDS) as u64;
+    let syncs = committer.sync_count();
+    println!("group commit: {appends} appends, {syncs} fdatasyncs");
+    assert_eq!(log.lock().unwrap().durable_offset(), appends as i64);
+    assert!(syncs * 2 <= appends, "{syncs} syncs for {appends} appends");
+    // Already durable: returns without a sync.
+    committer.wait_durable(appends as i64).await.unwrap();
+}
