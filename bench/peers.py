@@ -218,12 +218,15 @@ def produce_phase(ctx: Ctx, target: str, topic: str, acks: str) -> Result:
 
     p = Producer({"bootstrap.servers": ctx.bootstrap, "acks": acks, "linger.ms": 5,
                   "batch.size": 1_000_000, "compression.type": "none",
-                  "queue.buffering.max.messages": 200_000, "queue.buffering.max.kbytes": 1_048_576,
+                  # 32 MiB of buffered records, like the Java producer's buffer.memory default
+                  # (kafka-producer-perf-test): bounds queueing in the under-load latency.
+                  "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 32_768,
                   "message.timeout.ms": int(ctx.phase_timeout * 1000)})
     # Warm-up: metadata + connection, so the clock measures data transfer only.
-    p.produce(topic, b"warmup", partition=0)
-    if p.flush(30) != 0:
-        raise RuntimeError(f"{target}: warm-up record to {topic} not delivered within 30s")
+    warm: list = []
+    p.produce(topic, b"warmup", partition=0, on_delivery=lambda err, msg: warm.append(err))
+    if p.flush(30) != 0 or warm != [None]:
+        raise RuntimeError(f"{target}: warm-up record to {topic} not delivered: {warm or 'timeout'}")
     deadline = time.monotonic() + ctx.phase_timeout
     t0 = time.perf_counter_ns()
     i = 0
@@ -296,15 +299,9 @@ def consume_phase(ctx: Ctx, target: str, topic: str, produced: int) -> Result:
     try:
         low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=15)
         expect = produced if low == 0 else min(produced, high - low)
-        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        # Wait for the first record before starting the clock (connect + ListOffsets).
-        first = None
-        while first is None and time.monotonic() < deadline:
-            msgs = [m for m in c.consume(1, 1.0) if not m.error()]
-            first = msgs[0] if msgs else None
+        # The watermark query above already connected; the clock covers assign() + fetching.
         t0 = time.perf_counter()
-        if first is not None:
-            got, nbytes = 1, len(first.value() or b"")
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         while got < expect and time.monotonic() < deadline:
             # consume() waits for the full batch or the timeout: never ask for more than is left.
             for m in c.consume(num_messages=min(10_000, expect - got), timeout=1.0):
@@ -332,6 +329,8 @@ def consume_phase(ctx: Ctx, target: str, topic: str, produced: int) -> Result:
 
 def run_workload(target: str, bootstrap: str, args, create_topics: bool = True) -> list[Result]:
     check_loopback(bootstrap)
+    # Fail fast on an unreachable target (a metadata round trip).
+    AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=15)
     ctx = Ctx(bootstrap, args.records, args.value_size, args.latency_records, args.phase_timeout)
     run = uuid.uuid4().hex[:8]
     out = []
@@ -353,6 +352,22 @@ def run_workload(target: str, bootstrap: str, args, create_topics: bool = True) 
 
 
 # ---------------------------------------------------------------- output
+
+
+def summarize(results: list[Result]) -> list[Result]:
+    """One row per (target, phase): the median round by rec/s, with all rounds' rec/s in the note."""
+    groups: dict[tuple[str, str], list[Result]] = {}
+    for r in results:
+        groups.setdefault((r.target, r.phase), []).append(r)
+    out = []
+    for rows in groups.values():
+        if len(rows) == 1:
+            out.append(rows[0])
+            continue
+        med = sorted(rows, key=lambda r: r.rec_per_s)[len(rows) // 2]
+        rounds = "rounds rec/s: " + "/".join(f"{r.rec_per_s / 1000:.0f}k" for r in rows)
+        out.append(Result(**{**asdict(med), "note": "; ".join(x for x in (rounds, med.note) if x)}))
+    return out
 
 
 def print_table(results: list[Result], failures: dict[str, str]) -> None:
@@ -384,10 +399,14 @@ def main() -> int:
     ap.add_argument("--target", action="append", default=[], metavar="NAME=HOST:PORT",
                     help="extra running broker to benchmark (repeatable), e.g. skiff=127.0.0.1:9092")
     ap.add_argument("--phase-timeout", type=float, default=300, help="upper bound per phase, seconds (default 300)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds per target; the table shows the median round per phase (default 1)")
     ap.add_argument("--json", type=Path, help="also write results as JSON to this file")
     ap.add_argument("--log-dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")),
                     help="where started brokers' logs go (default $TMPDIR or /tmp)")
     args = ap.parse_args()
+    if args.repeat < 1 or args.records < 1:
+        ap.error("--repeat and --records must be >= 1")
 
     peers = [] if args.peers == "none" else [p.strip() for p in args.peers.split(",") if p.strip()]
     for p in peers:
@@ -408,7 +427,8 @@ def main() -> int:
     def attempt(name: str, cm_factory, create_topics: bool = True) -> None:
         try:
             with cm_factory() as bootstrap:
-                results.extend(run_workload(name, bootstrap, args, create_topics))
+                for _ in range(args.repeat):  # same broker, fresh topics each round
+                    results.extend(run_workload(name, bootstrap, args, create_topics))
         except Exception as exc:  # noqa: BLE001 -- one failing target must not hide the others
             failures[name] = f"{type(exc).__name__}: {exc}"
             print(f"# {name}: FAILED: {exc}", file=sys.stderr)
@@ -427,8 +447,9 @@ def main() -> int:
     ck_version = v if isinstance(v, str) else v[0]
     print(f"\n# {time.strftime('%Y-%m-%d %H:%M %Z')}, {platform.node()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, confluent-kafka {ck_version}"
-          f" (librdkafka {confluent_kafka.libversion()[0]}), {args.records} x {args.value_size} B records")
-    print_table(results, failures)
+          f" (librdkafka {confluent_kafka.libversion()[0]}), {args.records} x {args.value_size} B records, "
+          f"{args.repeat} round(s)")
+    print_table(summarize(results), failures)
     if args.json:
         args.json.write_text(json.dumps({"results": [asdict(r) for r in results], "failures": failures},
                                         indent=2, default=str))

@@ -163,3 +163,22 @@ def test_aiokafka_reads_confluent_records(mock_cluster, topic):
             await c.stop()
 
     assert asyncio.run(asyncio.wait_for(consume(), DEADLINE_S)) == sent
+
+
+def test_kcat_interop(mock_cluster, topic):
+    """kcat (Debian's build, librdkafka 2.0.2) round trip through the mock cluster. CI installs kcat."""
+    import os
+    import shutil
+    import subprocess
+
+    kcat = shutil.which("kcat")
+    if kcat is None:
+        if os.environ.get("CI"):
+            pytest.fail("kcat not on PATH in CI (.ci/run installs it)")
+        pytest.skip("kcat not installed (apt-get install kcat)")
+    lines = "".join(f"line-{i}\n" for i in range(N))
+    subprocess.run([kcat, "-b", mock_cluster, "-P", "-t", topic, "-p", "0"], input=lines, text=True,
+                   check=True, timeout=DEADLINE_S)
+    out = subprocess.run([kcat, "-b", mock_cluster, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q"],
+                         capture_output=True, text=True, check=True, timeout=DEADLINE_S).stdout
+    assert out.splitlines() == [f"line-{i}" for i in range(N)]
