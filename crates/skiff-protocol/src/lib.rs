@@ -6,6 +6,7 @@
 //! allocated) and zero-copy (strings, bytes and record sets are `Bytes` slices of the frame).
 
 pub mod codec;
+pub mod error_response;
 pub mod frame;
 pub mod generated;
 pub mod header;
@@ -14,6 +15,7 @@ pub mod testing;
 pub mod uuid;
 
 pub use codec::{ByteString, Decodable, DecodeError, Encodable, EncodeError, Message};
+pub use error_response::{error_response, response_error_codes};
 pub use frame::{DEFAULT_MAX_FRAME_SIZE, FrameError, FrameReader};
 pub use generated::api::{ApiKey, Request, Response};
 pub use header::{RequestFrame, RequestHeaderError};
