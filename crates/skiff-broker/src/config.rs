@@ -1,0 +1,290 @@
+//! Broker configuration: a TOML file with Kafka-style keys, overridden by command-line flags.
+//!
+//! Keys may be written dotted (`num.partitions = 3`, which TOML reads as nested tables) or quoted
+//! (`"num.partitions" = 3`); both are flattened to `num.partitions`. Skiff's own keys (listener,
+//! data directory, node ID, flush policy, limits) are taken here; every other key is a Kafka broker
+//! config handed to `skiff-meta`, which validates it against its registry.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+/// When acknowledged appends reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushMode {
+    /// acks=all is answered after fdatasync (group-committed). The default.
+    Always,
+    /// fdatasync every `flush.ms` milliseconds; acks=all does not wait for it.
+    Interval { flush_ms: u64 },
+}
+
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// `listen`: the Kafka listener address.
+    pub listen: SocketAddr,
+    /// `advertise`: host and port given to clients in Metadata (defaults to the bound address).
+    pub advertise: Option<(String, u16)>,
+    /// `data.dir`: where partitions and metadata live.
+    pub data_dir: PathBuf,
+    /// `node.id`.
+    pub node_id: i32,
+    /// `flush` (+ `flush.ms`).
+    pub flush: FlushMode,
+    /// `socket.request.max.bytes`: the largest request frame accepted.
+    pub socket_request_max_bytes: usize,
+    /// `max.connections`: connections beyond this wait in the accept queue.
+    pub max_connections: usize,
+    /// Every other key: static Kafka broker configs, validated by `skiff-meta`.
+    pub kafka: BTreeMap<String, String>,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            advertise: None,
+            data_dir: PathBuf::from("./skiff-data"),
+            node_id: 1,
+            flush: FlushMode::Always,
+            socket_request_max_bytes: skiff_protocol::DEFAULT_MAX_FRAME_SIZE,
+            max_connections: 10_000,
+            kafka: BTreeMap::new(),
+        }
+    }
+}
+
+/// Values given on the command line; they win over the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub advertise: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub node_id: Option<i32>,
+    /// `key=value` pairs, as in the file.
+    pub set: Vec<(String, String)>,
+}
+
+impl BrokerConfig {
+    /// Loads an optional TOML file, then applies the overrides.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<BrokerConfig> {
+        let mut entries = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading config file {}", path.display()))?;
+                flatten_toml(&text).with_context(|| format!("in config file {}", path.display()))?
+            }
+            None => BTreeMap::new(),
+        };
+        for (k, v) in &overrides.set {
+            entries.insert(k.clone(), v.clone());
+        }
+        if let Some(v) = &overrides.listen {
+            entries.insert("listen".into(), v.clone());
+        }
+        if let Some(v) = &overrides.advertise {
+            entries.insert("advertise".into(), v.clone());
+        }
+        if let Some(v) = &overrides.data_dir {
+            entries.insert("data.dir".into(), v.display().to_string());
+        }
+        if let Some(v) = overrides.node_id {
+            entries.insert("node.id".into(), v.to_string());
+        }
+        BrokerConfig::from_entries(entries)
+    }
+
+    /// Builds a config from flattened `key = value` entries.
+    pub fn from_entries(mut entries: BTreeMap<String, String>) -> Result<BrokerConfig> {
+        let mut config = BrokerConfig::default();
+        if let Some(v) = entries.remove("listen") {
+            config.listen = v.parse().with_context(|| {
+                format!("listen = {v:?}: expected HOST:PORT with an IP address")
+            })?;
+        }
+        if let Some(v) = entries.remove("advertise") {
+            config.advertise = Some(parse_host_port(&v).context("advertise")?);
+        }
+        if let Some(v) = entries.remove("data.dir") {
+            if v.trim().is_empty() {
+                bail!("data.dir must not be empty");
+            }
+            config.data_dir = PathBuf::from(v);
+        }
+        if let Some(v) = entries.remove("node.id") {
+            config.node_id = parse_num(&v, "node.id", 0, i64::from(i32::MAX))? as i32;
+        }
+        let flush_ms = entries
+            .remove("flush.ms")
+            .map(|v| parse_num(&v, "flush.ms", 1, 86_400_000))
+            .transpose()?;
+        match entries.remove("flush").as_deref() {
+            None | Some("always") => {
+                if flush_ms.is_some() {
+                    bail!("flush.ms only applies with flush = \"interval\"");
+                }
+            }
+            Some("interval") => {
+                config.flush = FlushMode::Interval {
+                    flush_ms: flush_ms.unwrap_or(1000) as u64,
+                }
+            }
+            Some(other) => bail!("flush = {other:?}: expected \"always\" or \"interval\""),
+        }
+        if let Some(v) = entries.remove("socket.request.max.bytes") {
+            config.socket_request_max_bytes =
+                parse_num(&v, "socket.request.max.bytes", 1024, i64::from(i32::MAX))? as usize;
+        }
+        if let Some(v) = entries.remove("max.connections") {
+            config.max_connections = parse_num(&v, "max.connections", 1, 1_000_000)? as usize;
+        }
+        config.kafka = entries;
+        Ok(config)
+    }
+
+    /// The host and port clients are told to connect to.
+    pub fn advertised(&self, bound: SocketAddr) -> (String, u16) {
+        self.advertise
+            .clone()
+            .unwrap_or_else(|| (bound.ip().to_string(), bound.port()))
+    }
+}
+
+fn parse_num(text: &str, key: &str, min: i64, max: i64) -> Result<i64> {
+    let v: i64 = text
+        .trim()
+        .parse()
+        .with_context(|| format!("{key} = {text:?}: expected a whole number"))?;
+    if v < min || v > max {
+        bail!("{key} = {v}: must be between {min} and {max}");
+    }
+    Ok(v)
+}
+
+fn parse_host_port(text: &str) -> Result<(String, u16)> {
+    let (host, port) = text
+        .rsplit_once(':')
+        .with_context(|| format!("{text:?}: expected HOST:PORT"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        bail!("{text:?}: the host is empty");
+    }
+    let port: u16 = port
+        .parse()
+        .with_context(|| format!("{text:?}: bad port"))?;
+    Ok((host.to_string(), port))
+}
+
+/// Flattens a TOML document into `a.b.c = value` entries with string values.
+pub fn flatten_toml(text: &str) -> Result<BTreeMap<String, String>> {
+    let table: toml::Table = text.parse().context("invalid TOML")?;
+    let mut out = BTreeMap::new();
+    flatten_into(&mut out, "", &table)?;
+    Ok(out)
+}
+
+fn flatten_into(
+    out: &mut BTreeMap<String, String>,
+    prefix: &str,
+    table: &toml::Table,
+) -> Result<()> {
+    for (key, value) in table {
+        let name = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        let text = match value {
+            toml::Value::Table(inner) => {
+                flatten_into(out, &name, inner)?;
+                continue;
+            }
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Float(f) => f.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            toml::Value::Array(items) => {
+                let mut parts = Vec::new();
+                for item in items {
+                    match item {
+                        toml::Value::String(s) => parts.push(s.clone()),
+                        toml::Value::Integer(i) => parts.push(i.to_string()),
+                        other => bail!("{name}: unsupported list element {other}"),
+                    }
+                }
+                parts.join(",")
+            }
+            toml::Value::Datetime(d) => bail!("{name}: dates are not config values ({d})"),
+        };
+        if out.insert(name.clone(), text).is_some() {
+            bail!("{name} is set twice");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dotted_and_quoted_keys_flatten_the_same() {
+        let a = flatten_toml("num.partitions = 3\nlog.retention.ms = 1000\n").unwrap_or_default();
+        let b = flatten_toml("\"num.partitions\" = 3\n\"log.retention.ms\" = 1000\n")
+            .unwrap_or_default();
+        assert_eq!(a, b);
+        assert_eq!(a.get("num.partitions").map(String::as_str), Some("3"));
+    }
+
+    #[test]
+    fn skiff_keys_are_taken_and_the_rest_passed_on() {
+        let entries = flatten_toml(
+            "listen = \"127.0.0.1:19092\"\ndata.dir = \"/tmp/x\"\nnode.id = 7\nflush = \"interval\"\nflush.ms = 50\nnum.partitions = 4\n",
+        )
+        .unwrap_or_default();
+        let config = BrokerConfig::from_entries(entries).expect("valid");
+        assert_eq!(config.listen.port(), 19092);
+        assert_eq!(config.node_id, 7);
+        assert_eq!(config.flush, FlushMode::Interval { flush_ms: 50 });
+        assert_eq!(config.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(
+            config.kafka.get("num.partitions").map(String::as_str),
+            Some("4")
+        );
+    }
+
+    #[test]
+    fn bad_values_are_clear_errors() {
+        for bad in [
+            "listen = \"nowhere\"",
+            "flush = \"sometimes\"",
+            "flush.ms = 10",
+            "node.id = -1",
+            "socket.request.max.bytes = 10",
+            "advertise = \"host\"",
+        ] {
+            let entries = flatten_toml(bad).unwrap_or_default();
+            assert!(BrokerConfig::from_entries(entries).is_err(), "{bad}");
+        }
+        assert!(flatten_toml("a = [").is_err());
+        assert!(flatten_toml("a.b = 1\n\"a.b\" = 2").is_err());
+    }
+
+    #[test]
+    fn overrides_win_over_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("skiff.toml");
+        std::fs::write(&path, "listen = \"127.0.0.1:1\"\nnode.id = 2\n").expect("write");
+        let config = BrokerConfig::load(
+            Some(&path),
+            &Overrides {
+                listen: Some("127.0.0.1:2".into()),
+                ..Default::default()
+            },
+        )
+        .expect("load");
+        assert_eq!(config.listen.port(), 2);
+        assert_eq!(config.node_id, 2);
+    }
+}

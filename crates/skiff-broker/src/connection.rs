@@ -1,0 +1,273 @@
+//! One client connection: read frames, apply the KIP-1313 identity rule, dispatch, and write
+//! responses in request order.
+//!
+//! Requests are pipelined: each is dispatched as soon as it is read (so state changes happen in
+//! request order), and a reply that must wait (acks=all durability, a fetch long-poll) waits
+//! while later requests are read; responses still leave in request order.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesOrdered;
+use skiff_protocol::header::encode_response_frame_into;
+use skiff_protocol::{
+    ApiKey, FrameError, FrameReader, Request, RequestFrame, RequestHeaderError, Response,
+    error_codes,
+};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::watch;
+
+use crate::handlers::{self, Reply, RequestContext};
+use crate::identity::{ConnectionIdentity, Verdict};
+use crate::state::Broker;
+
+/// Requests read ahead of their responses, per connection (Kafka clients use at most 5).
+const MAX_IN_FLIGHT: usize = 32;
+
+/// A response waiting its turn: (version, correlation ID, response) or nothing for acks=0.
+type Pending = BoxFuture<'static, Option<(i16, i32, Response)>>;
+
+pub struct Connection {
+    reader: FrameReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+    peer: SocketAddr,
+    broker: Arc<Broker>,
+    shutdown: watch::Receiver<bool>,
+    span: tracing::Span,
+    identity: ConnectionIdentity,
+    client_software: Option<(String, String)>,
+}
+
+/// What to do with the connection after a request.
+enum Next {
+    Continue,
+    Close,
+}
+
+impl Connection {
+    pub fn new(
+        stream: TcpStream,
+        peer: SocketAddr,
+        broker: Arc<Broker>,
+        shutdown: watch::Receiver<bool>,
+        span: tracing::Span,
+    ) -> Self {
+        let (read, write) = stream.into_split();
+        let max = broker.config.socket_request_max_bytes;
+        Connection {
+            reader: FrameReader::new(read, max),
+            writer: write,
+            peer,
+            broker,
+            shutdown,
+            span,
+            identity: ConnectionIdentity::default(),
+            client_software: None,
+        }
+    }
+
+    pub async fn run(mut self) {
+        self.broker
+            .metrics
+            .connections_accepted
+            .fetch_add(1, Ordering::Relaxed);
+        self.broker
+            .metrics
+            .connections_open
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::debug!("connection opened");
+        let reason = self.serve().await;
+        self.broker
+            .metrics
+            .connections_open
+            .fetch_sub(1, Ordering::Relaxed);
+        tracing::debug!(reason, "connection closed");
+    }
+
+    async fn serve(&mut self) -> &'static str {
+        let mut pending: FuturesOrdered<Pending> = FuturesOrdered::new();
+        let mut out = BytesMut::with_capacity(64 * 1024);
+        let mut closing: Option<&'static str> = None;
+        loop {
+            if closing.is_some() && pending.is_empty() {
+                break;
+            }
+            let can_read = closing.is_none() && pending.len() < MAX_IN_FLIGHT;
+            tokio::select! {
+                frame = self.reader.read_frame(), if can_read => {
+                    match frame {
+                        Ok(Some(frame)) => {
+                            if let Next::Close = self.on_frame(frame, &mut pending) {
+                                closing = Some("protocol error");
+                            }
+                        }
+                        Ok(None) => closing = Some("peer closed"),
+                        Err(FrameError::Io(e)) => {
+                            tracing::debug!(error = %e, "read failed");
+                            return "read error";
+                        }
+                        Err(e) => {
+                            tracing::info!(error = %e, "bad frame; closing");
+                            closing = Some("bad frame");
+                        }
+                    }
+                }
+                Some(done) = pending.next(), if !pending.is_empty() => {
+                    if let Some((version, correlation_id, response)) = done
+                        && let Err(e) = encode_response_frame_into(&mut out, &response, version, correlation_id)
+                    {
+                        tracing::error!(error = %e, api = ?response.api_key(), version, "could not encode a response; closing");
+                        return "encode error";
+                    }
+                    // Batch responses that are already complete into one write.
+                    if pending.is_empty() || !self.reader.has_buffered_frame() {
+                        if let Err(e) = self.writer.write_all(&out).await {
+                            tracing::debug!(error = %e, "write failed");
+                            return "write error";
+                        }
+                        out.clear();
+                    }
+                }
+                _ = crate::server::stopped(&mut self.shutdown), if closing.is_none() => {
+                    closing = Some("broker shutting down");
+                }
+            }
+        }
+        if !out.is_empty() {
+            let _ = self.writer.write_all(&out).await;
+        }
+        let _ = self.writer.shutdown().await;
+        closing.unwrap_or("closed")
+    }
+
+    fn on_frame(&mut self, frame: Bytes, pending: &mut FuturesOrdered<Pending>) -> Next {
+        let frame = match RequestFrame::parse(frame) {
+            Ok(frame) => frame,
+            Err(RequestHeaderError::UnknownApiKey {
+                api_key,
+                correlation_id,
+            }) => {
+                tracing::info!(api_key, ?correlation_id, "unknown API key; closing");
+                return Next::Close;
+            }
+            Err(RequestHeaderError::Malformed(e)) => {
+                tracing::info!(error = %e, "malformed request header; closing");
+                return Next::Close;
+            }
+        };
+        let api_key = frame.api_key;
+        let version = frame.version();
+        let correlation_id = frame.correlation_id();
+        self.broker.metrics.count_request(api_key);
+
+        let supported = handlers::supported_versions(api_key);
+        let version_ok = supported.is_some_and(|(lo, hi)| (lo..=hi).contains(&version));
+        if !version_ok && api_key == ApiKey::ApiVersions {
+            // Answer with a v0 body listing what is supported, so the client can retry.
+            let response = handlers::api_versions::unsupported_version_response();
+            pending.push_back(Box::pin(async move { Some((0, correlation_id, response)) }));
+            return Next::Continue;
+        }
+
+        let request = match frame.decode_body() {
+            Ok(request) => request,
+            Err(e) => {
+                tracing::info!(api = ?api_key, version, error = %e, "undecodable request body; closing");
+                return Next::Close;
+            }
+        };
+
+        if !version_ok {
+            tracing::info!(api = ?api_key, version, "unsupported API version");
+            let response = skiff_protocol::error_response::error_response(
+                &request,
+                version,
+                error_codes::UNSUPPORTED_VERSION,
+                Some("this API version is not supported by Skiff"),
+            );
+            pending.push_back(Box::pin(async move {
+                Some((version, correlation_id, response))
+            }));
+            return Next::Continue;
+        }
+
+        // KIP-1313: the identity rule runs before any handler.
+        let verdict = self
+            .identity
+            .check(frame.header_version, frame.header.instance_id());
+        match verdict {
+            Verdict::Accept { fixed_now: true } => {
+                let metrics = &self.broker.metrics;
+                match self.identity.instance_id() {
+                    Some(id) => {
+                        self.span
+                            .record("client_instance_id", tracing::field::display(id));
+                        metrics
+                            .connections_with_instance_id
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    None => {
+                        metrics
+                            .connections_without_instance_id
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            Verdict::Accept { fixed_now: false } => {}
+            Verdict::Reject { reason, .. } => {
+                self.broker.metrics.count_rejection(reason);
+                let message = verdict.message().unwrap_or_default();
+                tracing::info!(api = ?api_key, reason = reason.label(), "{message}");
+                let response = skiff_protocol::error_response::error_response(
+                    &request,
+                    version,
+                    error_codes::INVALID_REQUEST,
+                    Some(&message),
+                );
+                pending.push_back(Box::pin(async move {
+                    Some((version, correlation_id, response))
+                }));
+                return Next::Continue;
+            }
+        }
+
+        if let Request::ApiVersions(r) = &request
+            && version >= 3
+        {
+            self.client_software = Some((
+                r.client_software_name.to_string(),
+                r.client_software_version.to_string(),
+            ));
+        }
+
+        let ctx = RequestContext {
+            broker: Arc::clone(&self.broker),
+            api_key,
+            version,
+            correlation_id,
+            client_id: frame.header.client_id.as_ref().map(|s| s.to_string()),
+            instance_id: self.identity.instance_id(),
+            peer: self.peer,
+        };
+        match handlers::dispatch(&ctx, request) {
+            Reply::Now(response) => {
+                pending.push_back(Box::pin(async move {
+                    Some((version, correlation_id, response))
+                }));
+            }
+            Reply::Later(future) => {
+                pending.push_back(Box::pin(async move {
+                    Some((version, correlation_id, future.await))
+                }));
+            }
+            Reply::Nothing => pending.push_back(Box::pin(async { None })),
+        }
+        Next::Continue
+    }
+}

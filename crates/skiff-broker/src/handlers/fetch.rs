@@ -1,0 +1,212 @@
+//! Fetch v4-17: whole batches straight from segment bytes. A fetch that finds fewer than
+//! `min_bytes` waits (up to `max_wait_ms`) for an append to one of its partitions, woken by the
+//! partitions' end-offset signals rather than by polling.
+//!
+//! Fetch sessions (KIP-227) are declined: every response carries session ID 0, which tells the
+//! client to keep sending full requests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use skiff_log::LogError;
+use skiff_protocol::generated::FetchRequest;
+use skiff_protocol::generated::fetch_response::{
+    FetchResponse, FetchableTopicResponse, PartitionData,
+};
+use skiff_protocol::{ByteString, Response, Uuid, error_codes};
+use tokio::sync::watch;
+
+use super::{Reply, RequestContext};
+use crate::state::{Broker, Partition};
+
+const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+const KAFKA_STORAGE_ERROR: i16 = 56;
+/// Longest wait a client may ask for; longer requests are cut to this.
+const MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// One requested partition, resolved once.
+struct Target {
+    topic: usize,
+    partition: Result<Arc<Partition>, i16>,
+    index: i32,
+    fetch_offset: i64,
+    max_bytes: usize,
+    leader_epoch: i32,
+}
+
+/// Everything needed to (re)read the response.
+struct Plan {
+    version: i16,
+    topics: Vec<(ByteString, Uuid)>,
+    targets: Vec<Target>,
+    max_bytes: usize,
+    read_committed: bool,
+}
+
+pub fn handle(ctx: &RequestContext, request: FetchRequest) -> Reply {
+    let version = ctx.version;
+    if request.session_id != 0 {
+        return Reply::Now(Response::Fetch(FetchResponse {
+            error_code: FETCH_SESSION_ID_NOT_FOUND,
+            session_id: 0,
+            ..Default::default()
+        }));
+    }
+    let plan = plan(&ctx.broker, version, &request);
+    let (response, bytes, errors) = read(&plan);
+    let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
+    let max_wait =
+        Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0)).min(MAX_WAIT);
+    if bytes >= min_bytes || errors || max_wait.is_zero() || plan.targets.is_empty() {
+        return Reply::Now(Response::Fetch(response));
+    }
+    Reply::Later(Box::pin(long_poll(plan, min_bytes, max_wait)))
+}
+
+async fn long_poll(plan: Plan, min_bytes: usize, max_wait: Duration) -> Response {
+    let deadline = tokio::time::Instant::now() + max_wait;
+    let mut signals: Vec<watch::Receiver<i64>> = plan
+        .targets
+        .iter()
+        .filter_map(|t| t.partition.as_ref().ok().map(|p| p.end_offset.subscribe()))
+        .collect();
+    loop {
+        let any_append = async {
+            let waits = signals.iter_mut().map(|s| Box::pin(s.changed()));
+            let _ = futures::future::select_all(waits).await;
+        };
+        let timed_out = tokio::time::timeout_at(deadline, any_append).await.is_err();
+        let (response, bytes, errors) = read(&plan);
+        if timed_out || bytes >= min_bytes || errors {
+            return Response::Fetch(response);
+        }
+    }
+}
+
+fn plan(broker: &Broker, version: i16, request: &FetchRequest) -> Plan {
+    let by_id = version >= 13;
+    let mut topics = Vec::with_capacity(request.topics.len());
+    let mut targets = Vec::new();
+    for (t, fetch_topic) in request.topics.iter().enumerate() {
+        let topic = if by_id {
+            broker.topic_by_id(fetch_topic.topic_id)
+        } else {
+            broker.topic_by_name(&fetch_topic.topic)
+        };
+        topics.push((fetch_topic.topic.clone(), fetch_topic.topic_id));
+        let missing = if by_id {
+            error_codes::UNKNOWN_TOPIC_ID
+        } else {
+            error_codes::UNKNOWN_TOPIC_OR_PARTITION
+        };
+        for p in &fetch_topic.partitions {
+            let partition = match &topic {
+                None => Err(missing),
+                Some(topic) => topic
+                    .partition(p.partition)
+                    .cloned()
+                    .ok_or(error_codes::UNKNOWN_TOPIC_OR_PARTITION),
+            };
+            targets.push(Target {
+                topic: t,
+                partition,
+                index: p.partition,
+                fetch_offset: p.fetch_offset,
+                max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0),
+                leader_epoch: p.current_leader_epoch,
+            });
+        }
+    }
+    Plan {
+        version,
+        topics,
+        targets,
+        max_bytes: usize::try_from(request.max_bytes).unwrap_or(0),
+        read_committed: request.isolation_level == 1,
+    }
+}
+
+/// Reads every target once. Returns the response, the bytes of records in it, and whether any
+/// partition has an error (which ends a long poll at once).
+fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
+    let mut topics: Vec<FetchableTopicResponse> = plan
+        .topics
+        .iter()
+        .map(|(name, id)| FetchableTopicResponse {
+            topic: name.clone(),
+            topic_id: *id,
+            partitions: Vec::new(),
+            ..Default::default()
+        })
+        .collect();
+    let mut budget = if plan.version >= 3 {
+        plan.max_bytes
+    } else {
+        usize::MAX
+    };
+    let mut total = 0usize;
+    let mut any_error = false;
+    for target in &plan.targets {
+        let mut data = PartitionData {
+            partition_index: target.index,
+            high_watermark: -1,
+            last_stable_offset: -1,
+            log_start_offset: -1,
+            aborted_transactions: plan.read_committed.then(Vec::new),
+            records: Some(Bytes::new()),
+            ..Default::default()
+        };
+        match &target.partition {
+            Err(code) => {
+                data.error_code = *code;
+                any_error = true;
+            }
+            Ok(_) if target.leader_epoch > 0 => {
+                // Skiff's single node always leads with epoch 0.
+                data.error_code = error_codes::UNKNOWN_LEADER_EPOCH;
+                any_error = true;
+            }
+            Ok(partition) => {
+                let log = partition.lock_log();
+                data.high_watermark = log.log_end_offset();
+                data.last_stable_offset = log.log_end_offset();
+                data.log_start_offset = log.log_start_offset();
+                // The first batch is returned even if larger than the budget (KIP-74); after the
+                // budget is spent, partitions get no records.
+                let limit = target.max_bytes.min(budget);
+                if limit > 0 || total == 0 {
+                    match log.read(target.fetch_offset, limit.max(1)) {
+                        Ok(result) => {
+                            let n = result.records.len();
+                            total += n;
+                            budget = budget.saturating_sub(n);
+                            data.records = Some(result.records);
+                        }
+                        Err(LogError::OffsetOutOfRange { .. }) => {
+                            data.error_code = error_codes::OFFSET_OUT_OF_RANGE;
+                            any_error = true;
+                        }
+                        Err(e) => {
+                            tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "read failed");
+                            data.error_code = KAFKA_STORAGE_ERROR;
+                            any_error = true;
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(topic) = topics.get_mut(target.topic) {
+            topic.partitions.push(data);
+        }
+    }
+    (
+        FetchResponse {
+            session_id: 0,
+            responses: topics,
+            ..Default::default()
+        },
+        total,
+        any_error,
+    )
+}

@@ -1,0 +1,80 @@
+//! Request handlers, one module per API family, and the table of what Skiff advertises.
+//!
+//! A handler turns a typed request into calls on the broker state and returns a typed response,
+//! either at once or as a future (acks=all durability, fetch long-polls). Handlers run in request
+//! order on their connection; only the waiting part of a `Later` reply runs after that.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use skiff_protocol::{ApiKey, Request, Response, Uuid, error_codes};
+
+use crate::state::Broker;
+
+pub mod api_versions;
+pub mod fetch;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+
+/// What a handler knows about the request beyond its body.
+pub struct RequestContext {
+    pub broker: Arc<Broker>,
+    pub api_key: ApiKey,
+    pub version: i16,
+    pub correlation_id: i32,
+    pub client_id: Option<String>,
+    /// The connection's KIP-1313 client instance ID, once fixed.
+    pub instance_id: Option<Uuid>,
+    pub peer: SocketAddr,
+}
+
+/// A handler's answer. Responses are moved once per request, so their size is not worth a box.
+#[allow(clippy::large_enum_variant)]
+pub enum Reply {
+    Now(Response),
+    Later(BoxFuture<'static, Response>),
+    /// acks=0 produce: no response at all.
+    Nothing,
+}
+
+impl From<Response> for Reply {
+    fn from(response: Response) -> Self {
+        Reply::Now(response)
+    }
+}
+
+/// The request versions Skiff serves per API: exactly what ApiVersions advertises. An API not
+/// listed here is not advertised, and a request for it gets UNSUPPORTED_VERSION.
+pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
+    Some(match api_key {
+        ApiKey::Produce => (3, 12),
+        ApiKey::Fetch => (4, 17),
+        ApiKey::ListOffsets => (1, 10),
+        ApiKey::Metadata => (0, 13),
+        ApiKey::ApiVersions => (0, 4),
+        _ => return None,
+    })
+}
+
+/// Routes a decoded request to its handler.
+pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
+    match request {
+        Request::ApiVersions(r) => api_versions::handle(ctx, r).into(),
+        Request::Metadata(r) => metadata::handle(ctx, r).into(),
+        Request::Produce(r) => produce::handle(ctx, r),
+        Request::Fetch(r) => fetch::handle(ctx, r),
+        Request::ListOffsets(r) => list_offsets::handle(ctx, r).into(),
+        other => {
+            // Unreachable in practice: the connection checks `supported_versions` first.
+            skiff_protocol::error_response::error_response(
+                &other,
+                ctx.version,
+                error_codes::UNSUPPORTED_VERSION,
+                Some("this API is not supported by Skiff"),
+            )
+            .into()
+        }
+    }
+}

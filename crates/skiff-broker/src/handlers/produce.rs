@@ -1,0 +1,249 @@
+//! Produce v3-12: validate the producer's batches, check idempotent sequences, append them as-is
+//! (offsets assigned in place), and with acks=all wait for the group-committed fdatasync.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use skiff_log::LogError;
+use skiff_protocol::generated::ProduceRequest;
+use skiff_protocol::generated::produce_response::{
+    PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
+};
+use skiff_protocol::{ByteString, Response, error_codes};
+use skiff_records::{RecordBatches, RecordsError};
+
+use super::{Reply, RequestContext};
+use crate::producer::SequenceCheck;
+use crate::state::{Partition, now_ms};
+
+const KAFKA_STORAGE_ERROR: i16 = 56;
+const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+
+/// The outcome of appending to one partition.
+struct Appended {
+    base_offset: i64,
+    /// Offsets below this must be durable before acks=all is answered.
+    durable_end: i64,
+    log_append_time: i64,
+    log_start_offset: i64,
+}
+
+pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
+    let acks = request.acks;
+    let now = now_ms();
+    let mut waits: Vec<(usize, usize, Arc<Partition>, i64)> = Vec::new();
+    let mut responses = Vec::with_capacity(request.topic_data.len());
+
+    let request_error = if !matches!(acks, -1..=1) {
+        Some((
+            error_codes::INVALID_REQUIRED_ACKS,
+            "acks must be 0, 1 or -1",
+        ))
+    } else if request.transactional_id.is_some() {
+        Some((
+            TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "Skiff does not support transactions",
+        ))
+    } else {
+        None
+    };
+
+    for (t, topic_data) in request.topic_data.into_iter().enumerate() {
+        let topic = ctx.broker.topic_by_name(&topic_data.name);
+        let mut partitions = Vec::with_capacity(topic_data.partition_data.len());
+        for (p, data) in topic_data.partition_data.into_iter().enumerate() {
+            let mut response = PartitionProduceResponse {
+                index: data.index,
+                base_offset: -1,
+                log_append_time_ms: -1,
+                log_start_offset: -1,
+                ..Default::default()
+            };
+            let partition = topic.as_ref().and_then(|t| t.partition(data.index));
+            let outcome = match (request_error, partition) {
+                (Some((code, message)), _) => Err((code, message.to_string())),
+                (None, None) => Err((
+                    error_codes::UNKNOWN_TOPIC_OR_PARTITION,
+                    "this server does not host this topic-partition".to_string(),
+                )),
+                (None, Some(partition)) => append(partition, data.records, now)
+                    .map(|appended| (Arc::clone(partition), appended)),
+            };
+            match outcome {
+                Ok((partition, appended)) => {
+                    response.base_offset = appended.base_offset;
+                    response.log_append_time_ms = appended.log_append_time;
+                    response.log_start_offset = appended.log_start_offset;
+                    if acks == -1 && partition.committer.is_some() {
+                        waits.push((t, p, partition, appended.durable_end));
+                    }
+                }
+                Err((code, message)) => {
+                    tracing::debug!(topic = %topic_data.name, partition = data.index, code, %message, "produce rejected");
+                    response.error_code = code;
+                    response.error_message = Some(ByteString::from(message));
+                }
+            }
+            partitions.push(response);
+        }
+        responses.push(TopicProduceResponse {
+            name: topic_data.name,
+            partition_responses: partitions,
+            ..Default::default()
+        });
+    }
+
+    let mut response = ProduceResponse {
+        responses,
+        ..Default::default()
+    };
+    if acks == 0 {
+        return Reply::Nothing;
+    }
+    if waits.is_empty() {
+        return Reply::Now(Response::Produce(response));
+    }
+    Reply::Later(Box::pin(async move {
+        for (t, p, partition, end) in waits {
+            let Some(committer) = &partition.committer else {
+                continue;
+            };
+            if let Err(e) = committer.wait_durable(end).await {
+                tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "fdatasync failed");
+                if let Some(r) = response
+                    .responses
+                    .get_mut(t)
+                    .and_then(|topic| topic.partition_responses.get_mut(p))
+                {
+                    r.error_code = KAFKA_STORAGE_ERROR;
+                    r.error_message = Some(ByteString::from(format!("disk sync failed: {e}")));
+                    r.base_offset = -1;
+                }
+            }
+        }
+        Response::Produce(response)
+    }))
+}
+
+fn records_error(e: &RecordsError) -> i16 {
+    match e {
+        RecordsError::UnsupportedMagic { .. } => error_codes::UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        RecordsError::CrcMismatch { .. } => error_codes::CORRUPT_MESSAGE,
+        _ => error_codes::INVALID_RECORD,
+    }
+}
+
+fn append(
+    partition: &Partition,
+    records: Option<Bytes>,
+    now: i64,
+) -> Result<Appended, (i16, String)> {
+    let records = records.unwrap_or_default();
+    let batches = RecordBatches::parse_produce(records.clone())
+        .map_err(|e| (records_error(&e), e.to_string()))?;
+    for batch in &batches {
+        batch
+            .validate_for_produce()
+            .map_err(|e| (records_error(&e), e.to_string()))?;
+        if batch.is_control() {
+            return Err((
+                error_codes::INVALID_RECORD,
+                "clients may not produce control batches".into(),
+            ));
+        }
+        if batch.is_transactional() {
+            return Err((
+                TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "Skiff does not support transactions".into(),
+            ));
+        }
+    }
+
+    // Producer state first, then the log: the same order everywhere.
+    let mut producers = partition
+        .producers
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut single_duplicate = None;
+    for batch in &batches {
+        let last_seq = batch
+            .base_sequence()
+            .wrapping_add(batch.last_offset_delta());
+        match producers.check(
+            batch.producer_id(),
+            batch.producer_epoch(),
+            batch.base_sequence(),
+            last_seq,
+        ) {
+            Ok(SequenceCheck::Append) => {}
+            Ok(SequenceCheck::Duplicate { base_offset }) if batches.len() == 1 => {
+                single_duplicate = Some(base_offset);
+            }
+            Ok(SequenceCheck::Duplicate { .. }) => {
+                return Err((
+                    error_codes::DUPLICATE_SEQUENCE_NUMBER,
+                    "a retried batch arrived together with other batches".into(),
+                ));
+            }
+            Err(code) => {
+                return Err((
+                    code,
+                    format!(
+                        "producer {} epoch {} sequence {} does not follow the last one",
+                        batch.producer_id(),
+                        batch.producer_epoch(),
+                        batch.base_sequence()
+                    ),
+                ));
+            }
+        }
+    }
+
+    let mut log = partition.lock_log();
+    if let Some(base_offset) = single_duplicate {
+        return Ok(Appended {
+            base_offset,
+            durable_end: log.log_end_offset(),
+            log_append_time: -1,
+            log_start_offset: log.log_start_offset(),
+        });
+    }
+    let info = log.append(records, now).map_err(|e| {
+        let code = match &e {
+            LogError::MessageTooLarge { .. } => error_codes::MESSAGE_TOO_LARGE,
+            LogError::RecordSetTooLarge { .. } => error_codes::RECORD_LIST_TOO_LARGE,
+            LogError::InvalidRecords(inner) => records_error(inner),
+            _ => KAFKA_STORAGE_ERROR,
+        };
+        if code == KAFKA_STORAGE_ERROR {
+            tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "append failed");
+        }
+        (code, e.to_string())
+    })?;
+    drop(log);
+
+    let mut next_base = info.base_offset;
+    for batch in &batches {
+        let last_seq = batch
+            .base_sequence()
+            .wrapping_add(batch.last_offset_delta());
+        producers.record(
+            batch.producer_id(),
+            batch.producer_epoch(),
+            batch.base_sequence(),
+            last_seq,
+            next_base,
+        );
+        next_base += i64::from(batch.last_offset_delta()) + 1;
+    }
+    drop(producers);
+
+    let end = info.last_offset + 1;
+    partition.end_offset.send_replace(end);
+    Ok(Appended {
+        base_offset: info.base_offset,
+        durable_end: end,
+        log_append_time: info.log_append_time,
+        log_start_offset: info.log_start_offset,
+    })
+}

@@ -1,0 +1,18 @@
+//! `skiff-broker` owns the broker process: the listener and its connection cap, each connection's
+//! frame loop with the KIP-1313 identity rule, request dispatch to per-API handlers, and the
+//! shared state those handlers use (metadata from `skiff-meta`, partition logs from `skiff-log`).
+//!
+//! Start one with [`start`]; stop it with [`RunningBroker::shutdown`].
+
+pub mod config;
+mod connection;
+pub mod handlers;
+pub mod identity;
+mod node_file;
+pub mod producer;
+mod server;
+pub mod state;
+
+pub use config::{BrokerConfig, FlushMode, Overrides};
+pub use server::{RunningBroker, start};
+pub use state::Broker;

@@ -1,0 +1,237 @@
+//! Idempotent producers: producer ID allocation and per-partition sequence checks.
+//!
+//! The sequence rules follow Kafka's `ProducerAppendInfo`: a batch from a known producer epoch
+//! must continue the last sequence (wrapping at i32::MAX); a retried batch identical to one of
+//! the last five is acknowledged with its original offsets and not appended again; an older epoch
+//! is fenced; a new epoch starts at sequence 0; a producer the partition has no state for is
+//! accepted at any sequence (its state may have gone with retention).
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use skiff_protocol::error_codes;
+
+use crate::node_file::write_atomically;
+
+/// How many recent batches per producer are remembered for duplicate detection (Kafka: 5).
+const RECENT_BATCHES: usize = 5;
+/// Producer IDs are reserved on disk in blocks, so a restart never hands one out twice.
+const ID_BLOCK: i64 = 1000;
+const ID_FILE: &str = "producer-ids";
+
+/// Hands out producer IDs, never reusing one across restarts.
+#[derive(Debug)]
+pub struct ProducerIdAllocator {
+    path: PathBuf,
+    next: i64,
+    reserved_until: i64,
+}
+
+impl ProducerIdAllocator {
+    pub fn open(data_dir: &Path) -> Result<Self> {
+        let path = data_dir.join(ID_FILE);
+        let start = match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                let v: i64 = text
+                    .trim()
+                    .parse()
+                    .with_context(|| format!("{} is corrupt", path.display()))?;
+                if v < 0 {
+                    bail!("{} holds a negative producer ID", path.display());
+                }
+                v
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        Ok(ProducerIdAllocator {
+            path,
+            next: start,
+            reserved_until: start,
+        })
+    }
+
+    pub fn allocate(&mut self) -> Result<i64> {
+        if self.next >= self.reserved_until {
+            let until = self
+                .next
+                .checked_add(ID_BLOCK)
+                .context("producer IDs exhausted")?;
+            write_atomically(&self.path, format!("{until}\n").as_bytes())?;
+            self.reserved_until = until;
+        }
+        let id = self.next;
+        self.next += 1;
+        Ok(id)
+    }
+}
+
+/// What an incoming batch from an idempotent producer means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SequenceCheck {
+    /// Append it.
+    Append,
+    /// A retry of a batch already in the log: answer with these offsets, append nothing.
+    Duplicate { base_offset: i64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BatchMeta {
+    first_seq: i32,
+    last_seq: i32,
+    base_offset: i64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct ProducerEntry {
+    epoch: i16,
+    recent: VecDeque<BatchMeta>,
+}
+
+/// Sequence state of the idempotent producers writing to one partition.
+#[derive(Debug, Default)]
+pub struct ProducerStates {
+    producers: HashMap<i64, ProducerEntry>,
+}
+
+fn in_sequence(last: i32, next: i32) -> bool {
+    next == last.wrapping_add(1) || (next == 0 && last == i32::MAX)
+}
+
+impl ProducerStates {
+    /// Checks a batch; the error is a Kafka error code.
+    pub fn check(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        first_seq: i32,
+        last_seq: i32,
+    ) -> Result<SequenceCheck, i16> {
+        if producer_id < 0 {
+            return Ok(SequenceCheck::Append);
+        }
+        let Some(entry) = self.producers.get(&producer_id) else {
+            return Ok(SequenceCheck::Append);
+        };
+        if epoch < entry.epoch {
+            return Err(error_codes::INVALID_PRODUCER_EPOCH);
+        }
+        if epoch > entry.epoch {
+            return if first_seq == 0 {
+                Ok(SequenceCheck::Append)
+            } else {
+                Err(error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER)
+            };
+        }
+        if let Some(dup) = entry
+            .recent
+            .iter()
+            .find(|b| b.first_seq == first_seq && b.last_seq == last_seq)
+        {
+            return Ok(SequenceCheck::Duplicate {
+                base_offset: dup.base_offset,
+            });
+        }
+        match entry.recent.back() {
+            Some(last) if !in_sequence(last.last_seq, first_seq) => {
+                Err(error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER)
+            }
+            _ => Ok(SequenceCheck::Append),
+        }
+    }
+
+    /// Remembers an appended batch.
+    pub fn record(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        first_seq: i32,
+        last_seq: i32,
+        base_offset: i64,
+    ) {
+        if producer_id < 0 {
+            return;
+        }
+        let entry = self.producers.entry(producer_id).or_default();
+        if epoch != entry.epoch {
+            entry.epoch = epoch;
+            entry.recent.clear();
+        }
+        if entry.recent.len() == RECENT_BATCHES {
+            entry.recent.pop_front();
+        }
+        entry.recent.push_back(BatchMeta {
+            first_seq,
+            last_seq,
+            base_offset,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequences_duplicates_and_epochs() {
+        let mut s = ProducerStates::default();
+        // Unknown producer: any sequence is accepted.
+        assert_eq!(s.check(7, 0, 5, 9), Ok(SequenceCheck::Append));
+        s.record(7, 0, 0, 4, 100);
+        assert_eq!(s.check(7, 0, 5, 9), Ok(SequenceCheck::Append));
+        assert_eq!(
+            s.check(7, 0, 6, 9),
+            Err(error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER)
+        );
+        // A retry of the last batch is a duplicate with its original offset.
+        assert_eq!(
+            s.check(7, 0, 0, 4),
+            Ok(SequenceCheck::Duplicate { base_offset: 100 })
+        );
+        // Older epoch fenced; newer epoch must start at 0.
+        s.record(7, 1, 0, 0, 200);
+        assert_eq!(
+            s.check(7, 0, 1, 1),
+            Err(error_codes::INVALID_PRODUCER_EPOCH)
+        );
+        assert_eq!(
+            s.check(7, 2, 3, 3),
+            Err(error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER)
+        );
+        assert_eq!(s.check(7, 2, 0, 0), Ok(SequenceCheck::Append));
+        // Non-idempotent batches are never checked.
+        assert_eq!(s.check(-1, -1, -1, -1), Ok(SequenceCheck::Append));
+    }
+
+    #[test]
+    fn only_the_last_five_batches_are_remembered_and_sequences_wrap() {
+        let mut s = ProducerStates::default();
+        for i in 0..6 {
+            s.record(1, 0, i, i, i64::from(i) * 10);
+        }
+        assert_eq!(
+            s.check(1, 0, 0, 0),
+            Err(error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER)
+        );
+        assert_eq!(
+            s.check(1, 0, 1, 1),
+            Ok(SequenceCheck::Duplicate { base_offset: 10 })
+        );
+        let mut s = ProducerStates::default();
+        s.record(1, 0, i32::MAX - 1, i32::MAX, 0);
+        assert_eq!(s.check(1, 0, 0, 3), Ok(SequenceCheck::Append));
+    }
+
+    #[test]
+    fn producer_ids_are_never_reused_across_restarts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut a = ProducerIdAllocator::open(dir.path()).expect("open");
+        let first = a.allocate().expect("id");
+        let second = a.allocate().expect("id");
+        assert_eq!(second, first + 1);
+        drop(a);
+        let mut b = ProducerIdAllocator::open(dir.path()).expect("reopen");
+        assert!(b.allocate().expect("id") > second);
+    }
+}

@@ -1,0 +1,165 @@
+//! The listener: binds, accepts connections under a cap, runs background maintenance, and shuts
+//! down gracefully (stop accepting, let connections finish what they have read, flush, return).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use crate::config::{BrokerConfig, FlushMode};
+use crate::connection::Connection;
+use crate::state::Broker;
+
+/// How often retention runs (Kafka's `log.retention.check.interval.ms` default).
+const RETENTION_INTERVAL: Duration = Duration::from_secs(300);
+
+/// A broker running on a tokio runtime.
+pub struct RunningBroker {
+    pub local_addr: SocketAddr,
+    pub broker: Arc<Broker>,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<Result<()>>,
+}
+
+impl RunningBroker {
+    /// Asks the broker to stop and waits until it has.
+    pub async fn shutdown(self) -> Result<()> {
+        let _ = self.shutdown.send(true);
+        self.task.await.context("broker task panicked")?
+    }
+
+    /// Waits until the broker stops by itself (it only does on a fatal error).
+    pub async fn wait(self) -> Result<()> {
+        self.task.await.context("broker task panicked")?
+    }
+
+    /// A sender that stops the broker when `true` is sent (for signal handlers).
+    pub fn shutdown_handle(&self) -> watch::Sender<bool> {
+        self.shutdown.clone()
+    }
+}
+
+/// Binds the listener, opens the data directory, and starts serving.
+pub async fn start(config: BrokerConfig) -> Result<RunningBroker> {
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
+    let local_addr = listener.local_addr()?;
+    let broker = Broker::open(config, local_addr)?;
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let task = tokio::spawn(serve(listener, Arc::clone(&broker), shutdown_rx));
+    tracing::info!(
+        listen = %local_addr,
+        data_dir = %broker.config.data_dir.display(),
+        cluster_id = %broker.cluster_id,
+        "skiff broker started"
+    );
+    Ok(RunningBroker {
+        local_addr,
+        broker,
+        shutdown,
+        task,
+    })
+}
+
+async fn serve(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<()> {
+    let limit = Arc::new(Semaphore::new(broker.config.max_connections));
+    // Every connection holds a clone; when all are gone, recv() returns None.
+    let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
+    let connection_ids = AtomicU64::new(1);
+    let maintenance = tokio::spawn(maintenance(Arc::clone(&broker), shutdown.clone()));
+
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&limit).acquire_owned() => permit.context("connection limit closed")?,
+            _ = stopped(&mut shutdown) => break,
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stopped(&mut shutdown) => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let id = connection_ids.fetch_add(1, Ordering::Relaxed);
+        let span = tracing::info_span!(
+            "conn",
+            id,
+            peer = %peer,
+            client_instance_id = tracing::field::Empty
+        );
+        let connection = Connection::new(
+            stream,
+            peer,
+            Arc::clone(&broker),
+            shutdown.clone(),
+            span.clone(),
+        );
+        let done = done_tx.clone();
+        tokio::spawn(
+            async move {
+                connection.run().await;
+                drop(permit);
+                drop(done);
+            }
+            .instrument(span),
+        );
+    }
+
+    drop(listener);
+    drop(done_tx);
+    tracing::info!("stopped accepting; waiting for connections to finish");
+    let _ = done_rx.recv().await;
+    maintenance.abort();
+    let flushing = Arc::clone(&broker);
+    tokio::task::spawn_blocking(move || flushing.flush_due(true))
+        .await
+        .context("final flush panicked")?;
+    tracing::info!("skiff broker stopped");
+    Ok(())
+}
+
+/// Periodic work: retention, and `flush = interval` syncs.
+async fn maintenance(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let flush_every = match broker.config.flush {
+        FlushMode::Interval { flush_ms } => Some(Duration::from_millis(flush_ms.max(1))),
+        FlushMode::Always => None,
+    };
+    let mut retention = tokio::time::interval(RETENTION_INTERVAL);
+    let mut flush = tokio::time::interval(flush_every.unwrap_or(Duration::from_secs(3600)));
+    loop {
+        tokio::select! {
+            _ = retention.tick() => {
+                let b = Arc::clone(&broker);
+                let _ = tokio::task::spawn_blocking(move || b.apply_retention()).await;
+            }
+            _ = flush.tick(), if flush_every.is_some() => {
+                let b = Arc::clone(&broker);
+                let _ = tokio::task::spawn_blocking(move || b.flush_due(true)).await;
+            }
+            _ = stopped(&mut shutdown) => return,
+        }
+    }
+}
+
+/// Resolves once `true` has been sent (or the sender is gone).
+pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}

@@ -1,0 +1,379 @@
+//! The broker's shared state: metadata, open partition logs, and counters.
+//!
+//! Locks are `std` locks held for short, non-async critical sections; nothing awaits while
+//! holding one. fdatasync happens outside every lock (group commit in `skiff-log`).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use skiff_log::{FlushPolicy, GroupCommitter, LogConfig, PartitionLog, TimestampPolicy};
+use skiff_meta::{EffectiveTopicConfig, MetadataStore, TimestampType, TopicInfo};
+use skiff_protocol::{ApiKey, Uuid};
+use tokio::sync::watch;
+
+use crate::config::{BrokerConfig, FlushMode};
+use crate::identity::RejectReason;
+use crate::producer::ProducerStates;
+
+/// Milliseconds since the Unix epoch, the clock Kafka timestamps use.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// One partition: its log, its group committer, and a signal of its end offset for long polls.
+pub struct Partition {
+    pub topic: String,
+    pub topic_id: Uuid,
+    pub index: i32,
+    pub log: Arc<Mutex<PartitionLog>>,
+    /// Present when acks=all must wait for fdatasync (`flush = always`).
+    pub committer: Option<GroupCommitter>,
+    /// The log end offset after each append; fetches waiting for data watch it.
+    pub end_offset: watch::Sender<i64>,
+    /// Idempotent producers' sequence state for this partition.
+    pub producers: Mutex<ProducerStates>,
+}
+
+impl Partition {
+    pub fn lock_log(&self) -> MutexGuard<'_, PartitionLog> {
+        self.log.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A topic and its partitions, by index.
+pub struct Topic {
+    pub info: TopicInfo,
+    pub partitions: Vec<Arc<Partition>>,
+}
+
+impl Topic {
+    pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.partitions.get(i))
+    }
+}
+
+/// Counters shown on the admin endpoint and in logs.
+pub struct Metrics {
+    pub connections_accepted: AtomicU64,
+    pub connections_open: AtomicU64,
+    pub connections_with_instance_id: AtomicU64,
+    pub connections_without_instance_id: AtomicU64,
+    pub identity_rejections: [AtomicU64; 3],
+    pub requests: [AtomicU64; 128],
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            connections_accepted: AtomicU64::new(0),
+            connections_open: AtomicU64::new(0),
+            connections_with_instance_id: AtomicU64::new(0),
+            connections_without_instance_id: AtomicU64::new(0),
+            identity_rejections: std::array::from_fn(|_| AtomicU64::new(0)),
+            requests: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl Metrics {
+    pub fn count_request(&self, api_key: ApiKey) {
+        if let Some(counter) = usize::try_from(api_key.key())
+            .ok()
+            .and_then(|i| self.requests.get(i))
+        {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn count_rejection(&self, reason: RejectReason) {
+        let index = RejectReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0);
+        if let Some(counter) = self.identity_rejections.get(index) {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn rejections(&self, reason: RejectReason) -> u64 {
+        RejectReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .and_then(|i| self.identity_rejections.get(i))
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+}
+
+/// Everything the handlers share.
+pub struct Broker {
+    pub config: BrokerConfig,
+    pub cluster_id: String,
+    /// Host and port given to clients.
+    pub advertised: (String, u16),
+    meta: RwLock<MetadataStore>,
+    topics: RwLock<HashMap<Uuid, Arc<Topic>>>,
+    pub metrics: Metrics,
+    pub producer_ids: Mutex<crate::producer::ProducerIdAllocator>,
+}
+
+impl Broker {
+    /// Opens the data directory: metadata, every partition log (with recovery), producer IDs.
+    /// Must run inside a tokio runtime (group committers are tasks).
+    pub fn open(config: BrokerConfig, bound: SocketAddr) -> Result<Arc<Broker>> {
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
+        let meta = MetadataStore::open(&config.data_dir, &config.kafka)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| format!("opening metadata in {}", config.data_dir.display()))?;
+        let cluster_id = crate::node_file::load_or_create_cluster_id(&config.data_dir)?;
+        let producer_ids = crate::producer::ProducerIdAllocator::open(&config.data_dir)?;
+        let advertised = config.advertised(bound);
+        let broker = Arc::new(Broker {
+            config,
+            cluster_id,
+            advertised,
+            meta: RwLock::new(meta),
+            topics: RwLock::new(HashMap::new()),
+            metrics: Metrics::default(),
+            producer_ids: Mutex::new(producer_ids),
+        });
+        let infos: Vec<TopicInfo> = broker.meta().topics().cloned().collect();
+        for info in infos {
+            broker.open_topic(info)?;
+        }
+        broker.remove_stray_partition_dirs()?;
+        Ok(broker)
+    }
+
+    pub fn meta(&self) -> RwLockReadGuard<'_, MetadataStore> {
+        self.meta.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn meta_mut(&self) -> RwLockWriteGuard<'_, MetadataStore> {
+        self.meta.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn node_id(&self) -> i32 {
+        self.config.node_id
+    }
+
+    pub fn topic_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
+        self.topics
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .cloned()
+    }
+
+    pub fn topic_by_name(&self, name: &str) -> Option<Arc<Topic>> {
+        let id = self.meta().topic_id(name)?;
+        self.topic_by_id(id)
+    }
+
+    pub fn all_topics(&self) -> Vec<Arc<Topic>> {
+        let mut topics: Vec<Arc<Topic>> = self
+            .topics
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        topics.sort_by(|a, b| a.info.name.cmp(&b.info.name));
+        topics
+    }
+
+    fn partition_dir(&self, topic: &str, index: i32) -> PathBuf {
+        self.config.data_dir.join(format!("{topic}-{index}"))
+    }
+
+    /// The log settings of a topic, from its effective config and the broker's flush mode.
+    pub fn log_config(&self, topic: &EffectiveTopicConfig) -> LogConfig {
+        let flush = match self.config.flush {
+            FlushMode::Always => FlushPolicy::Always,
+            FlushMode::Interval { flush_ms } => FlushPolicy::Interval { flush_ms },
+        };
+        let positive = |v: i64| u64::try_from(v).ok();
+        LogConfig {
+            segment_bytes: u64::from(topic.segment_bytes),
+            segment_ms: positive(topic.segment_ms),
+            index_interval_bytes: u64::from(topic.index_interval_bytes.max(1)),
+            max_message_bytes: topic.max_message_bytes as usize,
+            timestamp_policy: match topic.message_timestamp_type {
+                TimestampType::LogAppendTime => TimestampPolicy::LogAppendTime,
+                _ => TimestampPolicy::CreateTime,
+            },
+            retention_ms: positive(topic.retention_ms),
+            retention_bytes: positive(topic.retention_bytes),
+            flush,
+            recovery: skiff_log::RecoveryMode::TruncateTail,
+        }
+    }
+
+    /// Opens (creating if needed) the partitions of a topic and registers it.
+    pub fn open_topic(&self, info: TopicInfo) -> Result<Arc<Topic>> {
+        let effective = self
+            .meta()
+            .effective_topic_config(&info.name)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let log_config = self.log_config(&effective);
+        let mut partitions = Vec::new();
+        for index in 0..info.partitions {
+            partitions.push(self.open_partition(&info, index, log_config.clone())?);
+        }
+        let topic = Arc::new(Topic { info, partitions });
+        self.topics
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(topic.info.id, Arc::clone(&topic));
+        Ok(topic)
+    }
+
+    fn open_partition(
+        &self,
+        info: &TopicInfo,
+        index: i32,
+        config: LogConfig,
+    ) -> Result<Arc<Partition>> {
+        let dir = self.partition_dir(&info.name, index);
+        let always = config.flush == FlushPolicy::Always;
+        let log = PartitionLog::open(&dir, config)
+            .with_context(|| format!("opening partition {}-{index}", info.name))?;
+        let end = log.log_end_offset();
+        let log = Arc::new(Mutex::new(log));
+        let committer = always.then(|| GroupCommitter::spawn(Arc::clone(&log)));
+        Ok(Arc::new(Partition {
+            topic: info.name.clone(),
+            topic_id: info.id,
+            index,
+            log,
+            committer,
+            end_offset: watch::channel(end).0,
+            producers: Mutex::new(ProducerStates::default()),
+        }))
+    }
+
+    /// Creates a topic in the metadata and opens its partitions.
+    pub fn create_topic(
+        &self,
+        new: &skiff_meta::NewTopic,
+        validate_only: bool,
+    ) -> Result<Arc<Topic>, skiff_meta::MetaError> {
+        let info = self.meta_mut().create_topic(new, validate_only)?;
+        if validate_only {
+            return Ok(Arc::new(Topic {
+                info,
+                partitions: Vec::new(),
+            }));
+        }
+        self.open_topic(info)
+            .map_err(|e| skiff_meta::MetaError::Io {
+                context: "opening the partitions of a new topic".into(),
+                source: std::io::Error::other(format!("{e:#}")),
+            })
+    }
+
+    /// Grows a registered topic to `info.partitions` partitions.
+    pub fn grow_topic(&self, info: TopicInfo) -> Result<()> {
+        let Some(old) = self.topic_by_id(info.id) else {
+            self.open_topic(info)?;
+            return Ok(());
+        };
+        let effective = self
+            .meta()
+            .effective_topic_config(&info.name)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let log_config = self.log_config(&effective);
+        let mut partitions = old.partitions.clone();
+        for index in old.partitions.len() as i32..info.partitions {
+            partitions.push(self.open_partition(&info, index, log_config.clone())?);
+        }
+        self.topics
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(info.id, Arc::new(Topic { info, partitions }));
+        Ok(())
+    }
+
+    /// Unregisters a topic and deletes its partition directories.
+    pub fn remove_topic(&self, id: Uuid) -> Result<()> {
+        let removed = self
+            .topics
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+        if let Some(topic) = removed {
+            for partition in &topic.partitions {
+                let dir = self.partition_dir(&topic.info.name, partition.index);
+                if dir.exists() {
+                    std::fs::remove_dir_all(&dir)
+                        .with_context(|| format!("deleting {}", dir.display()))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes partition directories left by a topic deleted just before a crash.
+    fn remove_stray_partition_dirs(&self) -> Result<()> {
+        let expected: std::collections::HashSet<String> = self
+            .all_topics()
+            .iter()
+            .flat_map(|t| (0..t.info.partitions).map(move |i| format!("{}-{i}", t.info.name)))
+            .collect();
+        let entries = std::fs::read_dir(&self.config.data_dir)
+            .with_context(|| format!("listing {}", self.config.data_dir.display()))?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            let looks_like_partition = path.is_dir()
+                && name
+                    .rsplit_once('-')
+                    .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+            if looks_like_partition && !expected.contains(name) {
+                tracing::warn!(dir = %path.display(), "removing the directory of a deleted partition");
+                std::fs::remove_dir_all(&path)
+                    .with_context(|| format!("deleting {}", path.display()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies retention to every partition (called periodically).
+    pub fn apply_retention(&self) {
+        let now = now_ms();
+        for topic in self.all_topics() {
+            for partition in &topic.partitions {
+                if let Err(e) = partition.lock_log().apply_retention(now) {
+                    tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e, "retention failed");
+                }
+            }
+        }
+    }
+
+    /// Flushes every partition whose `flush.ms` is due (flush = interval), or all with `force`.
+    pub fn flush_due(&self, force: bool) {
+        let now = now_ms();
+        for topic in self.all_topics() {
+            for partition in &topic.partitions {
+                let mut log = partition.lock_log();
+                if (force || log.flush_due(now))
+                    && let Err(e) = log.flush()
+                {
+                    tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "flush failed");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! The `skiff` command. `skiff broker` runs a Kafka-compatible broker on an embedded durable log.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use skiff_broker::{BrokerConfig, Overrides};
+
+#[derive(Parser)]
+#[command(
+    name = "skiff",
+    version,
+    about = "A Kafka-compatible broker where a client instance has one identity everywhere"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the broker (default: 127.0.0.1:9092, data in ./skiff-data).
+    #[command(
+        after_help = "Examples:\n  skiff broker\n  skiff broker --listen 0.0.0.0:9092 --advertise kafka.local:9092\n  skiff broker --config skiff.toml --set num.partitions=6 --set flush=interval --set flush.ms=100"
+    )]
+    Broker {
+        /// Listener address, HOST:PORT (an IP address).
+        #[arg(long)]
+        listen: Option<String>,
+        /// Address given to clients in Metadata, HOST:PORT.
+        #[arg(long)]
+        advertise: Option<String>,
+        /// Data directory.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// TOML config file with Kafka-style keys.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Node ID.
+        #[arg(long)]
+        node_id: Option<i32>,
+        /// Any config key, KEY=VALUE (repeatable); wins over the file.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Broker {
+            listen,
+            advertise,
+            data_dir,
+            config,
+            node_id,
+            set,
+        } => {
+            let mut pairs = Vec::new();
+            for item in set {
+                let Some((k, v)) = item.split_once('=') else {
+                    bail!("--set {item:?}: expected KEY=VALUE");
+                };
+                pairs.push((k.trim().to_string(), v.trim().to_string()));
+            }
+            let overrides = Overrides {
+                listen,
+                advertise,
+                data_dir,
+                node_id,
+                set: pairs,
+            };
+            let config = BrokerConfig::load(config.as_deref(), &overrides)?;
+            run_broker(config)
+        }
+    }
+}
+
+fn run_broker(config: BrokerConfig) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let running = skiff_broker::start(config).await?;
+        let stop = running.shutdown_handle();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("shutdown signal received");
+            let _ = stop.send(true);
+        });
+        running.wait().await
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
