@@ -240,9 +240,10 @@ mod tests {
     #[test]
     fn skiff_keys_are_taken_and_the_rest_passed_on() {
         let entries = flatten_toml(
-            "listen = \"127.0.0.1:19092\"\ndata.dir = \"/tmp/x\"\nnode.id = 7\nflush = \"interval\"\nflush.ms = 50\nnum.partitions = 4\n",
+            // `flush` and `flush.ms` must be quoted: dotted, `flush` would be both a value and a table.
+            "listen = \"127.0.0.1:19092\"\ndata.dir = \"/tmp/x\"\nnode.id = 7\n\"flush\" = \"interval\"\n\"flush.ms\" = 50\nnum.partitions = 4\n",
         )
-        .unwrap_or_default();
+        .expect("valid TOML");
         let config = BrokerConfig::from_entries(entries).expect("valid");
         assert_eq!(config.listen.port(), 19092);
         assert_eq!(config.node_id, 7);
