@@ -1,0 +1,189 @@
+//! Test harness: a real broker on an ephemeral loopback port and a raw protocol client.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use skiff_broker::{BrokerConfig, RunningBroker};
+use skiff_protocol::header::{encode_request_frame, parse_response_frame};
+use skiff_protocol::{ApiKey, FrameReader, Request, Response, Uuid};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+
+/// How long any single wait in a test may take before the test fails.
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+pub struct TestBroker {
+    pub running: Option<RunningBroker>,
+    pub addr: std::net::SocketAddr,
+    pub dir: tempfile::TempDir,
+}
+
+impl TestBroker {
+    pub async fn start() -> TestBroker {
+        Self::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(adjust: impl FnOnce(&mut BrokerConfig)) -> TestBroker {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = BrokerConfig {
+            listen: "127.0.0.1:0".parse().expect("addr"),
+            data_dir: dir.path().to_path_buf(),
+            ..Default::default()
+        };
+        adjust(&mut config);
+        let running = skiff_broker::start(config).await.expect("broker starts");
+        let addr = running.local_addr;
+        TestBroker {
+            running: Some(running),
+            addr,
+            dir,
+        }
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+
+    pub fn broker(&self) -> &std::sync::Arc<skiff_broker::Broker> {
+        &self.running.as_ref().expect("running").broker
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(self.addr).await
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(running) = self.running.take() {
+            tokio::time::timeout(TIMEOUT, running.shutdown())
+                .await
+                .expect("shutdown in time")
+                .expect("clean shutdown");
+        }
+    }
+}
+
+/// A raw Kafka protocol client: one request at a time or pipelined.
+pub struct Client {
+    reader: FrameReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+    next_correlation_id: i32,
+    pub client_id: Option<String>,
+    /// The KIP-1313 ID put in every v2 header (None = absent).
+    pub instance_id: Option<Uuid>,
+}
+
+impl Client {
+    pub async fn connect(addr: std::net::SocketAddr) -> Client {
+        let stream = tokio::time::timeout(TIMEOUT, TcpStream::connect(addr))
+            .await
+            .expect("connect in time")
+            .expect("connect");
+        let (read, write) = stream.into_split();
+        Client {
+            reader: FrameReader::new(read, 256 * 1024 * 1024),
+            writer: write,
+            next_correlation_id: 1,
+            client_id: Some("skiff-test".into()),
+            instance_id: None,
+        }
+    }
+
+    /// Sends one request and returns its correlation ID.
+    pub async fn send(&mut self, request: &Request, version: i16) -> i32 {
+        self.send_with_id(request, version, self.instance_id).await
+    }
+
+    pub async fn send_with_id(
+        &mut self,
+        request: &Request,
+        version: i16,
+        instance_id: Option<Uuid>,
+    ) -> i32 {
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id += 1;
+        let frame = encode_request_frame(
+            request,
+            version,
+            correlation_id,
+            self.client_id.as_deref(),
+            instance_id,
+        )
+        .expect("encode request");
+        self.send_raw(&frame).await;
+        correlation_id
+    }
+
+    pub async fn send_raw(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).await.expect("write");
+    }
+
+    /// Reads the next response frame, raw.
+    pub async fn read_frame(&mut self) -> Option<Bytes> {
+        tokio::time::timeout(TIMEOUT, self.reader.read_frame())
+            .await
+            .expect("response in time")
+            .ok()
+            .flatten()
+    }
+
+    /// Reads the response to a request of `api_key`/`version`, checking the correlation ID.
+    pub async fn receive(
+        &mut self,
+        api_key: ApiKey,
+        version: i16,
+        correlation_id: i32,
+    ) -> Response {
+        let frame = self.read_frame().await.expect("a response frame");
+        let (header, response) =
+            parse_response_frame(frame, api_key, version).expect("decodable response");
+        assert_eq!(
+            header.correlation_id, correlation_id,
+            "responses in request order"
+        );
+        response
+    }
+
+    pub async fn call(&mut self, request: impl Into<Request>, version: i16) -> Response {
+        let request = request.into();
+        let id = self.send(&request, version).await;
+        self.receive(request.api_key(), version, id).await
+    }
+
+    pub async fn call_with_id(
+        &mut self,
+        request: impl Into<Request>,
+        version: i16,
+        instance_id: Option<Uuid>,
+    ) -> Response {
+        let request = request.into();
+        let id = self.send_with_id(&request, version, instance_id).await;
+        self.receive(request.api_key(), version, id).await
+    }
+
+    /// Whether the broker closed the connection (read returns end of stream or an error).
+    pub async fn is_closed(&mut self) -> bool {
+        matches!(
+            tokio::time::timeout(TIMEOUT, self.reader.read_frame()).await,
+            Ok(Ok(None)) | Ok(Err(_))
+        )
+    }
+}
+
+/// Record batches for produce requests.
+pub fn batch(values: &[&[u8]]) -> Bytes {
+    let mut builder = skiff_records::RecordBatchBuilder::new();
+    for v in values {
+        builder
+            .append(1_700_000_000_000, None, Some(v), &[])
+            .expect("append record");
+    }
+    builder.build().expect("build batch").into_bytes()
+}
+
+pub fn bytes_mut(b: &[u8]) -> BytesMut {
+    BytesMut::from(b)
+}

@@ -1,0 +1,459 @@
+//! Produce, Fetch and ListOffsets over TCP against a real broker.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{Client, TIMEOUT, TestBroker, batch};
+use skiff_protocol::generated::fetch_request::{FetchPartition, FetchTopic};
+use skiff_protocol::generated::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use skiff_protocol::generated::metadata_request::MetadataRequestTopic;
+use skiff_protocol::generated::produce_request::{PartitionProduceData, TopicProduceData};
+use skiff_protocol::generated::produce_response::PartitionProduceResponse;
+use skiff_protocol::generated::{
+    ApiVersionsRequest, FetchRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest,
+};
+use skiff_protocol::{ApiKey, Request, Response, Uuid, error_codes};
+use skiff_records::RecordBatches;
+
+async fn create_topic(c: &mut Client, name: &str) -> Uuid {
+    let request = MetadataRequest {
+        topics: Some(vec![MetadataRequestTopic {
+            name: Some(name.into()),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    match c.call(request, 12).await {
+        Response::Metadata(m) => {
+            assert_eq!(m.topics[0].error_code, 0);
+            assert!(!m.topics[0].topic_id.is_zero());
+            m.topics[0].topic_id
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn produce_request(topic: &str, partition: i32, acks: i16, records: Bytes) -> ProduceRequest {
+    ProduceRequest {
+        acks,
+        timeout_ms: 5000,
+        topic_data: vec![TopicProduceData {
+            name: topic.into(),
+            partition_data: vec![PartitionProduceData {
+                index: partition,
+                records: Some(records),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+async fn produce(
+    c: &mut Client,
+    topic: &str,
+    acks: i16,
+    records: Bytes,
+    version: i16,
+) -> PartitionProduceResponse {
+    match c
+        .call(produce_request(topic, 0, acks, records), version)
+        .await
+    {
+        Response::Produce(r) => r.responses[0].partition_responses[0].clone(),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn fetch_request(
+    topic: &str,
+    topic_id: Uuid,
+    offset: i64,
+    max_wait_ms: i32,
+    min_bytes: i32,
+) -> FetchRequest {
+    FetchRequest {
+        replica_id: -1,
+        max_wait_ms,
+        min_bytes,
+        max_bytes: 1 << 20,
+        session_epoch: -1,
+        topics: vec![FetchTopic {
+            topic: topic.into(),
+            topic_id,
+            partitions: vec![FetchPartition {
+                partition: 0,
+                current_leader_epoch: -1,
+                fetch_offset: offset,
+                partition_max_bytes: 1 << 20,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn values_of(records: &Bytes) -> Vec<(i64, Vec<u8>)> {
+    let mut out = Vec::new();
+    for batch in RecordBatches::new(records.clone()) {
+        let batch = batch.expect("valid batch");
+        for record in batch.records().expect("uncompressed") {
+            let record = record.expect("record");
+            out.push((
+                record.offset,
+                record.value.map(|v| v.to_vec()).unwrap_or_default(),
+            ));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn produce_then_fetch_at_every_version() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    let id = create_topic(&mut c, "pf").await;
+    let mut expected = Vec::new();
+    for (i, version) in (3..=12).enumerate() {
+        let value = format!("v{version}");
+        let r = produce(&mut c, "pf", 1, batch(&[value.as_bytes()]), version).await;
+        assert_eq!(r.error_code, 0, "produce v{version}");
+        assert_eq!(r.base_offset, i as i64);
+        expected.push((i as i64, value.into_bytes()));
+    }
+    for version in 4..=17 {
+        match c.call(fetch_request("pf", id, 0, 0, 0), version).await {
+            Response::Fetch(f) => {
+                let p = &f.responses[0].partitions[0];
+                assert_eq!(p.error_code, 0, "fetch v{version}");
+                assert_eq!(p.high_watermark, expected.len() as i64);
+                let got = values_of(p.records.as_ref().expect("records"));
+                assert_eq!(got, expected, "fetch v{version}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn long_poll_is_woken_by_an_append_not_by_its_timeout() {
+    let broker = TestBroker::start().await;
+    let mut setup = broker.client().await;
+    let id = create_topic(&mut setup, "lp").await;
+    let mut consumer = broker.client().await;
+    let started = Instant::now();
+    let fetch = Request::Fetch(fetch_request("lp", id, 0, 10_000, 1));
+    let correlation = consumer.send(&fetch, 12).await;
+    // Give the fetch time to park, then append from another connection.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let r = produce(&mut setup, "lp", 1, batch(&[b"wake"]), 9).await;
+    assert_eq!(r.error_code, 0);
+    match consumer.receive(ApiKey::Fetch, 12, correlation).await {
+        Response::Fetch(f) => {
+            let got = values_of(
+                f.responses[0].partitions[0]
+                    .records
+                    .as_ref()
+                    .expect("records"),
+            );
+            assert_eq!(got, vec![(0, b"wake".to_vec())]);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "woken by the append"
+    );
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn long_poll_times_out_empty() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    let id = create_topic(&mut c, "empty").await;
+    let started = Instant::now();
+    match c.call(fetch_request("empty", id, 0, 200, 1), 12).await {
+        Response::Fetch(f) => {
+            let p = &f.responses[0].partitions[0];
+            assert_eq!(p.error_code, 0);
+            assert!(p.records.as_ref().is_none_or(Bytes::is_empty));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(started.elapsed() >= Duration::from_millis(150));
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn acks_all_acks_zero_and_pipelined_responses_in_order() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "acks").await;
+    let r = produce(&mut c, "acks", -1, batch(&[b"durable"]), 9).await;
+    assert_eq!((r.error_code, r.base_offset), (0, 0));
+    // acks=0 gets no response: the next response on the wire answers the next request.
+    let id0 = c
+        .send(
+            &Request::Produce(produce_request("acks", 0, 0, batch(&[b"fire"]))),
+            9,
+        )
+        .await;
+    let ids: Vec<i32> = {
+        let mut ids = Vec::new();
+        for i in 0..5 {
+            let value = format!("p{i}");
+            ids.push(
+                c.send(
+                    &Request::Produce(produce_request("acks", 0, -1, batch(&[value.as_bytes()]))),
+                    9,
+                )
+                .await,
+            );
+        }
+        ids
+    };
+    for (i, id) in ids.into_iter().enumerate() {
+        assert_ne!(id, id0);
+        match c.receive(ApiKey::Produce, 9, id).await {
+            Response::Produce(r) => {
+                let p = &r.responses[0].partition_responses[0];
+                assert_eq!(p.error_code, 0);
+                assert_eq!(p.base_offset, 2 + i as i64);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn produce_errors_unknown_topic_bad_acks_corrupt_batch() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "err").await;
+    let r = produce(&mut c, "nope", 1, batch(&[b"x"]), 9).await;
+    assert_eq!(r.error_code, error_codes::UNKNOWN_TOPIC_OR_PARTITION);
+    let r = produce(&mut c, "err", 2, batch(&[b"x"]), 9).await;
+    assert_eq!(r.error_code, error_codes::INVALID_REQUIRED_ACKS);
+    let mut corrupt = batch(&[b"x"]).to_vec();
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xff;
+    let r = produce(&mut c, "err", 1, Bytes::from(corrupt), 9).await;
+    assert_eq!(r.error_code, error_codes::CORRUPT_MESSAGE);
+    let r = produce(&mut c, "err", 1, Bytes::from_static(b"\x00\x01"), 9).await;
+    assert_ne!(r.error_code, 0);
+    // Nothing bad was stored; a good batch lands at offset 0.
+    let r = produce(&mut c, "err", 1, batch(&[b"ok"]), 9).await;
+    assert_eq!((r.error_code, r.base_offset), (0, 0));
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn idempotent_retry_is_acknowledged_without_a_second_append() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "idem").await;
+    let mut builder = skiff_records::RecordBatchBuilder::new().producer(42, 0, 0);
+    builder.append(1, None, Some(b"once"), &[]).expect("append");
+    let first = builder.build().expect("batch").into_bytes();
+    let r = produce(&mut c, "idem", -1, first.clone(), 9).await;
+    assert_eq!((r.error_code, r.base_offset), (0, 0));
+    let r = produce(&mut c, "idem", -1, first, 9).await;
+    assert_eq!(
+        (r.error_code, r.base_offset),
+        (0, 0),
+        "duplicate acknowledged"
+    );
+    let mut gap = skiff_records::RecordBatchBuilder::new().producer(42, 0, 5);
+    gap.append(1, None, Some(b"gap"), &[]).expect("append");
+    let r = produce(
+        &mut c,
+        "idem",
+        -1,
+        gap.build().expect("batch").into_bytes(),
+        9,
+    )
+    .await;
+    assert_eq!(r.error_code, error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER);
+    let topic = broker.broker().topic_by_name("idem").expect("topic");
+    assert_eq!(topic.partitions[0].lock_log().log_end_offset(), 1);
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn fetch_errors_and_list_offsets() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    let id = create_topic(&mut c, "lo").await;
+    for i in 0..3 {
+        let mut b = skiff_records::RecordBatchBuilder::new();
+        b.append(1_000 * (i + 1), None, Some(b"v"), &[])
+            .expect("append");
+        produce(&mut c, "lo", 1, b.build().expect("batch").into_bytes(), 9).await;
+    }
+    match c.call(fetch_request("lo", id, 99, 0, 0), 12).await {
+        Response::Fetch(f) => assert_eq!(
+            f.responses[0].partitions[0].error_code,
+            error_codes::OFFSET_OUT_OF_RANGE
+        ),
+        other => panic!("unexpected {other:?}"),
+    }
+    match c
+        .call(fetch_request("", Uuid::from_u128(5), 0, 0, 0), 13)
+        .await
+    {
+        Response::Fetch(f) => assert_eq!(
+            f.responses[0].partitions[0].error_code,
+            error_codes::UNKNOWN_TOPIC_ID
+        ),
+        other => panic!("unexpected {other:?}"),
+    }
+    let list = |timestamp: i64| ListOffsetsRequest {
+        replica_id: -1,
+        topics: vec![ListOffsetsTopic {
+            name: "lo".into(),
+            partitions: vec![ListOffsetsPartition {
+                partition_index: 0,
+                current_leader_epoch: -1,
+                timestamp,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    for version in 1..=10 {
+        for (timestamp, offset) in [(-2, 0), (-1, 3), (2_000, 1), (2_500, 2), (9_000, -1)] {
+            match c.call(list(timestamp), version).await {
+                Response::ListOffsets(r) => {
+                    let p = &r.topics[0].partitions[0];
+                    assert_eq!(p.error_code, 0);
+                    assert_eq!(p.offset, offset, "v{version} ts {timestamp}");
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+    match c.call(list(-3), 7).await {
+        Response::ListOffsets(r) => {
+            let p = &r.topics[0].partitions[0];
+            assert_eq!((p.offset, p.timestamp), (2, 3_000));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn data_and_topic_ids_survive_a_restart() {
+    let broker = TestBroker::start().await;
+    let dir = broker.data_dir();
+    let mut c = broker.client().await;
+    let id = create_topic(&mut c, "keep").await;
+    produce(&mut c, "keep", -1, batch(&[b"a", b"b"]), 9).await;
+    drop(c);
+    let TestBroker {
+        running, dir: tmp, ..
+    } = broker;
+    if let Some(running) = running {
+        tokio::time::timeout(TIMEOUT, running.shutdown())
+            .await
+            .expect("in time")
+            .expect("clean");
+    }
+    let broker = TestBroker::start_with(|config| config.data_dir = dir.clone()).await;
+    let mut c = broker.client().await;
+    assert_eq!(create_topic(&mut c, "keep").await, id, "topic ID is stable");
+    match c.call(fetch_request("keep", id, 0, 0, 0), 13).await {
+        Response::Fetch(f) => {
+            let got = values_of(
+                f.responses[0].partitions[0]
+                    .records
+                    .as_ref()
+                    .expect("records"),
+            );
+            assert_eq!(got, vec![(0, b"a".to_vec()), (1, b"b".to_vec())]);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    broker.stop().await;
+    drop(tmp);
+}
+
+#[tokio::test]
+async fn bad_input_closes_only_the_offending_connection() {
+    let broker = TestBroker::start().await;
+    let mut good = broker.client().await;
+    let id = create_topic(&mut good, "safe").await;
+    match good.call(ApiVersionsRequest::default(), 0).await {
+        Response::ApiVersions(r) => assert_eq!(r.error_code, 0),
+        other => panic!("unexpected {other:?}"),
+    }
+    produce(&mut good, "safe", 1, batch(&[b"kept"]), 9).await;
+
+    let attacks: Vec<Vec<u8>> = vec![
+        // Metadata v1 whose topic array claims 2^31-1 entries.
+        [
+            &[0, 0, 0, 14][..],
+            &[0, 3, 0, 1, 0, 0, 0, 1, 0xff, 0xff],
+            &[0x7f, 0xff, 0xff, 0xff],
+        ]
+        .concat(),
+        // Negative and oversized frame sizes.
+        vec![0xff, 0xff, 0xff, 0xff],
+        vec![0x7f, 0xff, 0xff, 0xff, 1, 2, 3],
+        // Unknown API key.
+        vec![0, 0, 0, 8, 0x7f, 0x00, 0, 0, 0, 0, 0, 1],
+        // Produce v99.
+        vec![0, 0, 0, 10, 0, 0, 0, 99, 0, 0, 0, 1, 0xff, 0xff],
+        // Garbage.
+        vec![0, 0, 0, 5, 0xde, 0xad, 0xbe, 0xef, 0x01],
+    ];
+    for attack in attacks {
+        let mut evil = broker.client().await;
+        evil.send_raw(&attack).await;
+        assert!(evil.is_closed().await, "closed after {attack:02x?}");
+    }
+    // ApiVersions with an unknown version: a v0 body with UNSUPPORTED_VERSION and the ranges.
+    // The header of a flexible version is v2: null client ID, empty tags, then an unknown body.
+    let mut c = broker.client().await;
+    let frame = [
+        0, 0, 0, 13, 0, 18, 0, 99, 0, 0, 0, 7, 0xff, 0xff, 0, 0xab, 0xcd,
+    ];
+    c.send_raw(&frame).await;
+    let raw = c.read_frame().await.expect("an answer");
+    let (header, response) =
+        skiff_protocol::header::parse_response_frame(raw, ApiKey::ApiVersions, 0).expect("v0 body");
+    assert_eq!(header.correlation_id, 7);
+    match response {
+        Response::ApiVersions(r) => {
+            assert_eq!(r.error_code, error_codes::UNSUPPORTED_VERSION);
+            assert!(
+                r.api_keys
+                    .iter()
+                    .any(|k| k.api_key == 18 && k.max_version == 4)
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+
+    match good.call(fetch_request("safe", id, 0, 0, 0), 13).await {
+        Response::Fetch(f) => {
+            let got = values_of(
+                f.responses[0].partitions[0]
+                    .records
+                    .as_ref()
+                    .expect("records"),
+            );
+            assert_eq!(got, vec![(0, b"kept".to_vec())]);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    broker.stop().await;
+}
