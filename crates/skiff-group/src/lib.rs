@@ -1,0 +1,11 @@
+//! `skiff-group` owns group coordination as deterministic state machines: KIP-848 consumer
+//! groups with KIP-1082 client-chosen member IDs (`consumer`), classic JoinGroup/SyncGroup groups
+//! (`classic`), and committed offsets (`offsets`).
+//!
+//! Nothing here does I/O or reads a clock: every operation takes `now_ms`, timers are exposed as
+//! deadlines, and every change to persistent state bumps a counter so the broker knows when to
+//! write a snapshot record. The broker owns sockets, timers and the internal log.
+
+pub mod types;
+
+pub use types::{GroupConfig, GroupError, TopicsImage};
