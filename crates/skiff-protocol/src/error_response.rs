@@ -1600,11 +1600,12 @@ fn create_delegation_token(version: i16, e: &Failure) -> CreateDelegationTokenRe
 
 /// Every error code `response` carries, top level first, then entity by entity in order.
 ///
-/// Top-level codes that exist only in some versions of a response (Fetch before v7, Metadata
-/// before v13, FindCoordinator from v4, OffsetFetch outside v2-v7, AddPartitionsToTxn before v4,
-/// DescribeLogDirs before v3, ElectLeaders v0), and the optional CreateTopics
-/// `topic_config_error_code`, are listed only when non-zero: zero there is indistinguishable
-/// from "absent at this version". Every other error field is listed whatever its value.
+/// Top-level codes that only some versions of a response have (Fetch from v7, Metadata from
+/// v13, FindCoordinator before v4, OffsetFetch v2-v7, AddPartitionsToTxn from v4,
+/// DescribeLogDirs from v3, ElectLeaders from v1), and the optional tagged CreateTopics
+/// `topic_config_error_code`, are listed only when non-zero: without the version, a zero there
+/// cannot be told from "absent at this version". Every other error field is listed whatever its
+/// value, so a field left at 0 shows up.
 pub fn response_error_codes(response: &Response) -> Vec<i16> {
     let mut out = Vec::new();
     collect_codes(response, &mut out);
