@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import atexit
+import os
+import shlex
 
 import pytest
 
@@ -43,9 +45,27 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     outcome = yield
     rep = outcome.get_result()
     if rep.failed:
-        b = getattr(item, "funcargs", {}).get("broker")
-        if isinstance(b, SkiffBroker):
-            rep.sections.append((f"skiff broker stderr ({b.stderr_path})", b.stderr_text()))
+        funcargs = getattr(item, "funcargs", {})
+        brokers = [funcargs.get("broker")] + list(getattr(funcargs.get("make_broker"), "brokers", []))
+        for b in brokers:
+            if isinstance(b, SkiffBroker):
+                rep.sections.append((f"skiff broker stderr ({b.stderr_path})", b.stderr_text()))
+
+
+def _require_binary():
+    binary = skiff_bin()
+    if not binary.is_file():
+        if broker_required():
+            pytest.fail(f"SKIFF_REQUIRE_BROKER=1 but {_missing_reason()}", pytrace=False)
+        pytest.skip(_missing_reason())
+    return binary
+
+
+def _start(b: SkiffBroker) -> None:
+    try:
+        b.start()
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture
@@ -56,19 +76,44 @@ def broker(tmp_path) -> SkiffBroker:
     ``.restart()`` (SIGTERM, then start again on the same port/dir), ``.kill()``
     (SIGKILL) and ``.start()``. Always stopped at teardown.
     """
-    binary = skiff_bin()
-    if not binary.is_file():
-        if broker_required():
-            pytest.fail(f"SKIFF_REQUIRE_BROKER=1 but {_missing_reason()}", pytrace=False)
-        pytest.skip(_missing_reason())
+    binary = _require_binary()
     b = SkiffBroker(binary, data_dir=tmp_path / "data", log_dir=tmp_path / "logs", port=free_port())
     _LIVE.append(b)
     try:
-        try:
-            b.start()
-        except RuntimeError as exc:
-            pytest.fail(str(exc), pytrace=False)
+        _start(b)
         yield b
     finally:
         b.stop()
         _LIVE.remove(b)
+
+
+@pytest.fixture
+def make_broker(tmp_path):
+    """Factory for brokers with extra arguments and environment.
+
+    ``make_broker("--set", "num.partitions=3", env={"RUST_LOG": "debug"})`` starts a broker
+    (own port, data dir ``<tmp>/bN/data``) and returns its SkiffBroker; pass ``start=False``
+    to get it unstarted. ``$SKIFF_BROKER_ARGS`` is appended after ``args``. Every broker made
+    is stopped at teardown, and its stderr is attached to the report of a failing test.
+    """
+    binary = _require_binary()
+    made: list[SkiffBroker] = []
+
+    def make(*args: str, env: dict[str, str] | None = None, start: bool = True) -> SkiffBroker:
+        d = tmp_path / f"b{len(made)}"
+        extra = [*args, *shlex.split(os.environ.get("SKIFF_BROKER_ARGS", ""))]
+        b = SkiffBroker(binary, data_dir=d / "data", log_dir=d / "logs", port=free_port(),
+                        extra_args=extra, env=env)
+        made.append(b)
+        _LIVE.append(b)
+        if start:
+            _start(b)
+        return b
+
+    make.brokers = made  # type: ignore[attr-defined]
+    try:
+        yield make
+    finally:
+        for b in made:
+            b.stop()
+            _LIVE.remove(b)

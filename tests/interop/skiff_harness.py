@@ -74,7 +74,7 @@ class SkiffBroker:
     host = "127.0.0.1"
 
     def __init__(self, binary: Path, data_dir: Path, log_dir: Path, port: int | None = None,
-                 extra_args: list[str] | None = None):
+                 extra_args: list[str] | None = None, env: dict[str, str] | None = None):
         self.binary = Path(binary)
         self.data_dir = Path(data_dir)
         self.log_dir = Path(log_dir)
@@ -82,6 +82,8 @@ class SkiffBroker:
         if extra_args is None:
             extra_args = shlex.split(os.environ.get("SKIFF_BROKER_ARGS", ""))
         self.extra_args = list(extra_args)
+        #: Extra environment for the broker process (e.g. ``{"RUST_LOG": "debug"}``).
+        self.env = dict(env or {})
         self.stderr_path = self.log_dir / "broker.stderr.log"
         self.stdout_path = self.log_dir / "broker.stdout.log"
         self.proc: subprocess.Popen | None = None
@@ -114,6 +116,7 @@ class SkiffBroker:
             out.flush()
             env = dict(os.environ)
             env.setdefault("RUST_BACKTRACE", "1")
+            env.update(self.env)
             # The broker gets its own session so a Ctrl-C aimed at pytest does not race teardown.
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                          env=env, start_new_session=True)
