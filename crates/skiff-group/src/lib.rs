@@ -6,6 +6,8 @@
 //! deadlines, and every change to persistent state bumps a counter so the broker knows when to
 //! write a snapshot record. The broker owns sockets, timers and the internal log.
 
+pub mod offsets;
 pub mod types;
 
+pub use offsets::{CommittedOffset, OffsetKey, OffsetStore};
 pub use types::{GroupConfig, GroupError, TopicsImage};
