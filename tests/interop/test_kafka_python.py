@@ -1,0 +1,153 @@
+"""kafka-python 3.0.12 against a real Skiff broker: produce (acks 1/all), consume with manual
+assignment across 3 partitions, metadata and offset queries. No consumer groups (the broker has
+no group APIs yet): assign() + seek only, auto-commit off.
+
+kafka-python 3.x enables idempotence by default (like the Java client), which needs
+InitProducerId (key 22); the default-config test is xfailed at run time until the broker
+advertises it. The other producer tests pass enable_idempotence=False.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import kafka
+import pytest
+
+import kafka_wire as kw
+
+PARTS = 3
+N_PER_PART = 60
+DEADLINE_S = 20
+pytestmark = pytest.mark.timeout(60)
+
+COMMON = {"request_timeout_ms": 10000, "retry_backoff_ms": 100}
+
+
+@pytest.fixture
+def b3(make_broker):
+    return make_broker("--set", f"num.partitions={PARTS}")
+
+
+def topic_name(prefix: str) -> str:
+    return f"kp-{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def sent_records(ts_base: int):
+    """{partition: [(key, value, headers, timestamp_ms)]}"""
+    out = {}
+    for p in range(PARTS):
+        out[p] = [(None if i % 9 == 4 else f"k{p}-{i}".encode(), f"v{p}-{i}".encode() * (1 + i % 4),
+                   [("i", str(i).encode()), ("p", str(p).encode())] if i % 3 else [],
+                   ts_base + p * 1000 + i) for i in range(N_PER_PART)]
+    return out
+
+
+def produce(bootstrap: str, topic: str, sent, **conf) -> None:
+    p = kafka.KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, **COMMON, **conf)
+    try:
+        futs = {part: [] for part in sent}
+        for i in range(N_PER_PART):  # interleave partitions, keep per-partition order
+            for part, recs in sent.items():
+                k, v, h, ts = recs[i]
+                futs[part].append(p.send(topic, key=k, value=v, headers=h, partition=part, timestamp_ms=ts))
+        p.flush(timeout=DEADLINE_S)
+        for part, fs in futs.items():
+            mds = [f.get(timeout=5) for f in fs]
+            assert [m.partition for m in mds] == [part] * N_PER_PART
+            assert [m.offset for m in mds] == list(range(N_PER_PART)), f"partition {part} offsets"
+    finally:
+        p.close(timeout=5)
+
+
+def consume(bootstrap: str, topic: str, counts: dict[int, int]):
+    c = kafka.KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                            auto_offset_reset="earliest", **COMMON)
+    got = {p: [] for p in counts}
+    try:
+        tps = [kafka.TopicPartition(topic, p) for p in counts]
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        deadline = time.monotonic() + DEADLINE_S
+        while any(len(got[p]) < n for p, n in counts.items()) and time.monotonic() < deadline:
+            for tp, recs in c.poll(timeout_ms=500, max_records=1000).items():
+                got[tp.partition].extend(recs)
+    finally:
+        c.close(autocommit=False)
+    for p, n in counts.items():
+        assert len(got[p]) == n, f"partition {p}: got {len(got[p])} records, want {n}"
+    return got
+
+
+def check(got, sent) -> None:
+    for p, recs in sent.items():
+        assert [r.offset for r in got[p]] == list(range(len(recs)))
+        have = [(r.key, r.value, list(r.headers), r.timestamp) for r in got[p]]
+        assert have == [(k, v, list(h), ts) for k, v, h, ts in recs], f"partition {p} differs"
+        assert all(r.timestamp_type == 0 for r in got[p]), "CreateTime expected"
+
+
+@pytest.mark.parametrize("acks", [1, "all"])
+def test_produce_consume_manual_assignment(b3, acks):
+    topic = topic_name(f"acks{acks}")
+    sent = sent_records(int(time.time() * 1000) - 60_000)
+    produce(b3.bootstrap, topic, sent, acks=acks, enable_idempotence=False)
+    check(consume(b3.bootstrap, topic, {p: N_PER_PART for p in range(PARTS)}), sent)
+
+
+def test_gzip_roundtrip(b3):
+    # kafka-python ships gzip only; lz4/snappy/zstd need optional packages not in requirements.txt.
+    topic = topic_name("gzip")
+    sent = sent_records(int(time.time() * 1000) - 60_000)
+    produce(b3.bootstrap, topic, sent, acks="all", enable_idempotence=False, compression_type="gzip")
+    check(consume(b3.bootstrap, topic, {p: N_PER_PART for p in range(PARTS)}), sent)
+
+
+def test_default_producer_is_idempotent(b3):
+    kw.require_api(b3.bootstrap, kw.INIT_PRODUCER_ID)
+    topic = topic_name("idem")
+    sent = sent_records(int(time.time() * 1000) - 60_000)
+    produce(b3.bootstrap, topic, sent)  # defaults: acks=all, enable_idempotence=True
+    check(consume(b3.bootstrap, topic, {p: N_PER_PART for p in range(PARTS)}), sent)
+
+
+def test_metadata_and_offsets(b3):
+    topic = topic_name("md")
+    base = int(time.time() * 1000) - 60_000
+    sent = sent_records(base)
+    produce(b3.bootstrap, topic, sent, acks=1, enable_idempotence=False)
+    c = kafka.KafkaConsumer(bootstrap_servers=b3.bootstrap, enable_auto_commit=False, group_id=None, **COMMON)
+    try:
+        assert topic in c.topics()
+        assert c.partitions_for_topic(topic) == set(range(PARTS))
+        tps = [kafka.TopicPartition(topic, p) for p in range(PARTS)]
+        assert c.beginning_offsets(tps) == {tp: 0 for tp in tps}
+        assert c.end_offsets(tps) == {tp: N_PER_PART for tp in tps}
+        tp0 = tps[0]
+        res = c.offsets_for_times({tp0: base + 10, tps[1]: base + 10_000_000})
+        assert res[tp0].offset == 10 and res[tp0].timestamp == base + 10
+        assert res[tps[1]] is None
+    finally:
+        c.close(autocommit=False)
+    admin = kafka.KafkaAdminClient(bootstrap_servers=b3.bootstrap, **COMMON)
+    try:
+        assert topic in admin.list_topics()
+        desc = {t["name"]: t for t in admin.describe_topics([topic])}
+        assert sorted(p["partition_index"] for p in desc[topic]["partitions"]) == list(range(PARTS))
+    finally:
+        admin.close()
+
+
+def test_admin_create_topics(b3):
+    kw.require_api(b3.bootstrap, kw.CREATE_TOPICS)
+    topic = topic_name("new")
+    admin = kafka.KafkaAdminClient(bootstrap_servers=b3.bootstrap, **COMMON)
+    try:
+        admin.create_topics([kafka.admin.NewTopic(topic, num_partitions=4, replication_factor=1)],
+                            timeout_ms=10000)
+        assert topic in admin.list_topics()
+        (d,) = admin.describe_topics([topic])
+        assert len(d["partitions"]) == 4
+    finally:
+        admin.close()
