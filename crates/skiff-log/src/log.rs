@@ -199,6 +199,14 @@ impl PartitionLog {
     pub fn config(&self) -> &LogConfig {
         &self.config
     }
+    /// Replaces the settings (a topic config change): validated first, and on error the current
+    /// settings stay. Takes effect from the next append, roll or retention pass; segments already
+    /// open keep their index spacing, and `recovery` only matters at open.
+    pub fn set_config(&mut self, config: LogConfig) -> Result<()> {
+        config.validate()?;
+        self.config = config;
+        Ok(())
+    }
     /// First offset that can be read (moved by retention and DeleteRecords).
     pub fn log_start_offset(&self) -> i64 {
         self.log_start_offset
@@ -589,4 +597,32 @@ fn list_segments(dir: &Path) -> Result<Vec<i64>> {
         }
     }
     Ok(bases)
+}
+
+#[cfg(test)]
+mod set_config_tests {
+    use super::*;
+
+    #[test]
+    fn set_config_validates_and_applies() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            flush: crate::FlushPolicy::Never,
+            ..LogConfig::default()
+        };
+        let mut log = PartitionLog::open(dir.path(), config.clone()).unwrap();
+        let bad = LogConfig {
+            segment_bytes: 1,
+            ..config.clone()
+        };
+        assert!(log.set_config(bad).is_err());
+        assert_eq!(log.config(), &config);
+        let good = LogConfig {
+            retention_ms: Some(1000),
+            segment_bytes: 4096,
+            ..config
+        };
+        log.set_config(good.clone()).unwrap();
+        assert_eq!(log.config(), &good);
+    }
 }
