@@ -304,6 +304,36 @@ impl Broker {
         Ok(())
     }
 
+    /// Re-reads a topic's effective config and applies the log settings it implies to every
+    /// open partition (after its config or a broker default changed). Unknown topics are ignored.
+    pub fn reconfigure_topic(&self, name: &str) -> Result<()> {
+        let Some(topic) = self.topic_by_name(name) else {
+            return Ok(());
+        };
+        let effective = self
+            .meta()
+            .effective_topic_config(name)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let log_config = self.log_config(&effective);
+        for partition in &topic.partitions {
+            let mut log = partition.lock_log();
+            if *log.config() != log_config {
+                log.set_config(log_config.clone()).with_context(|| {
+                    format!("reconfiguring partition {}-{}", name, partition.index)
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Broker::reconfigure_topic`] for every topic (after a broker-level config change).
+    pub fn reconfigure_all_topics(&self) -> Result<()> {
+        for topic in self.all_topics() {
+            self.reconfigure_topic(&topic.info.name)?;
+        }
+        Ok(())
+    }
+
     /// Unregisters a topic and deletes its partition directories.
     pub fn remove_topic(&self, id: Uuid) -> Result<()> {
         let removed = self

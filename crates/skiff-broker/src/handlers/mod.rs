@@ -13,10 +13,15 @@ use skiff_protocol::{ApiKey, Request, Response, Uuid, error_codes};
 use crate::state::Broker;
 
 pub mod api_versions;
+pub mod cluster;
+pub mod configs;
 pub mod fetch;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
+pub mod producer_id;
+pub mod records_admin;
+pub mod topics;
 
 /// What a handler knows about the request beyond its body.
 pub struct RequestContext {
@@ -54,6 +59,14 @@ pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::ListOffsets => (1, 10),
         ApiKey::Metadata => (0, 13),
         ApiKey::ApiVersions => (0, 4),
+        ApiKey::CreateTopics => (2, 7),
+        ApiKey::DeleteTopics => (1, 6),
+        ApiKey::DeleteRecords => (0, 2),
+        ApiKey::InitProducerId => (0, 5),
+        ApiKey::DescribeConfigs => (1, 4),
+        ApiKey::CreatePartitions => (0, 3),
+        ApiKey::IncrementalAlterConfigs => (0, 1),
+        ApiKey::DescribeCluster => (0, 2),
         _ => return None,
     })
 }
@@ -66,6 +79,14 @@ pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
         Request::Produce(r) => produce::handle(ctx, r),
         Request::Fetch(r) => fetch::handle(ctx, r),
         Request::ListOffsets(r) => list_offsets::handle(ctx, r).into(),
+        Request::CreateTopics(r) => topics::handle_create_topics(ctx, r).into(),
+        Request::DeleteTopics(r) => topics::handle_delete_topics(ctx, r).into(),
+        Request::CreatePartitions(r) => topics::handle_create_partitions(ctx, r).into(),
+        Request::DescribeConfigs(r) => configs::handle_describe(ctx, r).into(),
+        Request::IncrementalAlterConfigs(r) => configs::handle_incremental_alter(ctx, r).into(),
+        Request::DeleteRecords(r) => records_admin::handle(ctx, r).into(),
+        Request::InitProducerId(r) => producer_id::handle(ctx, r).into(),
+        Request::DescribeCluster(r) => cluster::handle(ctx, r).into(),
         other => {
             // Unreachable in practice: the connection checks `supported_versions` first.
             skiff_protocol::error_response::error_response(

@@ -1,0 +1,337 @@
+//! DescribeConfigs v1-4 and IncrementalAlterConfigs v0-1 for TOPIC and BROKER resources,
+//! following Kafka's `ConfigHelper.describeConfigs` and `ConfigAdminManager.preprocess` plus the
+//! controller's config validation (which `skiff-meta` implements).
+//!
+//! A BROKER resource is named with this node's ID (its full config) or is empty (the cluster-wide
+//! dynamic defaults). Skiff has no Log4j loggers, so a BROKER_LOGGER resource of this node
+//! describes as an empty list and altering any logger is INVALID_CONFIG ("does not exist"), as
+//! Kafka answers for an unknown logger. After a successful change the partition logs pick up the
+//! new retention and segment settings.
+
+use std::collections::{HashMap, HashSet};
+
+use skiff_meta::{AlterConfigOp, AlterConfigOpType, BrokerConfigScope, ConfigEntry, MetaError};
+use skiff_protocol::generated::describe_configs_request::DescribeConfigsResource;
+use skiff_protocol::generated::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResponse, DescribeConfigsResult,
+    DescribeConfigsSynonym,
+};
+use skiff_protocol::generated::incremental_alter_configs_request::AlterConfigsResource;
+use skiff_protocol::generated::incremental_alter_configs_response::{
+    AlterConfigsResourceResponse, IncrementalAlterConfigsResponse,
+};
+use skiff_protocol::generated::{DescribeConfigsRequest, IncrementalAlterConfigsRequest};
+use skiff_protocol::{ByteString, Response, error_codes};
+
+use super::RequestContext;
+use super::topics::admin_lock;
+use crate::state::Broker;
+
+pub const RESOURCE_TOPIC: i8 = 2;
+pub const RESOURCE_BROKER: i8 = 4;
+pub const RESOURCE_BROKER_LOGGER: i8 = 8;
+
+/// An error code and message for one resource.
+struct ResourceError {
+    code: i16,
+    message: Option<String>,
+}
+
+impl ResourceError {
+    fn invalid_request(message: impl Into<String>) -> Self {
+        ResourceError {
+            code: error_codes::INVALID_REQUEST,
+            message: Some(message.into()),
+        }
+    }
+}
+
+impl From<MetaError> for ResourceError {
+    fn from(e: MetaError) -> Self {
+        if e.kafka_error_code() == error_codes::UNKNOWN_SERVER_ERROR {
+            tracing::error!(error = %e, "config request failed");
+        }
+        ResourceError {
+            code: e.kafka_error_code(),
+            message: e.client_message(),
+        }
+    }
+}
+
+fn bs(s: impl Into<String>) -> ByteString {
+    ByteString::from(s.into())
+}
+
+/// Kafka's check that a BROKER / BROKER_LOGGER resource names this node.
+fn check_node_id(broker: &Broker, name: &str, or_empty: bool) -> Result<(), ResourceError> {
+    let id: i32 = name.parse().map_err(|_| {
+        ResourceError::invalid_request(format!("Broker id must be an integer, but it is: {name}"))
+    })?;
+    if id != broker.node_id() {
+        let also = if or_empty { " or empty string" } else { "" };
+        return Err(ResourceError::invalid_request(format!(
+            "Unexpected broker id, expected {}{also}, but received {name}",
+            broker.node_id()
+        )));
+    }
+    Ok(())
+}
+
+// ----- DescribeConfigs -----------------------------------------------------------------------
+
+pub fn handle_describe(ctx: &RequestContext, request: DescribeConfigsRequest) -> Response {
+    let results = request
+        .resources
+        .into_iter()
+        .map(|resource| {
+            let resource_type = resource.resource_type;
+            let resource_name = resource.resource_name.clone();
+            let (error_code, error_message, configs) =
+                match describe_resource(&ctx.broker, &resource, request.include_synonyms) {
+                    Ok(configs) => (error_codes::NONE, None, configs),
+                    Err(e) => (e.code, e.message.map(bs), Vec::new()),
+                };
+            DescribeConfigsResult {
+                error_code,
+                error_message,
+                resource_type,
+                resource_name,
+                configs,
+                ..Default::default()
+            }
+        })
+        .collect();
+    Response::DescribeConfigs(DescribeConfigsResponse {
+        results,
+        ..Default::default()
+    })
+}
+
+fn describe_resource(
+    broker: &Broker,
+    resource: &DescribeConfigsResource,
+    include_synonyms: bool,
+) -> Result<Vec<DescribeConfigsResourceResult>, ResourceError> {
+    let name: &str = &resource.resource_name;
+    let entries = match resource.resource_type {
+        RESOURCE_TOPIC => {
+            skiff_meta::validate_topic_name(name)?;
+            broker.meta().describe_topic_configs(name)?
+        }
+        RESOURCE_BROKER if name.is_empty() => broker
+            .meta()
+            .describe_broker_configs(BrokerConfigScope::ClusterDefault),
+        RESOURCE_BROKER => {
+            check_node_id(broker, name, true)?;
+            broker
+                .meta()
+                .describe_broker_configs(BrokerConfigScope::ThisBroker)
+        }
+        RESOURCE_BROKER_LOGGER => {
+            if name.is_empty() {
+                return Err(ResourceError::invalid_request(
+                    "Broker id must not be empty",
+                ));
+            }
+            check_node_id(broker, name, false)?;
+            // No Log4j loggers here: the list is empty.
+            Vec::new()
+        }
+        other => {
+            return Err(ResourceError::invalid_request(format!(
+                "Unsupported resource type: {other}"
+            )));
+        }
+    };
+    // Kafka: a null or empty key list means every key; unknown keys are simply absent.
+    let wanted: Option<HashSet<&str>> = resource
+        .configuration_keys
+        .as_ref()
+        .filter(|keys| !keys.is_empty())
+        .map(|keys| keys.iter().map(|k| &**k).collect());
+    Ok(entries
+        .iter()
+        .filter(|e| wanted.as_ref().is_none_or(|w| w.contains(e.name.as_str())))
+        .map(|e| described(e, include_synonyms))
+        .collect())
+}
+
+fn described(entry: &ConfigEntry, include_synonyms: bool) -> DescribeConfigsResourceResult {
+    let mask = |value: &Option<String>| {
+        if entry.is_sensitive {
+            None
+        } else {
+            value.clone().map(bs)
+        }
+    };
+    DescribeConfigsResourceResult {
+        name: bs(entry.name.clone()),
+        value: mask(&entry.value),
+        read_only: entry.read_only,
+        config_source: entry.source.code(),
+        is_sensitive: entry.is_sensitive,
+        synonyms: if include_synonyms {
+            entry
+                .synonyms
+                .iter()
+                .map(|s| DescribeConfigsSynonym {
+                    name: bs(s.name.clone()),
+                    value: mask(&s.value),
+                    source: s.source.code(),
+                    ..Default::default()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
+        config_type: entry.config_type.code(),
+        // Skiff carries no config documentation.
+        documentation: None,
+        ..Default::default()
+    }
+}
+
+// ----- IncrementalAlterConfigs ---------------------------------------------------------------
+
+pub fn handle_incremental_alter(
+    ctx: &RequestContext,
+    request: IncrementalAlterConfigsRequest,
+) -> Response {
+    let mut counts: HashMap<(i8, ByteString), usize> = HashMap::new();
+    for resource in &request.resources {
+        *counts
+            .entry((resource.resource_type, resource.resource_name.clone()))
+            .or_default() += 1;
+    }
+    let responses = request
+        .resources
+        .into_iter()
+        .map(|resource| {
+            let key = (resource.resource_type, resource.resource_name.clone());
+            let outcome = if counts.get(&key).copied().unwrap_or(0) > 1 {
+                Err(ResourceError::invalid_request(
+                    "Each resource must appear at most once.",
+                ))
+            } else {
+                alter_resource(&ctx.broker, &resource, request.validate_only)
+            };
+            let (error_code, error_message) = match outcome {
+                Ok(()) => (error_codes::NONE, None),
+                Err(e) => (e.code, e.message.map(bs)),
+            };
+            AlterConfigsResourceResponse {
+                error_code,
+                error_message,
+                resource_type: resource.resource_type,
+                resource_name: resource.resource_name,
+                ..Default::default()
+            }
+        })
+        .collect();
+    Response::IncrementalAlterConfigs(IncrementalAlterConfigsResponse {
+        responses,
+        ..Default::default()
+    })
+}
+
+/// The request's operations, checked as Kafka's `ConfigAdminManager.preprocess` does.
+fn operations(resource: &AlterConfigsResource) -> Result<Vec<AlterConfigOp>, ResourceError> {
+    let mut names = HashSet::new();
+    if !resource.configs.iter().all(|c| names.insert(&c.name)) {
+        return Err(ResourceError::invalid_request(
+            "Error due to duplicate config keys",
+        ));
+    }
+    let mut ops = Vec::with_capacity(resource.configs.len());
+    let mut null_updates = Vec::new();
+    for config in &resource.configs {
+        let Some(op) = AlterConfigOpType::from_code(config.config_operation) else {
+            return Err(ResourceError::invalid_request(format!(
+                "Unknown config operation {} for {}",
+                config.config_operation, config.name
+            )));
+        };
+        if op != AlterConfigOpType::Delete && config.value.is_none() {
+            null_updates.push(config.name.to_string());
+        }
+        ops.push(AlterConfigOp {
+            name: config.name.to_string(),
+            op,
+            value: config.value.as_ref().map(|v| v.to_string()),
+        });
+    }
+    if !null_updates.is_empty() {
+        return Err(ResourceError::invalid_request(format!(
+            "Null value not supported for : {}",
+            null_updates.join(", ")
+        )));
+    }
+    Ok(ops)
+}
+
+fn alter_resource(
+    broker: &Broker,
+    resource: &AlterConfigsResource,
+    validate_only: bool,
+) -> Result<(), ResourceError> {
+    let ops = operations(resource)?;
+    let name: &str = &resource.resource_name;
+    match resource.resource_type {
+        RESOURCE_TOPIC => {
+            let _admin = admin_lock();
+            broker
+                .meta_mut()
+                .incremental_alter_topic_configs(name, &ops, validate_only)?;
+            if !validate_only && let Err(e) = broker.reconfigure_topic(name) {
+                tracing::error!(topic = %name, error = %format!("{e:#}"), "applying topic config failed");
+                return Err(ResourceError {
+                    code: error_codes::UNKNOWN_SERVER_ERROR,
+                    message: None,
+                });
+            }
+            Ok(())
+        }
+        RESOURCE_BROKER => {
+            let scope = if name.is_empty() {
+                BrokerConfigScope::ClusterDefault
+            } else {
+                check_node_id(broker, name, false)?;
+                BrokerConfigScope::ThisBroker
+            };
+            let _admin = admin_lock();
+            broker
+                .meta_mut()
+                .incremental_alter_broker_configs(scope, &ops, validate_only)?;
+            if !validate_only && let Err(e) = broker.reconfigure_all_topics() {
+                tracing::error!(error = %format!("{e:#}"), "applying broker config failed");
+                return Err(ResourceError {
+                    code: error_codes::UNKNOWN_SERVER_ERROR,
+                    message: None,
+                });
+            }
+            Ok(())
+        }
+        RESOURCE_BROKER_LOGGER => {
+            if name.is_empty() {
+                return Err(ResourceError::invalid_request(
+                    "Broker id must not be empty",
+                ));
+            }
+            check_node_id(broker, name, false)?;
+            match ops.first() {
+                // Kafka's RuntimeLoggerManager: an unknown logger is INVALID_CONFIG.
+                Some(op) => Err(ResourceError {
+                    code: error_codes::INVALID_CONFIG,
+                    message: Some(format!(
+                        "Logger {} does not exist! (Skiff's log levels are set with RUST_LOG)",
+                        op.name
+                    )),
+                }),
+                None => Ok(()),
+            }
+        }
+        other => Err(ResourceError::invalid_request(format!(
+            "Unknown resource type {other}"
+        ))),
+    }
+}

@@ -1,0 +1,87 @@
+//! DeleteRecords v0-2: moves a partition's log start offset forward, as Kafka's
+//! `Partition.deleteRecordsOnLeader` does. Offset -1 means the high watermark (the log end offset
+//! on a single node); a negative offset or one past the high watermark is OFFSET_OUT_OF_RANGE; a
+//! compact-only topic is POLICY_VIOLATION. The answer carries the new low watermark.
+
+use skiff_protocol::generated::DeleteRecordsRequest;
+use skiff_protocol::generated::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsResponse, DeleteRecordsTopicResult,
+};
+use skiff_protocol::{Response, error_codes};
+
+use super::RequestContext;
+use crate::state::{Broker, Partition};
+
+/// DeleteRecords' "up to the high watermark".
+const HIGH_WATERMARK: i64 = -1;
+const KAFKA_STORAGE_ERROR: i16 = 56;
+
+pub fn handle(ctx: &RequestContext, request: DeleteRecordsRequest) -> Response {
+    let broker = &ctx.broker;
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|topic| {
+            let found = broker.topic_by_name(&topic.name);
+            let compact_only = found
+                .as_ref()
+                .is_some_and(|t| is_compact_only(broker, &t.info.name));
+            let partitions = topic
+                .partitions
+                .into_iter()
+                .map(|p| {
+                    let outcome = match found.as_ref().and_then(|t| t.partition(p.partition_index))
+                    {
+                        None => Err(error_codes::UNKNOWN_TOPIC_OR_PARTITION),
+                        Some(_) if compact_only => Err(error_codes::POLICY_VIOLATION),
+                        Some(partition) => delete_before(partition, p.offset),
+                    };
+                    let (low_watermark, error_code) = match outcome {
+                        Ok(low) => (low, error_codes::NONE),
+                        Err(code) => (-1, code),
+                    };
+                    DeleteRecordsPartitionResult {
+                        partition_index: p.partition_index,
+                        low_watermark,
+                        error_code,
+                        ..Default::default()
+                    }
+                })
+                .collect();
+            DeleteRecordsTopicResult {
+                name: topic.name,
+                partitions,
+                ..Default::default()
+            }
+        })
+        .collect();
+    Response::DeleteRecords(DeleteRecordsResponse {
+        topics,
+        ..Default::default()
+    })
+}
+
+fn is_compact_only(broker: &Broker, topic: &str) -> bool {
+    broker
+        .meta()
+        .effective_topic_config(topic)
+        .is_ok_and(|c| !c.cleanup_policy.delete)
+}
+
+/// Advances the log start to `offset`; returns the new low watermark or an error code.
+fn delete_before(partition: &Partition, offset: i64) -> Result<i64, i16> {
+    let mut log = partition.lock_log();
+    let high_watermark = log.log_end_offset();
+    let target = if offset == HIGH_WATERMARK {
+        high_watermark
+    } else {
+        offset
+    };
+    if target < 0 || target > high_watermark {
+        return Err(error_codes::OFFSET_OUT_OF_RANGE);
+    }
+    log.delete_records_before(target).map_err(|e| {
+        tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "delete records failed");
+        KAFKA_STORAGE_ERROR
+    })
+}

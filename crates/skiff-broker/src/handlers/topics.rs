@@ -1,0 +1,515 @@
+//! CreateTopics v2-7, DeleteTopics v1-6 and CreatePartitions v0-3, following Kafka's
+//! `ControllerApis` and `ReplicationControlManager` on a single node: every replica is this node,
+//! so a replication factor other than 1 (or -1 for the default) is INVALID_REPLICATION_FACTOR and
+//! a manual assignment naming any other broker is INVALID_REPLICA_ASSIGNMENT.
+//!
+//! Topic mutations are serialised by [`ADMIN_LOCK`] so that the metadata change and the opening
+//! or removal of partition logs that follows it happen as one step.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use skiff_meta::{ConfigEntry, MetaError, NewTopic, TopicRef};
+use skiff_protocol::generated::create_partitions_response::{
+    CreatePartitionsResponse, CreatePartitionsTopicResult,
+};
+use skiff_protocol::generated::create_topics_request::{
+    CreatableReplicaAssignment, CreatableTopic,
+};
+use skiff_protocol::generated::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult, CreateTopicsResponse,
+};
+use skiff_protocol::generated::delete_topics_response::{
+    DeletableTopicResult, DeleteTopicsResponse,
+};
+use skiff_protocol::generated::{
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
+};
+use skiff_protocol::{ByteString, Response, Uuid, error_codes};
+
+use super::RequestContext;
+use crate::state::Broker;
+
+const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+/// KRaft's metadata log topic, which Kafka refuses to create.
+const CLUSTER_METADATA_TOPIC: &str = "__cluster_metadata";
+
+/// Serialises admin mutations (topic create/delete/grow, config changes) across connections.
+static ADMIN_LOCK: Mutex<()> = Mutex::new(());
+
+pub(crate) fn admin_lock() -> MutexGuard<'static, ()> {
+    ADMIN_LOCK.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// An error code and message for one topic of a response.
+struct TopicError {
+    code: i16,
+    message: Option<String>,
+}
+
+impl TopicError {
+    fn new(code: i16, message: impl Into<String>) -> Self {
+        TopicError {
+            code,
+            message: Some(message.into()),
+        }
+    }
+}
+
+impl From<MetaError> for TopicError {
+    fn from(e: MetaError) -> Self {
+        if e.kafka_error_code() == error_codes::UNKNOWN_SERVER_ERROR {
+            tracing::error!(error = %e, "admin request failed");
+        }
+        TopicError {
+            code: e.kafka_error_code(),
+            message: e.client_message(),
+        }
+    }
+}
+
+fn bs(s: impl Into<String>) -> ByteString {
+    ByteString::from(s.into())
+}
+
+// ----- CreateTopics --------------------------------------------------------------------------
+
+pub fn handle_create_topics(ctx: &RequestContext, request: CreateTopicsRequest) -> Response {
+    let broker = &ctx.broker;
+    let mut counts: HashMap<ByteString, usize> = HashMap::new();
+    for topic in &request.topics {
+        *counts.entry(topic.name.clone()).or_default() += 1;
+    }
+    let mut reported_duplicates = HashSet::new();
+    let mut topics = Vec::with_capacity(request.topics.len());
+    for topic in request.topics {
+        if counts.get(&topic.name).copied().unwrap_or(0) > 1 {
+            // Kafka answers once per duplicated name.
+            if reported_duplicates.insert(topic.name.clone()) {
+                topics.push(failed_creation(
+                    topic.name,
+                    TopicError::new(error_codes::INVALID_REQUEST, "Duplicate topic name."),
+                ));
+            }
+            continue;
+        }
+        let name = topic.name.clone();
+        let result = match create_one(broker, topic, request.validate_only) {
+            Ok(result) => result,
+            Err(error) => failed_creation(name, error),
+        };
+        topics.push(result);
+    }
+    Response::CreateTopics(CreateTopicsResponse {
+        topics,
+        ..Default::default()
+    })
+}
+
+fn failed_creation(name: ByteString, error: TopicError) -> CreatableTopicResult {
+    CreatableTopicResult {
+        name,
+        topic_id: Uuid::ZERO,
+        error_code: error.code,
+        error_message: error.message.map(bs),
+        num_partitions: -1,
+        replication_factor: -1,
+        configs: Some(Vec::new()),
+        ..Default::default()
+    }
+}
+
+fn create_one(
+    broker: &Broker,
+    topic: CreatableTopic,
+    validate_only: bool,
+) -> Result<CreatableTopicResult, TopicError> {
+    // Kafka's order: the name, then existence, then configs, then partitions and replicas.
+    if &*topic.name == CLUSTER_METADATA_TOPIC {
+        return Err(TopicError::new(
+            error_codes::INVALID_REQUEST,
+            format!("Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited."),
+        ));
+    }
+    skiff_meta::validate_topic_name(&topic.name)?;
+    if broker.meta().topic(&topic.name).is_some() {
+        return Err(MetaError::TopicAlreadyExists(topic.name.to_string()).into());
+    }
+    let null_configs: Vec<&str> = topic
+        .configs
+        .iter()
+        .filter(|c| c.value.is_none())
+        .map(|c| &*c.name)
+        .collect();
+    if !null_configs.is_empty() {
+        return Err(TopicError::new(
+            error_codes::INVALID_CONFIG,
+            format!(
+                "Null value not supported for topic configs: {}",
+                null_configs.join(",")
+            ),
+        ));
+    }
+    let mut configs = BTreeMap::new();
+    for config in &topic.configs {
+        if let Some(value) = &config.value {
+            configs.insert(config.name.to_string(), value.to_string());
+        }
+    }
+    let num_partitions = if topic.assignments.is_empty() {
+        topic.num_partitions
+    } else {
+        if topic.replication_factor != -1 {
+            return Err(TopicError::new(
+                error_codes::INVALID_REQUEST,
+                "A manual partition assignment was specified, but replication factor was not set to -1.",
+            ));
+        }
+        if topic.num_partitions != -1 {
+            return Err(TopicError::new(
+                error_codes::INVALID_REQUEST,
+                "A manual partition assignment was specified, but numPartitions was not set to -1.",
+            ));
+        }
+        check_creation_assignments(broker.node_id(), &topic.assignments)?
+    };
+    if topic.assignments.is_empty() {
+        if topic.replication_factor < -1 || topic.replication_factor == 0 {
+            return Err(TopicError::new(
+                error_codes::INVALID_REPLICATION_FACTOR,
+                "Replication factor must be larger than 0, or -1 to use the default value.",
+            ));
+        }
+        if topic.num_partitions < -1 || topic.num_partitions == 0 {
+            return Err(TopicError::new(
+                error_codes::INVALID_PARTITIONS,
+                "Number of partitions was set to an invalid non-positive value.",
+            ));
+        }
+    }
+    let new = NewTopic {
+        name: topic.name.to_string(),
+        num_partitions,
+        replication_factor: topic.replication_factor,
+        configs,
+    };
+
+    let _admin = admin_lock();
+    let created = broker.create_topic(&new, validate_only)?;
+    let described = if validate_only {
+        broker.meta().preview_topic_configs(&new.configs)?
+    } else {
+        broker.meta().describe_topic_configs(&new.name)?
+    };
+    Ok(CreatableTopicResult {
+        name: topic.name,
+        topic_id: created.info.id,
+        error_code: error_codes::NONE,
+        error_message: None,
+        topic_config_error_code: error_codes::NONE,
+        num_partitions: created.info.partitions,
+        replication_factor: 1,
+        configs: Some(described.iter().map(creatable_config).collect()),
+        ..Default::default()
+    })
+}
+
+fn creatable_config(entry: &ConfigEntry) -> CreatableTopicConfigs {
+    CreatableTopicConfigs {
+        name: bs(entry.name.clone()),
+        value: if entry.is_sensitive {
+            None
+        } else {
+            entry.value.clone().map(bs)
+        },
+        read_only: entry.read_only,
+        config_source: entry.source.code(),
+        is_sensitive: entry.is_sensitive,
+        ..Default::default()
+    }
+}
+
+/// Checks one replica list of a manual assignment the way Kafka's
+/// `validateManualPartitionAssignment` does; on one node the only valid list is `[node]`.
+fn check_replicas(node: i32, replicas: &[i32]) -> Result<(), TopicError> {
+    if replicas.is_empty() {
+        return Err(TopicError::new(
+            INVALID_REPLICA_ASSIGNMENT,
+            "The manual partition assignment includes an empty replica list.",
+        ));
+    }
+    if let Some(other) = replicas.iter().find(|&&id| id != node) {
+        return Err(TopicError::new(
+            INVALID_REPLICA_ASSIGNMENT,
+            format!(
+                "The manual partition assignment includes broker {other}, but no such broker is registered."
+            ),
+        ));
+    }
+    if replicas.len() > 1 {
+        return Err(TopicError::new(
+            INVALID_REPLICA_ASSIGNMENT,
+            format!("The manual partition assignment includes the broker {node} more than once."),
+        ));
+    }
+    Ok(())
+}
+
+/// Validates a CreateTopics manual assignment and returns the partition count it implies.
+fn check_creation_assignments(
+    node: i32,
+    assignments: &[CreatableReplicaAssignment],
+) -> Result<i32, TopicError> {
+    let mut seen = HashSet::new();
+    for assignment in assignments {
+        if !seen.insert(assignment.partition_index) {
+            return Err(TopicError::new(
+                INVALID_REPLICA_ASSIGNMENT,
+                format!(
+                    "Found multiple manual partition assignments for partition {}",
+                    assignment.partition_index
+                ),
+            ));
+        }
+        check_replicas(node, &assignment.broker_ids)?;
+    }
+    let count = i32::try_from(seen.len()).unwrap_or(i32::MAX);
+    if (0..count).any(|i| !seen.contains(&i)) {
+        return Err(TopicError::new(
+            INVALID_REPLICA_ASSIGNMENT,
+            "partitions should be a consecutive 0-based integer sequence",
+        ));
+    }
+    Ok(count)
+}
+
+// ----- DeleteTopics --------------------------------------------------------------------------
+
+/// A topic of a DeleteTopics request, after duplicate and shape checks.
+enum Target {
+    Name(ByteString),
+    Id(Uuid),
+    Rejected(DeletableTopicResult),
+}
+
+pub fn handle_delete_topics(ctx: &RequestContext, request: DeleteTopicsRequest) -> Response {
+    let broker = &ctx.broker;
+    let version = ctx.version;
+    let mut targets = Vec::new();
+    if version >= 6 {
+        for topic in request.topics {
+            targets.push(match (topic.name, topic.topic_id.is_zero()) {
+                (None, true) => Target::Rejected(deletion_error(
+                    None,
+                    Uuid::ZERO,
+                    TopicError::new(
+                        error_codes::INVALID_REQUEST,
+                        "Neither topic name nor id were specified.",
+                    ),
+                )),
+                (None, false) => Target::Id(topic.topic_id),
+                (Some(name), true) => Target::Name(name),
+                (Some(name), false) => Target::Rejected(deletion_error(
+                    Some(name),
+                    topic.topic_id,
+                    TopicError::new(
+                        error_codes::INVALID_REQUEST,
+                        "You may not specify both topic name and topic id.",
+                    ),
+                )),
+            });
+        }
+    } else {
+        targets.extend(request.topic_names.into_iter().map(Target::Name));
+    }
+
+    // Kafka answers a duplicated name or ID once, with INVALID_REQUEST, and deletes nothing for it.
+    let mut name_counts: HashMap<ByteString, usize> = HashMap::new();
+    let mut id_counts: HashMap<Uuid, usize> = HashMap::new();
+    for target in &targets {
+        match target {
+            Target::Name(n) => *name_counts.entry(n.clone()).or_default() += 1,
+            Target::Id(id) => *id_counts.entry(*id).or_default() += 1,
+            Target::Rejected(_) => {}
+        }
+    }
+    let mut reported_names = HashSet::new();
+    let mut reported_ids = HashSet::new();
+    let mut responses = Vec::with_capacity(targets.len());
+    for target in targets {
+        let result = match target {
+            Target::Rejected(result) => result,
+            Target::Name(name) if name_counts.get(&name).copied().unwrap_or(0) > 1 => {
+                if !reported_names.insert(name.clone()) {
+                    continue;
+                }
+                deletion_error(
+                    Some(name),
+                    Uuid::ZERO,
+                    TopicError::new(error_codes::INVALID_REQUEST, "Duplicate topic name."),
+                )
+            }
+            Target::Id(id) if id_counts.get(&id).copied().unwrap_or(0) > 1 => {
+                if !reported_ids.insert(id) {
+                    continue;
+                }
+                deletion_error(
+                    None,
+                    id,
+                    TopicError::new(error_codes::INVALID_REQUEST, "Duplicate topic id."),
+                )
+            }
+            Target::Name(name) => match delete_one(broker, TopicRef::Name(&name), version) {
+                Ok((_, id)) => deleted(Some(name), id),
+                Err(error) => deletion_error(Some(name), Uuid::ZERO, error),
+            },
+            Target::Id(id) => match delete_one(broker, TopicRef::Id(id), version) {
+                Ok((name, id)) => deleted(Some(bs(name)), id),
+                Err(error) => deletion_error(None, id, error),
+            },
+        };
+        responses.push(result);
+    }
+    Response::DeleteTopics(DeleteTopicsResponse {
+        responses,
+        ..Default::default()
+    })
+}
+
+fn deleted(name: Option<ByteString>, topic_id: Uuid) -> DeletableTopicResult {
+    DeletableTopicResult {
+        name,
+        topic_id,
+        error_code: error_codes::NONE,
+        error_message: None,
+        ..Default::default()
+    }
+}
+
+fn deletion_error(
+    name: Option<ByteString>,
+    topic_id: Uuid,
+    error: TopicError,
+) -> DeletableTopicResult {
+    DeletableTopicResult {
+        name,
+        topic_id,
+        error_code: error.code,
+        error_message: error.message.map(bs),
+        ..Default::default()
+    }
+}
+
+/// Deletes a topic from the metadata (persisted first), then its partitions.
+fn delete_one(
+    broker: &Broker,
+    topic: TopicRef<'_>,
+    version: i16,
+) -> Result<(String, Uuid), TopicError> {
+    let _admin = admin_lock();
+    let removed = broker.meta_mut().delete_topic(topic).map_err(|e| {
+        // Before v3 a disabled deletion is INVALID_REQUEST (TOPIC_DELETION_DISABLED is v3+).
+        if matches!(e, MetaError::TopicDeletionDisabled) && version < 3 {
+            TopicError::new(error_codes::INVALID_REQUEST, "Topic deletion is disabled.")
+        } else {
+            TopicError::from(e)
+        }
+    })?;
+    if let Err(e) = broker.remove_topic(removed.id) {
+        // The metadata no longer lists the topic; leftover directories go at the next start.
+        tracing::error!(topic = %removed.name, error = %format!("{e:#}"), "deleting partition data failed");
+    }
+    Ok((removed.name, removed.id))
+}
+
+// ----- CreatePartitions ----------------------------------------------------------------------
+
+pub fn handle_create_partitions(
+    ctx: &RequestContext,
+    request: CreatePartitionsRequest,
+) -> Response {
+    let broker = &ctx.broker;
+    let mut counts: HashMap<ByteString, usize> = HashMap::new();
+    for topic in &request.topics {
+        *counts.entry(topic.name.clone()).or_default() += 1;
+    }
+    let mut reported = HashSet::new();
+    let mut results = Vec::with_capacity(request.topics.len());
+    for topic in request.topics {
+        let outcome = if counts.get(&topic.name).copied().unwrap_or(0) > 1 {
+            if !reported.insert(topic.name.clone()) {
+                continue;
+            }
+            Err(TopicError::new(
+                error_codes::INVALID_REQUEST,
+                "Duplicate topic name.",
+            ))
+        } else {
+            grow_one(
+                broker,
+                &topic.name,
+                topic.count,
+                topic.assignments.as_deref(),
+                request.validate_only,
+            )
+        };
+        let (error_code, error_message) = match outcome {
+            Ok(()) => (error_codes::NONE, None),
+            Err(e) => (e.code, e.message.map(bs)),
+        };
+        results.push(CreatePartitionsTopicResult {
+            name: topic.name,
+            error_code,
+            error_message,
+            ..Default::default()
+        });
+    }
+    Response::CreatePartitions(CreatePartitionsResponse {
+        results,
+        ..Default::default()
+    })
+}
+
+fn grow_one(
+    broker: &Broker,
+    name: &str,
+    count: i32,
+    assignments: Option<
+        &[skiff_protocol::generated::create_partitions_request::CreatePartitionsAssignment],
+    >,
+    validate_only: bool,
+) -> Result<(), TopicError> {
+    let _admin = admin_lock();
+    let info = {
+        let mut meta = broker.meta_mut();
+        // Checks the topic and the count (Kafka checks these before the assignments).
+        let planned = meta.create_partitions(name, count, true)?;
+        if let Some(assignments) = assignments {
+            let current = meta.resolve(TopicRef::Name(name))?.partitions;
+            let additional = planned.partitions.saturating_sub(current);
+            if usize::try_from(additional).ok() != Some(assignments.len()) {
+                return Err(TopicError::new(
+                    INVALID_REPLICA_ASSIGNMENT,
+                    format!(
+                        "Attempted to add {additional} additional partition(s), but only {} assignment(s) were specified.",
+                        assignments.len()
+                    ),
+                ));
+            }
+            for assignment in assignments {
+                check_replicas(broker.node_id(), &assignment.broker_ids)?;
+            }
+        }
+        if validate_only {
+            return Ok(());
+        }
+        meta.create_partitions(name, count, false)?
+    };
+    broker.grow_topic(info).map_err(|e| {
+        tracing::error!(topic = %name, error = %format!("{e:#}"), "opening new partitions failed");
+        TopicError {
+            code: error_codes::UNKNOWN_SERVER_ERROR,
+            message: None,
+        }
+    })
+}
