@@ -44,6 +44,32 @@ impl TestBroker {
         }
     }
 
+    /// Stops the broker and starts a new one on the same data directory (a new port); `adjust`
+    /// sees the default test config for that directory.
+    pub async fn restart_with(mut self, adjust: impl FnOnce(&mut BrokerConfig)) -> TestBroker {
+        if let Some(running) = self.running.take() {
+            tokio::time::timeout(TIMEOUT, running.shutdown())
+                .await
+                .expect("shutdown in time")
+                .expect("clean shutdown");
+        }
+        let mut config = BrokerConfig {
+            listen: "127.0.0.1:0".parse().expect("addr"),
+            data_dir: self.dir.path().to_path_buf(),
+            ..Default::default()
+        };
+        adjust(&mut config);
+        let running = skiff_broker::start(config).await.expect("broker restarts");
+        self.addr = running.local_addr;
+        self.running = Some(running);
+        self
+    }
+
+    /// [`TestBroker::restart_with`] the default test config.
+    pub async fn restart(self) -> TestBroker {
+        self.restart_with(|_| {}).await
+    }
+
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().to_path_buf()
     }
