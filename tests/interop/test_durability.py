@@ -27,7 +27,10 @@ MESSAGE_TIMEOUT_MS = 90_000
 class NumberedProducer:
     """Produces m0000000, m0000001, ... to partition 0 from a thread; records the outcome of each."""
 
+    live: list[NumberedProducer] = []
+
     def __init__(self, bootstrap: str, topic: str, idempotent: bool, rate_sleep: float = 0.001):
+        NumberedProducer.live.append(self)
         self.topic = topic
         self.rate_sleep = rate_sleep
         self.acked: dict[int, int] = {}  # message number -> offset
@@ -78,6 +81,17 @@ class NumberedProducer:
         self.thread.join(timeout=10)
         assert not self.thread.is_alive()
         return self.p.flush(timeout)
+
+
+@pytest.fixture(autouse=True)
+def _stop_producer_threads():
+    """A failing test must not leave a producer thread running into the next test."""
+    yield
+    while NumberedProducer.live:
+        np_ = NumberedProducer.live.pop()
+        np_._stop.set()
+        if np_.thread.is_alive():
+            np_.thread.join(timeout=5)
 
 
 def read_log(bootstrap: str, topic: str) -> list[tuple[int, bytes]]:
