@@ -1,0 +1,3 @@
+//! `skiff-interop` holds no library code: its tests drive a third-party Rust client, `rdkafka`
+//! (librdkafka built from its vendored source with cmake), against a Skiff broker started in the
+//! test process, so that "unmodified Kafka clients work" is checked in `cargo test`.
