@@ -6,6 +6,7 @@
 //! deadlines, and every change to persistent state bumps a counter so the broker knows when to
 //! write a snapshot record. The broker owns sockets, timers and the internal log.
 
+pub mod classic;
 pub mod consumer;
 pub mod offsets;
 pub mod types;
