@@ -35,6 +35,8 @@ mod member;
 mod snapshot;
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;
 
 use skiff_protocol::generated::join_group_response::JoinGroupResponse;

@@ -1002,3 +1002,61 @@ fn sync_responses_are_shaped_by_version() {
     let out = h.g.sync(&wrong, 5, 100, h.now);
     assert_eq!(sync_of(&out, 100).error_code, INCONSISTENT_GROUP_PROTOCOL);
 }
+
+#[test]
+fn initial_delay_never_exceeds_the_rebalance_timeout() {
+    let mut h = Harness::new();
+    let mut request = join_request("", None, RANGE);
+    request.rebalance_timeout_ms = 2 * DELAY_MS as i32;
+    let (t1, _) = h.join(&request, 3, "a");
+    let (t2, _) = h.join(&request, 3, "b");
+    assert!(h.advance_to(DELAY_MS + 1).is_empty(), "extended once");
+    let (t3, _) = h.join(&request, 3, "c");
+    // The extension was scheduled when the timer fired (DELAY_MS + 1), as Kafka's timer does.
+    assert!(h.advance_to(2 * DELAY_MS).is_empty());
+    // No time is left: the newcomer does not extend the delay again.
+    let out = h.advance_to(2 * DELAY_MS + 1);
+    for token in [t1, t2, t3] {
+        assert_eq!(join_of(&out, token).generation_id, 1);
+    }
+}
+
+#[test]
+fn duplicate_static_member_fences_the_parked_join() {
+    let mut h = Harness::new();
+    let (a, _b) = stable_with_static(&mut h);
+    h.join_new("c", RANGE);
+    assert_eq!(h.g.state(), ClassicGroupState::PreparingRebalance);
+    let (old, out) = h.join(&join_request(&a, Some("ia"), RANGE), 9, "a");
+    assert!(out.is_empty());
+    let (new, out) = h.join(&join_request("", Some("ia"), RANGE), 9, "a");
+    let r = join_of(&out, old);
+    assert_eq!(r.error_code, FENCED_INSTANCE_ID);
+    assert_eq!(&*r.member_id, a.as_str());
+    assert_eq!(
+        (r.generation_id, &*r.leader, r.protocol_name.clone()),
+        (-1, "", None)
+    );
+    assert!(
+        !has_token(&out, new),
+        "the new member ID waits for the rebalance"
+    );
+    assert_eq!(h.g.state(), ClassicGroupState::PreparingRebalance);
+}
+
+#[test]
+fn snapshot_blobs_reject_bad_hex() {
+    let snapshot = ClassicGroup::new("g", 0).snapshot();
+    let mut json = serde_json::to_value(&snapshot).expect("serialize");
+    json["members"] = serde_json::json!([{
+        "member_id": "m", "group_instance_id": null, "client_id": "c", "client_host": "h",
+        "rebalance_timeout_ms": 1, "session_timeout_ms": 1, "protocols": [],
+        "assignment": "abc"
+    }]);
+    assert!(serde_json::from_value::<ClassicGroupSnapshot>(json.clone()).is_err());
+    json["members"][0]["assignment"] = serde_json::json!("zz");
+    assert!(serde_json::from_value::<ClassicGroupSnapshot>(json.clone()).is_err());
+    json["members"][0]["assignment"] = serde_json::json!("00ff");
+    let back: ClassicGroupSnapshot = serde_json::from_value(json).expect("valid hex");
+    assert_eq!(back.members[0].assignment, Bytes::from_static(&[0, 0xff]));
+}
