@@ -254,6 +254,7 @@ impl Connection {
             client_id: frame.header.client_id.as_ref().map(|s| s.to_string()),
             instance_id: self.identity.instance_id(),
             peer: self.peer,
+            shutdown: self.shutdown.clone(),
         };
         match handlers::dispatch(&ctx, request) {
             Reply::Now(response) => {

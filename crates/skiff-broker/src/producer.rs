@@ -169,6 +169,48 @@ impl ProducerStates {
     }
 }
 
+/// How far back (in offsets) a restart looks for idempotent producers' recent batches. A retry
+/// after a crash re-sends the batches at the tail, so the tail is what duplicate detection needs.
+const REBUILD_WINDOW: i64 = 10_000;
+const REBUILD_CHUNK: usize = 1024 * 1024;
+
+/// Rebuilds the sequence state of a partition from the batch headers at the tail of its log,
+/// as Kafka's recovery does: a producer's batch retried after a crash is then recognised as a
+/// duplicate instead of being appended twice.
+pub fn rebuild_from_log(log: &skiff_log::PartitionLog) -> ProducerStates {
+    let mut states = ProducerStates::default();
+    let end = log.log_end_offset();
+    let mut offset = log.log_start_offset().max(end - REBUILD_WINDOW);
+    while offset < end {
+        let Ok(read) = log.read(offset, REBUILD_CHUNK) else {
+            break;
+        };
+        if read.records.is_empty() {
+            break;
+        }
+        let before = offset;
+        for batch in skiff_records::RecordBatches::new(read.records) {
+            let Ok(batch) = batch else { break };
+            if batch.producer_id() >= 0 {
+                states.record(
+                    batch.producer_id(),
+                    batch.producer_epoch(),
+                    batch.base_sequence(),
+                    batch
+                        .base_sequence()
+                        .wrapping_add(batch.last_offset_delta()),
+                    batch.base_offset(),
+                );
+            }
+            offset = offset.max(batch.next_offset());
+        }
+        if offset == before {
+            break;
+        }
+    }
+    states
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,6 +263,31 @@ mod tests {
         let mut s = ProducerStates::default();
         s.record(1, 0, i32::MAX - 1, i32::MAX, 0);
         assert_eq!(s.check(1, 0, 0, 3), Ok(SequenceCheck::Append));
+    }
+
+    #[test]
+    fn state_is_rebuilt_from_the_log_tail() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut log = skiff_log::PartitionLog::open(dir.path(), skiff_log::LogConfig::default())
+            .expect("open");
+        for seq in [0, 3] {
+            let mut b = skiff_records::RecordBatchBuilder::new().producer(9, 2, seq);
+            for _ in 0..3 {
+                b.append(1, None, Some(b"v"), &[]).expect("append");
+            }
+            log.append(b.build().expect("batch").into_bytes(), 1)
+                .expect("append");
+        }
+        let states = rebuild_from_log(&log);
+        assert_eq!(
+            states.check(9, 2, 3, 5),
+            Ok(SequenceCheck::Duplicate { base_offset: 3 })
+        );
+        assert_eq!(states.check(9, 2, 6, 6), Ok(SequenceCheck::Append));
+        assert_eq!(
+            states.check(9, 2, 7, 7),
+            Err(error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER)
+        );
     }
 
     #[test]

@@ -249,6 +249,7 @@ impl Broker {
         let log = PartitionLog::open(&dir, config)
             .with_context(|| format!("opening partition {}-{index}", info.name))?;
         let end = log.log_end_offset();
+        let producers = crate::producer::rebuild_from_log(&log);
         let log = Arc::new(Mutex::new(log));
         let committer = always.then(|| GroupCommitter::spawn(Arc::clone(&log)));
         Ok(Arc::new(Partition {
@@ -258,7 +259,7 @@ impl Broker {
             log,
             committer,
             end_offset: watch::channel(end).0,
-            producers: Mutex::new(ProducerStates::default()),
+            producers: Mutex::new(producers),
         }))
     }
 

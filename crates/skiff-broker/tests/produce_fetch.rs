@@ -457,3 +457,60 @@ async fn bad_input_closes_only_the_offending_connection() {
     }
     broker.stop().await;
 }
+
+#[tokio::test]
+async fn shutdown_answers_waiting_long_polls_at_once() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    let id = create_topic(&mut c, "quiet").await;
+    let correlation = c
+        .send(
+            &Request::Fetch(fetch_request("quiet", id, 0, 20_000, 1)),
+            12,
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let stopping = tokio::spawn(broker.stop());
+    match c.receive(ApiKey::Fetch, 12, correlation).await {
+        Response::Fetch(f) => assert_eq!(f.responses[0].partitions[0].error_code, 0),
+        other => panic!("unexpected {other:?}"),
+    }
+    stopping.await.expect("stopped");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "shutdown did not wait for the poll"
+    );
+}
+
+#[tokio::test]
+async fn idempotent_retry_after_restart_is_still_a_duplicate() {
+    let broker = TestBroker::start().await;
+    let dir = broker.data_dir();
+    let mut c = broker.client().await;
+    create_topic(&mut c, "again").await;
+    let mut builder = skiff_records::RecordBatchBuilder::new().producer(77, 0, 0);
+    builder.append(1, None, Some(b"once"), &[]).expect("append");
+    let batch = builder.build().expect("batch").into_bytes();
+    let r = produce(&mut c, "again", -1, batch.clone(), 9).await;
+    assert_eq!((r.error_code, r.base_offset), (0, 0));
+    drop(c);
+    let TestBroker {
+        running, dir: tmp, ..
+    } = broker;
+    if let Some(running) = running {
+        running.shutdown().await.expect("clean");
+    }
+    let broker = TestBroker::start_with(|config| config.data_dir = dir.clone()).await;
+    let mut c = broker.client().await;
+    let r = produce(&mut c, "again", -1, batch, 9).await;
+    assert_eq!(
+        (r.error_code, r.base_offset),
+        (0, 0),
+        "recognised as a duplicate"
+    );
+    let topic = broker.broker().topic_by_name("again").expect("topic");
+    assert_eq!(topic.partitions[0].lock_log().log_end_offset(), 1);
+    broker.stop().await;
+    drop(tmp);
+}

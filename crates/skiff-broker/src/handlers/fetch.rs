@@ -61,10 +61,20 @@ pub fn handle(ctx: &RequestContext, request: FetchRequest) -> Reply {
     if bytes >= min_bytes || errors || max_wait.is_zero() || plan.targets.is_empty() {
         return Reply::Now(Response::Fetch(response));
     }
-    Reply::Later(Box::pin(long_poll(plan, min_bytes, max_wait)))
+    Reply::Later(Box::pin(long_poll(
+        plan,
+        min_bytes,
+        max_wait,
+        ctx.shutdown.clone(),
+    )))
 }
 
-async fn long_poll(plan: Plan, min_bytes: usize, max_wait: Duration) -> Response {
+async fn long_poll(
+    plan: Plan,
+    min_bytes: usize,
+    max_wait: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) -> Response {
     let deadline = tokio::time::Instant::now() + max_wait;
     let mut signals: Vec<watch::Receiver<i64>> = plan
         .targets
@@ -76,9 +86,13 @@ async fn long_poll(plan: Plan, min_bytes: usize, max_wait: Duration) -> Response
             let waits = signals.iter_mut().map(|s| Box::pin(s.changed()));
             let _ = futures::future::select_all(waits).await;
         };
-        let timed_out = tokio::time::timeout_at(deadline, any_append).await.is_err();
+        // A shutdown ends the wait like a timeout: the client gets what there is now.
+        let finished = tokio::select! {
+            woken = tokio::time::timeout_at(deadline, any_append) => woken.is_err(),
+            _ = crate::server::stopped(&mut shutdown) => true,
+        };
         let (response, bytes, errors) = read(&plan);
-        if timed_out || bytes >= min_bytes || errors {
+        if finished || bytes >= min_bytes || errors {
             return Response::Fetch(response);
         }
     }

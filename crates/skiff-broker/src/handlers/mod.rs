@@ -33,6 +33,8 @@ pub struct RequestContext {
     /// The connection's KIP-1313 client instance ID, once fixed.
     pub instance_id: Option<Uuid>,
     pub peer: SocketAddr,
+    /// Becomes `true` when the broker shuts down: waiting replies (long polls) answer at once.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
 /// A handler's answer. Responses are moved once per request, so their size is not worth a box.
