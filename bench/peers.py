@@ -371,7 +371,8 @@ def summarize(results: list[Result]) -> list[Result]:
 
 
 def print_table(results: list[Result], failures: dict[str, str]) -> None:
-    hdr = f"{'target':<10} {'phase':<26} {'records':>9} {'secs':>7} {'rec/s':>10} {'MB/s':>8} {'p50 ms':>8} {'p99 ms':>8}  note"
+    w = max([10] + [len(r.target) for r in results] + [len(n) for n in failures])
+    hdr = f"{'target':<{w}} {'phase':<26} {'records':>9} {'secs':>7} {'rec/s':>10} {'MB/s':>8} {'p50 ms':>8} {'p99 ms':>8}  note"
     print(hdr)
     print("-" * len(hdr))
 
@@ -379,10 +380,10 @@ def print_table(results: list[Result], failures: dict[str, str]) -> None:
         return "-" if x != x else f"{x:.2f}"
 
     for r in results:
-        print(f"{r.target:<10} {r.phase:<26} {r.records:>9} {r.seconds:>7.2f} {r.rec_per_s:>10,.0f} "
+        print(f"{r.target:<{w}} {r.phase:<26} {r.records:>9} {r.seconds:>7.2f} {r.rec_per_s:>10,.0f} "
               f"{r.mb_per_s:>8.1f} {ms(r.p50_ms):>8} {ms(r.p99_ms):>8}  {r.note}")
     for name, why in failures.items():
-        print(f"{name:<10} FAILED: {why}")
+        print(f"{name:<{w}} FAILED: {why}")
 
 
 def main() -> int:
