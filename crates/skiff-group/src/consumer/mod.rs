@@ -195,6 +195,15 @@ pub fn validate_heartbeat(
     Ok(())
 }
 
+/// GROUP_ID_NOT_FOUND for a heartbeat with epoch != 0 (or a leave) to a group that does not
+/// exist: decided by the caller holding the group map, after [`validate_heartbeat`].
+pub fn group_id_not_found(group_id: &str) -> GroupError {
+    GroupError::new(
+        error_codes::GROUP_ID_NOT_FOUND,
+        format!("Consumer group {group_id} not found."),
+    )
+}
+
 /// Kafka's topic regexes must match the whole topic name (`Matcher.matches`).
 fn compile_regex(pattern: &str) -> Result<Regex, GroupError> {
     Regex::new(&format!("^(?:{pattern})$")).map_err(|e| {
@@ -327,6 +336,11 @@ impl ConsumerGroup {
     }
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
+    }
+    /// A group that never accepted a member (its first heartbeat failed): the caller that
+    /// created it for that heartbeat should drop it again, as Kafka reverts the creation.
+    pub fn is_unused(&self) -> bool {
+        self.members.is_empty() && self.group_epoch == 0
     }
     pub fn member_count(&self) -> usize {
         self.members.len()

@@ -917,3 +917,39 @@ fn snapshot_round_trip_and_restore_timers() {
     settle(&mut h2, &mut clients, 6);
     assert_eq!(h2.group.state(), GroupState::Stable);
 }
+
+#[test]
+fn failed_first_heartbeat_leaves_an_unused_group() {
+    let mut h = Harness::new(&[("foo", 1)]);
+    let mut bad = join_request("a", &[]);
+    bad.subscribed_topic_regex = Some("(".into());
+    assert_eq!(code(h.send(&bad)), codes::INVALID_REGULAR_EXPRESSION);
+    assert!(h.group.is_unused());
+    assert_eq!(h.group.change_counter(), 0);
+    h.send(&join_request("a", &["foo"])).unwrap();
+    assert!(!h.group.is_unused());
+    h.send(&heartbeat_request("a", -1, None)).unwrap();
+    assert!(h.group.is_empty() && !h.group.is_unused());
+    let err = group_id_not_found("grp");
+    assert_eq!(
+        (err.code, err.message.as_str()),
+        (codes::GROUP_ID_NOT_FOUND, "Consumer group grp not found.")
+    );
+}
+
+#[test]
+fn static_member_back_from_temporary_leave_with_the_same_id() {
+    let mut h = Harness::new(&[("foo", 2)]);
+    let mut join = join_request("s", &["foo"]);
+    join.instance_id = Some("inst".into());
+    let first = h.send(&join).unwrap();
+    let mut leave = heartbeat_request("s", -2, None);
+    leave.instance_id = Some("inst".into());
+    h.send(&leave).unwrap();
+    assert_eq!(h.group.member("s").unwrap().member_epoch(), -2);
+    assert_eq!(h.group.state(), GroupState::Reconciling);
+    let back = h.send(&join).unwrap();
+    assert_eq!(back.member_epoch, first.member_epoch);
+    assert_eq!(assignment_of(&back), assignment_of(&first));
+    assert_eq!(h.group.state(), GroupState::Stable);
+}
