@@ -36,6 +36,8 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     /// `max.connections`: connections beyond this wait in the accept queue.
     pub max_connections: usize,
+    /// Group coordinator settings (`group.*` keys).
+    pub groups: skiff_group::GroupConfig,
     /// Every other key: static Kafka broker configs, validated by `skiff-meta`.
     pub kafka: BTreeMap<String, String>,
 }
@@ -50,6 +52,7 @@ impl Default for BrokerConfig {
             flush: FlushMode::Always,
             socket_request_max_bytes: skiff_protocol::DEFAULT_MAX_FRAME_SIZE,
             max_connections: 10_000,
+            groups: skiff_group::GroupConfig::default(),
             kafka: BTreeMap::new(),
         }
     }
@@ -139,6 +142,7 @@ impl BrokerConfig {
         if let Some(v) = entries.remove("max.connections") {
             config.max_connections = parse_num(&v, "max.connections", 1, 1_000_000)? as usize;
         }
+        take_group_config(&mut entries, &mut config.groups)?;
         config.kafka = entries;
         Ok(config)
     }
@@ -149,6 +153,64 @@ impl BrokerConfig {
             .clone()
             .unwrap_or_else(|| (bound.ip().to_string(), bound.port()))
     }
+}
+
+/// Takes the `group.*` keys Kafka brokers use for the group coordinator.
+fn take_group_config(
+    entries: &mut BTreeMap<String, String>,
+    groups: &mut skiff_group::GroupConfig,
+) -> Result<()> {
+    let mut take = |key: &str, min: i64, max: i64| -> Result<Option<i64>> {
+        entries
+            .remove(key)
+            .map(|v| parse_num(&v, key, min, max))
+            .transpose()
+    };
+    if let Some(v) = take("group.consumer.session.timeout.ms", 1, i64::from(i32::MAX))? {
+        groups.consumer_session_timeout_ms = v;
+    }
+    if let Some(v) = take(
+        "group.consumer.heartbeat.interval.ms",
+        1,
+        i64::from(i32::MAX),
+    )? {
+        groups.consumer_heartbeat_interval_ms = v;
+    }
+    if let Some(v) = take("group.consumer.max.size", 1, i64::from(i32::MAX))? {
+        groups.consumer_max_size = v as usize;
+    }
+    if let Some(v) = take("group.min.session.timeout.ms", 1, i64::from(i32::MAX))? {
+        groups.classic_min_session_timeout_ms = v;
+    }
+    if let Some(v) = take("group.max.session.timeout.ms", 1, i64::from(i32::MAX))? {
+        groups.classic_max_session_timeout_ms = v;
+    }
+    if let Some(v) = take("group.initial.rebalance.delay.ms", 0, i64::from(i32::MAX))? {
+        groups.classic_initial_rebalance_delay_ms = v;
+    }
+    if let Some(v) = take("group.max.size", 1, i64::from(i32::MAX))? {
+        groups.classic_max_size = v as usize;
+    }
+    if let Some(v) = entries.remove("group.consumer.assignors") {
+        let names: Vec<String> = v
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if names.is_empty() || names.iter().any(|n| n != "uniform" && n != "range") {
+            bail!("group.consumer.assignors = {v:?}: the assignors are uniform and range");
+        }
+        groups.consumer_assignors = names;
+    }
+    if groups.consumer_heartbeat_interval_ms >= groups.consumer_session_timeout_ms {
+        bail!(
+            "group.consumer.heartbeat.interval.ms must be below group.consumer.session.timeout.ms"
+        );
+    }
+    if groups.classic_min_session_timeout_ms > groups.classic_max_session_timeout_ms {
+        bail!("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms");
+    }
+    Ok(())
 }
 
 fn parse_num(text: &str, key: &str, min: i64, max: i64) -> Result<i64> {

@@ -6,8 +6,10 @@
 
 pub mod config;
 mod connection;
+pub mod groups;
 pub mod handlers;
 pub mod identity;
+mod kv_log;
 mod node_file;
 pub mod producer;
 mod server;

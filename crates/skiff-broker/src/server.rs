@@ -78,6 +78,7 @@ async fn serve(
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
     let connection_ids = AtomicU64::new(1);
     let maintenance = tokio::spawn(maintenance(Arc::clone(&broker), shutdown.clone()));
+    let group_timers = tokio::spawn(group_timers(Arc::clone(&broker), shutdown.clone()));
 
     loop {
         let permit = tokio::select! {
@@ -128,12 +129,34 @@ async fn serve(
     tracing::info!("stopped accepting; waiting for connections to finish");
     let _ = done_rx.recv().await;
     maintenance.abort();
+    group_timers.abort();
     let flushing = Arc::clone(&broker);
     tokio::task::spawn_blocking(move || flushing.flush_due(true))
         .await
         .context("final flush panicked")?;
     tracing::info!("skiff broker stopped");
     Ok(())
+}
+
+/// Drives the group coordinator's session and rebalance deadlines: sleeps until the earliest
+/// one, or until an operation arms an earlier one.
+async fn group_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let next = broker.groups.next_deadline();
+        let sleep = match next {
+            Some(deadline) => {
+                let wait = (deadline - crate::state::now_ms()).max(0) as u64;
+                tokio::time::sleep(Duration::from_millis(wait))
+            }
+            None => tokio::time::sleep(Duration::from_secs(3600)),
+        };
+        tokio::select! {
+            _ = sleep => {}
+            _ = broker.groups.timers_changed.notified() => {}
+            _ = stopped(&mut shutdown) => return,
+        }
+        broker.groups.fire_timers(&broker, crate::state::now_ms());
+    }
 }
 
 /// Periodic work: retention, and `flush = interval` syncs.

@@ -20,6 +20,10 @@ use crate::config::{BrokerConfig, FlushMode};
 use crate::identity::RejectReason;
 use crate::producer::ProducerStates;
 
+/// The directory of the internal group log, inside the data directory (its name cannot be a
+/// partition directory's, which always ends in `-<number>`).
+pub const GROUP_LOG_DIR: &str = "__groups";
+
 /// Milliseconds since the Unix epoch, the clock Kafka timestamps use.
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -124,6 +128,10 @@ pub struct Broker {
     topics: RwLock<HashMap<Uuid, Arc<Topic>>>,
     pub metrics: Metrics,
     pub producer_ids: Mutex<crate::producer::ProducerIdAllocator>,
+    /// Bumped whenever a topic is created, grown or deleted (the group coordinator's cue to
+    /// refresh its view of the topics).
+    topics_generation: AtomicU64,
+    pub groups: crate::groups::GroupCoordinator,
 }
 
 impl Broker {
@@ -138,6 +146,16 @@ impl Broker {
         let cluster_id = crate::node_file::load_or_create_cluster_id(&config.data_dir)?;
         let producer_ids = crate::producer::ProducerIdAllocator::open(&config.data_dir)?;
         let advertised = config.advertised(bound);
+        let flush = match config.flush {
+            FlushMode::Always => FlushPolicy::Always,
+            FlushMode::Interval { flush_ms } => FlushPolicy::Interval { flush_ms },
+        };
+        let groups = crate::groups::GroupCoordinator::open(
+            &config.data_dir.join(GROUP_LOG_DIR),
+            flush,
+            config.groups.clone(),
+            now_ms(),
+        )?;
         let broker = Arc::new(Broker {
             config,
             cluster_id,
@@ -146,6 +164,8 @@ impl Broker {
             topics: RwLock::new(HashMap::new()),
             metrics: Metrics::default(),
             producer_ids: Mutex::new(producer_ids),
+            topics_generation: AtomicU64::new(0),
+            groups,
         });
         let infos: Vec<TopicInfo> = broker.meta().topics().cloned().collect();
         for info in infos {
@@ -161,6 +181,14 @@ impl Broker {
 
     pub fn meta_mut(&self) -> RwLockWriteGuard<'_, MetadataStore> {
         self.meta.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn topics_generation(&self) -> u64 {
+        self.topics_generation.load(Ordering::Relaxed)
+    }
+
+    fn topics_changed(&self) {
+        self.topics_generation.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn node_id(&self) -> i32 {
@@ -235,6 +263,7 @@ impl Broker {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(topic.info.id, Arc::clone(&topic));
+        self.topics_changed();
         Ok(topic)
     }
 
@@ -302,6 +331,7 @@ impl Broker {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(info.id, Arc::new(Topic { info, partitions }));
+        self.topics_changed();
         Ok(())
     }
 
@@ -342,6 +372,7 @@ impl Broker {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&id);
+        self.topics_changed();
         if let Some(topic) = removed {
             for partition in &topic.partitions {
                 let dir = self.partition_dir(&topic.info.name, partition.index);

@@ -41,6 +41,11 @@ pub fn topic_authorized_operations() -> i32 {
     ])
 }
 
+/// Group operations: READ, DELETE, DESCRIBE.
+pub fn group_authorized_operations() -> i32 {
+    bits(&[OP_READ, OP_DELETE, OP_DESCRIBE])
+}
+
 pub fn cluster_authorized_operations() -> i32 {
     bits(&[
         OP_CREATE,

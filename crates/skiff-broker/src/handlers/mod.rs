@@ -16,6 +16,7 @@ pub mod api_versions;
 pub mod cluster;
 pub mod configs;
 pub mod fetch;
+pub mod groups;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
@@ -60,6 +61,19 @@ pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::Fetch => (4, 17),
         ApiKey::ListOffsets => (1, 10),
         ApiKey::Metadata => (0, 13),
+        ApiKey::OffsetCommit => (2, 10),
+        ApiKey::OffsetFetch => (1, 10),
+        ApiKey::FindCoordinator => (0, 6),
+        ApiKey::JoinGroup => (0, 9),
+        ApiKey::Heartbeat => (0, 4),
+        ApiKey::LeaveGroup => (0, 5),
+        ApiKey::SyncGroup => (0, 5),
+        ApiKey::DescribeGroups => (0, 6),
+        ApiKey::ListGroups => (0, 5),
+        ApiKey::DeleteGroups => (0, 2),
+        ApiKey::OffsetDelete => (0, 0),
+        ApiKey::ConsumerGroupHeartbeat => (0, 1),
+        ApiKey::ConsumerGroupDescribe => (0, 1),
         ApiKey::ApiVersions => (0, 4),
         ApiKey::CreateTopics => (2, 7),
         ApiKey::DeleteTopics => (1, 6),
@@ -80,6 +94,19 @@ pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
         Request::Metadata(r) => metadata::handle(ctx, r).into(),
         Request::Produce(r) => produce::handle(ctx, r),
         Request::Fetch(r) => fetch::handle(ctx, r),
+        Request::FindCoordinator(r) => groups::find_coordinator(ctx, r).into(),
+        Request::ConsumerGroupHeartbeat(r) => groups::consumer_group_heartbeat(ctx, r).into(),
+        Request::ConsumerGroupDescribe(r) => groups::consumer_group_describe(ctx, r).into(),
+        Request::JoinGroup(r) => groups::join_group(ctx, r),
+        Request::SyncGroup(r) => groups::sync_group(ctx, r),
+        Request::Heartbeat(r) => groups::heartbeat(ctx, r).into(),
+        Request::LeaveGroup(r) => groups::leave_group(ctx, r).into(),
+        Request::OffsetCommit(r) => groups::offset_commit(ctx, r),
+        Request::OffsetFetch(r) => groups::offset_fetch(ctx, r).into(),
+        Request::OffsetDelete(r) => groups::offset_delete(ctx, r).into(),
+        Request::ListGroups(r) => groups::list_groups(ctx, r).into(),
+        Request::DescribeGroups(r) => groups::describe_groups(ctx, r).into(),
+        Request::DeleteGroups(r) => groups::delete_groups(ctx, r).into(),
         Request::ListOffsets(r) => list_offsets::handle(ctx, r).into(),
         Request::CreateTopics(r) => topics::handle_create_topics(ctx, r).into(),
         Request::DeleteTopics(r) => topics::handle_delete_topics(ctx, r).into(),

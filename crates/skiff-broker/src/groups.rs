@@ -1,0 +1,405 @@
+//! The group coordinator's home in the broker: the map of groups (KIP-848 consumer groups and
+//! classic groups share one namespace), committed offsets, their persistence in the internal
+//! key-value log, parked classic requests, and the timer that drives session and rebalance
+//! deadlines.
+//!
+//! The state machines in `skiff-group` do the protocol work; this module holds them under one
+//! lock, writes a snapshot record whenever a group's persistent state changed, and turns their
+//! completions into answers for parked requests.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use skiff_group::classic::{ClassicGroup, ClassicGroupSnapshot, ClassicResponse, Completion};
+use skiff_group::consumer::{ConsumerGroup, ConsumerGroupSnapshot};
+use skiff_group::{CommittedOffset, GroupConfig, OffsetKey, OffsetStore, TopicsImage};
+use skiff_log::{FlushPolicy, GroupCommitter};
+use tokio::sync::{Notify, oneshot};
+
+use crate::kv_log::KvLog;
+use crate::state::Broker;
+
+/// One group: the two protocols never share a group ID at the same time.
+pub enum Group {
+    Consumer(ConsumerGroup),
+    Classic(ClassicGroup),
+}
+
+impl Group {
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Group::Consumer(g) => g.is_empty(),
+            Group::Classic(g) => g.is_empty(),
+        }
+    }
+
+    pub fn state_name(&self) -> &'static str {
+        match self {
+            Group::Consumer(g) => g.state_name(),
+            Group::Classic(g) => g.state_name(),
+        }
+    }
+
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Group::Consumer(_) => "consumer",
+            Group::Classic(_) => "classic",
+        }
+    }
+
+    fn change_counter(&self) -> u64 {
+        match self {
+            Group::Consumer(g) => g.change_counter(),
+            Group::Classic(g) => g.change_counter(),
+        }
+    }
+
+    fn next_deadline(&self) -> Option<i64> {
+        match self {
+            Group::Consumer(g) => g.next_deadline(),
+            Group::Classic(g) => g.next_deadline(),
+        }
+    }
+}
+
+/// What a group snapshot record holds.
+#[derive(Serialize, Deserialize)]
+enum StoredGroup {
+    Consumer(ConsumerGroupSnapshot),
+    Classic(ClassicGroupSnapshot),
+}
+
+const GROUP_PREFIX: &[u8] = b"g\0";
+const OFFSET_PREFIX: &[u8] = b"o\0";
+
+fn group_key(group: &str) -> Bytes {
+    Bytes::from([GROUP_PREFIX, group.as_bytes()].concat())
+}
+
+fn offset_key(group: &str, key: &OffsetKey) -> Bytes {
+    Bytes::from(
+        [
+            OFFSET_PREFIX,
+            group.as_bytes(),
+            b"\0",
+            key.topic.as_bytes(),
+            b"\0",
+            key.partition.to_string().as_bytes(),
+        ]
+        .concat(),
+    )
+}
+
+fn parse_offset_key(key: &[u8]) -> Option<(String, OffsetKey)> {
+    let rest = key.strip_prefix(OFFSET_PREFIX)?;
+    let mut parts = rest.splitn(3, |b| *b == 0);
+    let group = std::str::from_utf8(parts.next()?).ok()?;
+    let topic = std::str::from_utf8(parts.next()?).ok()?;
+    let partition = std::str::from_utf8(parts.next()?).ok()?.parse().ok()?;
+    Some((
+        group.to_string(),
+        OffsetKey {
+            topic: topic.to_string(),
+            partition,
+        },
+    ))
+}
+
+/// Everything under the coordinator's lock.
+pub struct Inner {
+    pub groups: HashMap<String, Group>,
+    pub offsets: OffsetStore,
+    pub topics: TopicsImage,
+    topics_generation: u64,
+    kv: KvLog,
+    persisted: HashMap<String, u64>,
+    pending: HashMap<u64, oneshot::Sender<ClassicResponse>>,
+}
+
+pub struct GroupCoordinator {
+    inner: Mutex<Inner>,
+    pub config: GroupConfig,
+    committer: Option<Arc<GroupCommitter>>,
+    next_token: AtomicU64,
+    /// The deadline the timer task sleeps until (i64::MAX: none).
+    armed_deadline: AtomicI64,
+    pub timers_changed: Notify,
+}
+
+impl GroupCoordinator {
+    /// Opens the group log in `dir` and restores every group and committed offset.
+    pub fn open(dir: &Path, flush: FlushPolicy, config: GroupConfig, now_ms: i64) -> Result<Self> {
+        let (kv, pairs) = KvLog::open(dir, flush)?;
+        let mut groups = HashMap::new();
+        let mut offsets = OffsetStore::default();
+        let mut persisted = HashMap::new();
+        for (key, value) in pairs {
+            if let Some(group_id) = key.strip_prefix(GROUP_PREFIX) {
+                let group_id = String::from_utf8_lossy(group_id).to_string();
+                let stored: StoredGroup = match serde_json::from_slice(&value) {
+                    Ok(stored) => stored,
+                    Err(e) => {
+                        tracing::error!(group = %group_id, error = %e, "skipping an unreadable group record");
+                        continue;
+                    }
+                };
+                let group = match stored {
+                    StoredGroup::Consumer(s) => Group::Consumer(ConsumerGroup::restore(s, now_ms)),
+                    StoredGroup::Classic(s) => Group::Classic(ClassicGroup::restore(s, now_ms)),
+                };
+                persisted.insert(group_id.clone(), group.change_counter());
+                groups.insert(group_id, group);
+            } else if let Some((group, okey)) = parse_offset_key(&key) {
+                match serde_json::from_slice::<CommittedOffset>(&value) {
+                    Ok(committed) => offsets.commit(&group, okey, committed),
+                    Err(e) => {
+                        tracing::error!(group = %group, error = %e, "skipping an unreadable offset record")
+                    }
+                }
+            }
+        }
+        tracing::info!(groups = groups.len(), "group coordinator loaded");
+        let committer = kv.committer_arc();
+        Ok(GroupCoordinator {
+            inner: Mutex::new(Inner {
+                groups,
+                offsets,
+                topics: TopicsImage::default(),
+                topics_generation: u64::MAX,
+                kv,
+                persisted,
+                pending: HashMap::new(),
+            }),
+            config,
+            committer,
+            next_token: AtomicU64::new(1),
+            armed_deadline: AtomicI64::new(i64::MAX),
+            timers_changed: Notify::new(),
+        })
+    }
+
+    /// Locks the state, refreshing the topics image first if topics changed since last time.
+    pub fn lock(&self, broker: &Broker, now_ms: i64) -> MutexGuard<'_, Inner> {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let generation = broker.topics_generation();
+        if inner.topics_generation != generation {
+            let mut image = TopicsImage::default();
+            for topic in broker.all_topics() {
+                image.insert(&topic.info.name, topic.info.id, topic.info.partitions);
+            }
+            inner.topics = image;
+            inner.topics_generation = generation;
+            let Inner { groups, topics, .. } = &mut *inner;
+            for group in groups.values_mut() {
+                if let Group::Consumer(g) = group {
+                    g.on_topics_changed(topics, now_ms);
+                }
+            }
+        }
+        inner
+    }
+
+    pub fn next_token(&self) -> u64 {
+        self.next_token.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Parks a classic request: its answer arrives on the receiver.
+    pub fn park(&self, inner: &mut Inner, token: u64) -> oneshot::Receiver<ClassicResponse> {
+        let (tx, rx) = oneshot::channel();
+        inner.pending.insert(token, tx);
+        rx
+    }
+
+    /// Answers parked requests.
+    pub fn deliver(&self, inner: &mut Inner, completions: Vec<Completion>) {
+        for completion in completions {
+            if let Some(tx) = inner.pending.remove(&completion.token) {
+                let _ = tx.send(completion.response);
+            }
+        }
+    }
+
+    /// Writes the group's snapshot if its persistent state changed (or a tombstone if it is
+    /// gone), and wakes the timer if the group now has an earlier deadline.
+    pub fn after_change(&self, inner: &mut Inner, group_id: &str) {
+        let change = match inner.groups.get(group_id) {
+            Some(group) => {
+                if let Some(deadline) = group.next_deadline()
+                    && deadline < self.armed_deadline.load(Ordering::Relaxed)
+                {
+                    self.timers_changed.notify_one();
+                }
+                let counter = group.change_counter();
+                if inner.persisted.get(group_id) == Some(&counter) {
+                    return;
+                }
+                let stored = match group {
+                    Group::Consumer(g) => StoredGroup::Consumer(g.snapshot()),
+                    Group::Classic(g) => StoredGroup::Classic(g.snapshot()),
+                };
+                match serde_json::to_vec(&stored) {
+                    Ok(json) => {
+                        inner.persisted.insert(group_id.to_string(), counter);
+                        Some(Bytes::from(json))
+                    }
+                    Err(e) => {
+                        tracing::error!(group = group_id, error = %e, "cannot serialise a group");
+                        return;
+                    }
+                }
+            }
+            None => {
+                if inner.persisted.remove(group_id).is_none() {
+                    return;
+                }
+                None
+            }
+        };
+        if let Err(e) = inner.kv.append(&[(group_key(group_id), change)]) {
+            tracing::error!(group = group_id, error = %e, "cannot persist a group");
+        }
+    }
+
+    /// Stores committed offsets; returns the log end offset to wait for.
+    pub fn store_offsets(
+        &self,
+        inner: &mut Inner,
+        group_id: &str,
+        commits: Vec<(OffsetKey, CommittedOffset)>,
+    ) -> Result<i64> {
+        let mut changes = Vec::with_capacity(commits.len());
+        for (key, value) in &commits {
+            let json = serde_json::to_vec(value).context("serialising an offset")?;
+            changes.push((offset_key(group_id, key), Some(Bytes::from(json))));
+        }
+        let end = inner.kv.append(&changes)?;
+        for (key, value) in commits {
+            inner.offsets.commit(group_id, key, value);
+        }
+        self.maybe_compact(inner);
+        Ok(end)
+    }
+
+    /// Deletes committed offsets (OffsetDelete, DeleteGroups).
+    pub fn delete_offsets(
+        &self,
+        inner: &mut Inner,
+        group_id: &str,
+        keys: &[OffsetKey],
+    ) -> Result<()> {
+        let mut changes = Vec::new();
+        for key in keys {
+            if inner.offsets.delete(group_id, &key.topic, key.partition) {
+                changes.push((offset_key(group_id, key), None));
+            }
+        }
+        inner.kv.append(&changes)?;
+        Ok(())
+    }
+
+    fn maybe_compact(&self, inner: &mut Inner) {
+        if !inner.kv.needs_compaction() {
+            return;
+        }
+        let mut pairs = Vec::new();
+        for (group_id, group) in &inner.groups {
+            let stored = match group {
+                Group::Consumer(g) => StoredGroup::Consumer(g.snapshot()),
+                Group::Classic(g) => StoredGroup::Classic(g.snapshot()),
+            };
+            if let Ok(json) = serde_json::to_vec(&stored) {
+                pairs.push((group_key(group_id), Bytes::from(json)));
+            }
+        }
+        let groups: Vec<String> = inner.offsets.groups().map(str::to_string).collect();
+        for group in groups {
+            for (key, value) in inner.offsets.fetch_all(&group) {
+                if let Ok(json) = serde_json::to_vec(value) {
+                    pairs.push((offset_key(&group, key), Bytes::from(json)));
+                }
+            }
+        }
+        if let Err(e) = inner.kv.compact(&pairs) {
+            tracing::error!(error = %e, "group log compaction failed");
+        }
+    }
+
+    /// Waits until the group log is durable up to `end` (with `flush = always`).
+    pub async fn wait_durable(&self, end: i64) -> Result<()> {
+        match &self.committer {
+            Some(c) => c.wait_durable(end).await.context("syncing the group log"),
+            None => Ok(()),
+        }
+    }
+
+    pub fn committer(&self) -> Option<Arc<GroupCommitter>> {
+        self.committer.clone()
+    }
+
+    /// The earliest deadline of any group.
+    pub fn next_deadline(&self) -> Option<i64> {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let next = inner.groups.values().filter_map(Group::next_deadline).min();
+        self.armed_deadline
+            .store(next.unwrap_or(i64::MAX), Ordering::Relaxed);
+        next
+    }
+
+    /// Fires every due timer.
+    pub fn fire_timers(&self, broker: &Broker, now_ms: i64) {
+        let mut inner = self.lock(broker, now_ms);
+        let due: Vec<String> = inner
+            .groups
+            .iter()
+            .filter(|(_, g)| g.next_deadline().is_some_and(|d| d <= now_ms))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for group_id in due {
+            let Inner { groups, topics, .. } = &mut *inner;
+            let completions = match groups.get_mut(&group_id) {
+                Some(Group::Consumer(g)) => {
+                    let removed = g.on_timer(topics, &self.config, now_ms);
+                    if !removed.is_empty() {
+                        tracing::info!(group = %group_id, members = ?removed, "members expired");
+                    }
+                    Vec::new()
+                }
+                Some(Group::Classic(g)) => g.on_timer(&self.config, now_ms),
+                None => Vec::new(),
+            };
+            self.deliver(&mut inner, completions);
+            self.after_change(&mut inner, &group_id);
+        }
+    }
+
+    /// Committed offsets of a group, for OffsetFetch with all topics.
+    pub fn offsets_of(inner: &Inner, group: &str) -> BTreeMap<OffsetKey, CommittedOffset> {
+        inner
+            .offsets
+            .fetch_all(group)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offset_keys_round_trip() {
+        let key = OffsetKey {
+            topic: "t.1".into(),
+            partition: 12,
+        };
+        let raw = offset_key("group-a", &key);
+        assert_eq!(parse_offset_key(&raw), Some(("group-a".to_string(), key)));
+        assert_eq!(parse_offset_key(b"g\0x"), None);
+        assert_eq!(parse_offset_key(b"o\0g\0t\0nope"), None);
+    }
+}
