@@ -730,3 +730,469 @@ async fn session_timeout_removes_a_silent_member() {
     assert_eq!(r.error_code, error_codes::UNKNOWN_MEMBER_ID, "{r:?}");
     b.stop().await;
 }
+
+// ----- offsets -------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn offset_commit_validates_member_and_epoch() {
+    let b = start().await;
+    let mut c = b.client().await;
+    let topic = create_topic(&mut c, "oc", 2).await;
+    let m = Member::join(&mut c, "g-oc", "committer", &["oc"], 1).await;
+    for version in [9, 10] {
+        let ok = commit(
+            &mut c,
+            commit_request("g-oc", &m.id, m.epoch, "oc", topic, &[(0, 10), (1, 11)]),
+            version,
+        )
+        .await;
+        assert_eq!(commit_codes(&ok), vec![0, 0], "v{version}: {ok:?}");
+        let stale = commit(
+            &mut c,
+            commit_request("g-oc", &m.id, m.epoch + 1, "oc", topic, &[(0, 99)]),
+            version,
+        )
+        .await;
+        assert_eq!(
+            commit_codes(&stale),
+            vec![error_codes::STALE_MEMBER_EPOCH],
+            "v{version}"
+        );
+        let unknown = commit(
+            &mut c,
+            commit_request("g-oc", "stranger", m.epoch, "oc", topic, &[(0, 99)]),
+            version,
+        )
+        .await;
+        assert_eq!(
+            commit_codes(&unknown),
+            vec![error_codes::UNKNOWN_MEMBER_ID],
+            "v{version}"
+        );
+        // An admin commit (epoch -1) while the group has members is refused too.
+        let admin = commit(
+            &mut c,
+            commit_request("g-oc", "", -1, "oc", topic, &[(0, 99)]),
+            version,
+        )
+        .await;
+        assert_eq!(
+            commit_codes(&admin),
+            vec![error_codes::UNKNOWN_MEMBER_ID],
+            "v{version}"
+        );
+    }
+    // A consumer-protocol member must use v9+.
+    for version in [2, 5, 8] {
+        let old = commit(
+            &mut c,
+            commit_request("g-oc", &m.id, m.epoch, "oc", topic, &[(0, 99)]),
+            version,
+        )
+        .await;
+        assert_eq!(
+            commit_codes(&old),
+            vec![error_codes::UNSUPPORTED_VERSION],
+            "v{version}: {old:?}"
+        );
+    }
+    // Unknown topic: by name before v10, by ID at v10.
+    let r = commit(
+        &mut c,
+        commit_request("g-oc", &m.id, m.epoch, "missing", Uuid::ZERO, &[(0, 1)]),
+        9,
+    )
+    .await;
+    assert_eq!(
+        commit_codes(&r),
+        vec![error_codes::UNKNOWN_TOPIC_OR_PARTITION]
+    );
+    let r = commit(
+        &mut c,
+        commit_request("g-oc", &m.id, m.epoch, "", Uuid::from_u128(7), &[(0, 1)]),
+        10,
+    )
+    .await;
+    assert_eq!(commit_codes(&r), vec![error_codes::UNKNOWN_TOPIC_ID]);
+    // Nothing but the first good commit stuck.
+    let f = fetch(
+        &mut c,
+        vec![fetch_group("g-oc", None, -1, "oc", topic, &[0, 1])],
+        9,
+    )
+    .await;
+    assert_eq!(fetched(&f.groups[0]), vec![(0, 10, 0), (1, 11, 0)]);
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn admin_commit_on_an_empty_group() {
+    let b = start().await;
+    let mut c = b.client().await;
+    let topic = create_topic(&mut c, "admin", 1).await;
+    // An unknown group: the commit creates it (as Kafka's "simple" commits do).
+    let r = commit(
+        &mut c,
+        commit_request("g-admin", "", -1, "admin", topic, &[(0, 5)]),
+        9,
+    )
+    .await;
+    assert_eq!(commit_codes(&r), vec![0]);
+    // A consumer group whose members all left.
+    let m = Member::join(&mut c, "g-admin2", "m", &["admin"], 1).await;
+    let leave = ConsumerGroupHeartbeatRequest {
+        group_id: "g-admin2".into(),
+        member_id: m.id.as_str().into(),
+        member_epoch: -1,
+        ..Default::default()
+    };
+    assert_eq!(cg_heartbeat(&mut c, leave, 1).await.error_code, 0);
+    for version in [2, 8, 9, 10] {
+        let r = commit(
+            &mut c,
+            commit_request(
+                "g-admin2",
+                "",
+                -1,
+                "admin",
+                topic,
+                &[(0, i64::from(version))],
+            ),
+            version,
+        )
+        .await;
+        assert_eq!(commit_codes(&r), vec![0], "v{version}: {r:?}");
+    }
+    let f = fetch(
+        &mut c,
+        vec![fetch_group("g-admin2", None, -1, "admin", topic, &[0])],
+        10,
+    )
+    .await;
+    assert_eq!(fetched(&f.groups[0]), vec![(0, 10, 0)]);
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn offset_fetch_member_validation_and_batches() {
+    let b = start().await;
+    let mut c = b.client().await;
+    let topic = create_topic(&mut c, "of", 3).await;
+    let m = Member::join(&mut c, "g-of", "fetcher", &["of"], 1).await;
+    let r = commit(
+        &mut c,
+        commit_request("g-of", &m.id, m.epoch, "of", topic, &[(0, 100), (2, 102)]),
+        9,
+    )
+    .await;
+    assert_eq!(commit_codes(&r), vec![0, 0]);
+    let r = commit(
+        &mut c,
+        commit_request("g-other", "", -1, "of", topic, &[(1, 201)]),
+        9,
+    )
+    .await;
+    assert_eq!(commit_codes(&r), vec![0]);
+
+    for version in [9, 10] {
+        let good = fetch(
+            &mut c,
+            vec![fetch_group(
+                "g-of",
+                Some(&m.id),
+                m.epoch,
+                "of",
+                topic,
+                &[0, 1, 2],
+            )],
+            version,
+        )
+        .await;
+        assert_eq!(good.groups[0].error_code, 0);
+        assert_eq!(
+            fetched(&good.groups[0]),
+            vec![(0, 100, 0), (1, -1, 0), (2, 102, 0)],
+            "v{version}"
+        );
+        let stale = fetch(
+            &mut c,
+            vec![fetch_group(
+                "g-of",
+                Some(&m.id),
+                m.epoch + 1,
+                "of",
+                topic,
+                &[0],
+            )],
+            version,
+        )
+        .await;
+        assert_eq!(
+            stale.groups[0].error_code,
+            error_codes::STALE_MEMBER_EPOCH,
+            "v{version}"
+        );
+        assert!(stale.groups[0].topics.is_empty());
+        let unknown = fetch(
+            &mut c,
+            vec![fetch_group(
+                "g-of",
+                Some("ghost"),
+                m.epoch,
+                "of",
+                topic,
+                &[0],
+            )],
+            version,
+        )
+        .await;
+        assert_eq!(
+            unknown.groups[0].error_code,
+            error_codes::UNKNOWN_MEMBER_ID,
+            "v{version}"
+        );
+        let null_member = fetch(
+            &mut c,
+            vec![fetch_group("g-of", None, 3, "of", topic, &[0])],
+            version,
+        )
+        .await;
+        assert_eq!(
+            null_member.groups[0].error_code,
+            error_codes::UNKNOWN_MEMBER_ID,
+            "v{version}"
+        );
+    }
+    // v8: several groups in one request, one of them with all topics (null).
+    let mut all = fetch_group("g-other", None, -1, "", Uuid::ZERO, &[]);
+    all.topics = None;
+    let r = fetch(
+        &mut c,
+        vec![
+            fetch_group("g-of", None, -1, "of", Uuid::ZERO, &[0, 2]),
+            all,
+            fetch_group("g-none", None, -1, "of", Uuid::ZERO, &[0]),
+        ],
+        8,
+    )
+    .await;
+    assert_eq!(r.groups.len(), 3);
+    assert_eq!(&*r.groups[0].group_id, "g-of");
+    assert_eq!(fetched(&r.groups[0]), vec![(0, 100, 0), (2, 102, 0)]);
+    assert_eq!(&*r.groups[1].group_id, "g-other");
+    assert_eq!(fetched(&r.groups[1]), vec![(1, 201, 0)]);
+    assert_eq!(&*r.groups[1].topics[0].name, "of");
+    assert_eq!(fetched(&r.groups[2]), vec![(0, -1, 0)]);
+    // v10 answers by topic ID; an unknown ID is UNKNOWN_TOPIC_ID.
+    let r = fetch(
+        &mut c,
+        vec![fetch_group("g-of", None, -1, "", topic, &[0])],
+        10,
+    )
+    .await;
+    assert_eq!(r.groups[0].topics[0].topic_id, topic);
+    assert_eq!(fetched(&r.groups[0]), vec![(0, 100, 0)]);
+    let r = fetch(
+        &mut c,
+        vec![fetch_group("g-of", None, -1, "", Uuid::from_u128(42), &[0])],
+        10,
+    )
+    .await;
+    assert_eq!(r.groups[0].topics.len(), 1, "{r:?}");
+    assert_eq!(r.groups[0].topics[0].topic_id, Uuid::from_u128(42));
+    assert_eq!(
+        fetched(&r.groups[0]),
+        vec![(0, -1, error_codes::UNKNOWN_TOPIC_ID)]
+    );
+    // v1-v7: one group per request.
+    for version in [1, 5, 7] {
+        let request = OffsetFetchRequest {
+            group_id: "g-of".into(),
+            topics: Some(vec![OffsetFetchRequestTopic {
+                name: "of".into(),
+                partition_indexes: vec![2],
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        let Response::OffsetFetch(r) = c.call(request, version).await else {
+            panic!("not an OffsetFetch response");
+        };
+        assert_eq!(r.error_code, 0);
+        assert_eq!(
+            r.topics[0].partitions[0].committed_offset, 102,
+            "v{version}"
+        );
+    }
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn offset_delete() {
+    let b = start().await;
+    let mut c = b.client().await;
+    let topic = create_topic(&mut c, "od", 2).await;
+    let other = create_topic(&mut c, "od-other", 1).await;
+    let m = Member::join(&mut c, "g-od", "m", &["od"], 1).await;
+    let r = commit(
+        &mut c,
+        commit_request("g-od", &m.id, m.epoch, "od", topic, &[(0, 1), (1, 2)]),
+        9,
+    )
+    .await;
+    assert_eq!(commit_codes(&r), vec![0, 0]);
+    let r = commit(
+        &mut c,
+        commit_request("g-od", &m.id, m.epoch, "od-other", other, &[(0, 3)]),
+        9,
+    )
+    .await;
+    assert_eq!(commit_codes(&r), vec![0]);
+    let delete = |topic: &str, partitions: &[i32]| OffsetDeleteRequest {
+        group_id: "g-od".into(),
+        topics: vec![OffsetDeleteRequestTopic {
+            name: topic.into(),
+            partitions: partitions
+                .iter()
+                .map(|p| OffsetDeleteRequestPartition {
+                    partition_index: *p,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let Response::OffsetDelete(r) = c.call(delete("od", &[0]), 0).await else {
+        panic!("not an OffsetDelete response");
+    };
+    assert_eq!(r.error_code, 0);
+    assert_eq!(
+        r.topics[0].partitions[0].error_code,
+        GROUP_SUBSCRIBED_TO_TOPIC
+    );
+    let Response::OffsetDelete(r) = c.call(delete("od-other", &[0]), 0).await else {
+        panic!("not an OffsetDelete response");
+    };
+    assert_eq!(r.topics[0].partitions[0].error_code, 0);
+    let f = fetch(
+        &mut c,
+        vec![fetch_group("g-od", None, -1, "od-other", other, &[0])],
+        9,
+    )
+    .await;
+    assert_eq!(fetched(&f.groups[0]), vec![(0, -1, 0)]);
+    let f = fetch(
+        &mut c,
+        vec![fetch_group("g-od", None, -1, "od", topic, &[0, 1])],
+        9,
+    )
+    .await;
+    assert_eq!(fetched(&f.groups[0]), vec![(0, 1, 0), (1, 2, 0)]);
+    let mut unknown = delete("od", &[0]);
+    unknown.group_id = "g-od-unknown".into();
+    let Response::OffsetDelete(r) = c.call(unknown, 0).await else {
+        panic!("not an OffsetDelete response");
+    };
+    assert_eq!(r.error_code, error_codes::GROUP_ID_NOT_FOUND);
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn offsets_and_groups_survive_a_restart() {
+    let b = start().await;
+    let mut c = b.client().await;
+    let topic = create_topic(&mut c, "durable", 4).await;
+    let mut m1 = Member::join(&mut c, "g-durable", "m1+/", &["durable"], 1).await;
+    let mut m2 = Member::join(&mut c, "g-durable", "m2", &["durable"], 1).await;
+    let before = converge(&mut c, "g-durable", &mut [(&mut m1, 1), (&mut m2, 1)]).await;
+    let r = commit(
+        &mut c,
+        commit_request(
+            "g-durable",
+            &m1.id,
+            m1.epoch,
+            "durable",
+            topic,
+            &[(0, 40), (3, 43)],
+        ),
+        10,
+    )
+    .await;
+    assert_eq!(commit_codes(&r), vec![0, 0]);
+    let r = commit(
+        &mut c,
+        commit_request("simple", "", -1, "durable", topic, &[(1, 7)]),
+        8,
+    )
+    .await;
+    assert_eq!(commit_codes(&r), vec![0]);
+    // A classic group, Stable at generation 1.
+    let (classic_id, generation) = classic_single(&mut c, "g-classic-durable").await;
+    drop(c);
+
+    let b = b
+        .restart_with(|config| short_timeouts(&mut config.groups))
+        .await;
+    let mut c = b.client().await;
+    let f = fetch(
+        &mut c,
+        vec![fetch_group(
+            "g-durable",
+            Some(&m1.id),
+            m1.epoch,
+            "durable",
+            topic,
+            &[0, 1, 3],
+        )],
+        10,
+    )
+    .await;
+    assert_eq!(f.groups[0].error_code, 0, "{f:?}");
+    assert_eq!(
+        fetched(&f.groups[0]),
+        vec![(0, 40, 0), (1, -1, 0), (3, 43, 0)]
+    );
+    let f = fetch(
+        &mut c,
+        vec![fetch_group("simple", None, -1, "durable", topic, &[1])],
+        9,
+    )
+    .await;
+    assert_eq!(fetched(&f.groups[0]), vec![(1, 7, 0)]);
+    let after = cg_describe(&mut c, "g-durable").await;
+    assert_eq!(after.group_epoch, before.group_epoch);
+    assert_eq!(after.assignment_epoch, before.assignment_epoch);
+    assert_eq!(after.members.len(), 2);
+    for (x, y) in before.members.iter().zip(&after.members) {
+        assert_eq!(x.member_id, y.member_id);
+        assert_eq!(x.member_epoch, y.member_epoch);
+        assert_eq!(x.assignment, y.assignment);
+    }
+    // The members carry on where they were.
+    m1.heartbeat(&mut c, "g-durable", 1).await;
+    assert_eq!(m1.epoch, before.group_epoch);
+    let r = commit(
+        &mut c,
+        commit_request("g-durable", &m1.id, m1.epoch, "durable", topic, &[(0, 41)]),
+        9,
+    )
+    .await;
+    assert_eq!(commit_codes(&r), vec![0]);
+    // The classic group kept its generation and member.
+    let d = describe_classic(&mut c, "g-classic-durable", 5).await;
+    assert_eq!(d.error_code, 0, "{d:?}");
+    assert_eq!(&*d.group_state, "Stable");
+    assert_eq!(d.members.len(), 1);
+    assert_eq!(&*d.members[0].member_id, classic_id.as_str());
+    assert_eq!(
+        classic_heartbeat(&mut c, "g-classic-durable", &classic_id, generation).await,
+        0
+    );
+    // ListGroups sees all three.
+    let ids = group_ids(&list_groups(&mut c, &[], &[], 5).await);
+    for g in ["g-durable", "simple", "g-classic-durable"] {
+        assert!(ids.contains(&g.to_string()), "{ids:?}");
+    }
+    b.stop().await;
+}

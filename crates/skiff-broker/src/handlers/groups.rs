@@ -643,48 +643,72 @@ pub fn offset_fetch(ctx: &RequestContext, request: OffsetFetchRequest) -> Respon
             let group_id = g.group_id.to_string();
             let error =
                 validate_fetch(&inner, &group_id, g.member_id.as_deref(), g.member_epoch).err();
-            let wanted = g.topics.as_ref().map(|topics| {
-                topics
-                    .iter()
-                    .map(|t| {
-                        let name = if by_id {
-                            inner
-                                .topics
-                                .by_id(t.topic_id)
-                                .map(|(n, _)| n.to_string())
-                                .unwrap_or_default()
-                        } else {
-                            t.name.to_string()
-                        };
-                        (name, t.partition_indexes.clone())
-                    })
-                    .collect()
-            });
-            let topics = match error {
-                Some(_) => Vec::new(),
-                None => fetch_offsets(&inner, &group_id, wanted)
+            let found =
+                |(name, rows): (String, Vec<(i32, i64, i32, String)>)| OffsetFetchResponseTopics {
+                    topic_id: inner
+                        .topics
+                        .by_name
+                        .get(&name)
+                        .map_or(Uuid::ZERO, |(id, _)| *id),
+                    name: bs(&name),
+                    partitions: rows
+                        .into_iter()
+                        .map(
+                            |(p, offset, epoch, metadata)| OffsetFetchResponsePartitions {
+                                partition_index: p,
+                                committed_offset: offset,
+                                committed_leader_epoch: epoch,
+                                metadata: Some(bs(&metadata)),
+                                error_code: error_codes::NONE,
+                                ..Default::default()
+                            },
+                        )
+                        .collect(),
+                    ..Default::default()
+                };
+            let topics = match (error, &g.topics) {
+                (Some(_), _) => Vec::new(),
+                (None, None) => fetch_offsets(&inner, &group_id, None)
                     .into_iter()
-                    .map(|(name, rows)| OffsetFetchResponseTopics {
-                        topic_id: inner
-                            .topics
-                            .by_name
-                            .get(&name)
-                            .map_or(Uuid::ZERO, |(id, _)| *id),
-                        name: bs(&name),
-                        partitions: rows
-                            .into_iter()
-                            .map(
-                                |(p, offset, epoch, metadata)| OffsetFetchResponsePartitions {
-                                    partition_index: p,
-                                    committed_offset: offset,
-                                    committed_leader_epoch: epoch,
-                                    metadata: Some(bs(&metadata)),
-                                    error_code: error_codes::NONE,
-                                    ..Default::default()
-                                },
+                    .map(found)
+                    .collect(),
+                (None, Some(topics)) => topics
+                    .iter()
+                    .flat_map(|t| {
+                        let name = if by_id {
+                            inner.topics.by_id(t.topic_id).map(|(n, _)| n.to_string())
+                        } else {
+                            Some(t.name.to_string())
+                        };
+                        match name {
+                            Some(name) => fetch_offsets(
+                                &inner,
+                                &group_id,
+                                Some(vec![(name, t.partition_indexes.clone())]),
                             )
-                            .collect(),
-                        ..Default::default()
+                            .into_iter()
+                            .map(found)
+                            .collect::<Vec<_>>(),
+                            // v10: a topic ID the broker does not know (Kafka answers each
+                            // partition with UNKNOWN_TOPIC_ID, echoing the ID).
+                            None => vec![OffsetFetchResponseTopics {
+                                topic_id: t.topic_id,
+                                name: bs(""),
+                                partitions: t
+                                    .partition_indexes
+                                    .iter()
+                                    .map(|p| OffsetFetchResponsePartitions {
+                                        partition_index: *p,
+                                        committed_offset: -1,
+                                        committed_leader_epoch: -1,
+                                        metadata: Some(bs("")),
+                                        error_code: error_codes::UNKNOWN_TOPIC_ID,
+                                        ..Default::default()
+                                    })
+                                    .collect(),
+                                ..Default::default()
+                            }],
+                        }
                     })
                     .collect(),
             };
