@@ -34,10 +34,20 @@ fn serial() -> MutexGuard<'static, ()> {
 }
 
 /// Runs `f` and returns its result with the bytes it allocated (cumulative, frees not deducted).
-fn allocated_by<T>(f: impl FnOnce() -> T) -> (T, usize) {
+/// The count is process-wide and the test harness allocates on its own thread now and then (to
+/// start a test, to report one), so `f` runs five times and the smallest count is taken: `f` is
+/// deterministic, the harness's allocations are not.
+fn allocated_by<T>(f: impl Fn() -> T) -> (T, usize) {
+    let mut least = usize::MAX;
+    for _ in 0..4 {
+        let before = ALLOCATOR.total_allocated();
+        drop(f());
+        least = least.min(ALLOCATOR.total_allocated() - before);
+    }
     let before = ALLOCATOR.total_allocated();
     let value = f();
-    (value, ALLOCATOR.total_allocated() - before)
+    least = least.min(ALLOCATOR.total_allocated() - before);
+    (value, least)
 }
 
 fn decode(api: ApiKey, version: i16, request: bool, body: &Bytes) -> Result<(), DecodeError> {
@@ -294,8 +304,9 @@ fn a_tagged_field_count_of_2_pow_31_is_rejected() {
     // In a body: ApiVersions v3 request = software name "", version "", then the tag count.
     let mut raw = vec![1, 1];
     raw.extend(huge);
+    let body = Bytes::from(raw);
     let (result, allocated) =
-        allocated_by(|| Request::decode(ApiKey::ApiVersions, 3, &mut Bytes::from(raw)));
+        allocated_by(|| Request::decode(ApiKey::ApiVersions, 3, &mut body.clone()));
     assert_eq!(
         result,
         Err(DecodeError::ArrayTooLong {
@@ -303,8 +314,7 @@ fn a_tagged_field_count_of_2_pow_31_is_rejected() {
             remaining: 0
         })
     );
-    // (Only the zero-copy string handles: `Bytes::from(Vec)` is promoted to a shared buffer.)
-    assert!(allocated < 1024, "{allocated} bytes allocated");
+    assert_eq!(allocated, 0);
     // In a v2 request header.
     let mut raw = vec![0, 3, 0, 12, 0, 0, 0, 7, 0xff, 0xff];
     raw.extend(huge);
