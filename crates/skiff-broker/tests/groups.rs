@@ -14,7 +14,6 @@ use skiff_protocol::generated::consumer_group_heartbeat_request::TopicPartitions
 use skiff_protocol::generated::consumer_group_heartbeat_response::Assignment as HbAssignment;
 use skiff_protocol::generated::create_topics_request::CreatableTopic;
 use skiff_protocol::generated::describe_groups_response::DescribedGroup as ClassicDescribed;
-use skiff_protocol::generated::find_coordinator_response::FindCoordinatorResponse;
 use skiff_protocol::generated::join_group_request::JoinGroupRequestProtocol;
 use skiff_protocol::generated::leave_group_request::MemberIdentity;
 use skiff_protocol::generated::list_groups_response::ListedGroup;
@@ -199,15 +198,19 @@ async fn converge(c: &mut Client, group: &str, members: &mut [(&mut Member, i16)
     );
 }
 
-async fn wait_until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
+/// Polls DescribeGroups until the classic group is in `state` (bounded).
+async fn wait_for_state(c: &mut Client, group: &str, state: &str) {
     let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < TIMEOUT, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    loop {
+        let d = describe_classic(c, group, 5).await;
+        if &*d.group_state == state {
+            return;
+        }
+        assert!(
+            start.elapsed() < TIMEOUT,
+            "{group} never reached {state}: {d:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -1193,6 +1196,509 @@ async fn offsets_and_groups_survive_a_restart() {
     let ids = group_ids(&list_groups(&mut c, &[], &[], 5).await);
     for g in ["g-durable", "simple", "g-classic-durable"] {
         assert!(ids.contains(&g.to_string()), "{ids:?}");
+    }
+    b.stop().await;
+}
+
+// ----- classic groups ------------------------------------------------------------------------
+
+#[tokio::test]
+async fn classic_two_members_rebalance_and_leave() {
+    let b = start().await;
+    let mut a = b.client().await;
+    let mut bb = b.client().await;
+    let mut cc = b.client().await;
+    let group = "g-classic";
+    // A alone: MEMBER_ID_REQUIRED, then generation 1.
+    let (a_id, generation) = classic_single(&mut a, group).await;
+    assert_eq!(generation, 1);
+    assert_eq!(classic_heartbeat(&mut a, group, &a_id, 1).await, 0);
+
+    // B joins: its JoinGroup is parked until A rejoins.
+    let (b_id, b_join) = start_dynamic_join(&mut bb, group).await;
+    wait_for_state(&mut cc, group, "PreparingRebalance").await;
+    assert_eq!(
+        classic_heartbeat(&mut a, group, &a_id, 1).await,
+        error_codes::REBALANCE_IN_PROGRESS
+    );
+    let a_rejoin = join(&mut a, classic_join(group, &a_id, None)).await;
+    let b_joined = finish_join(&mut bb, b_join).await;
+    assert_eq!(a_rejoin.error_code, 0, "{a_rejoin:?}");
+    assert_eq!(b_joined.error_code, 0, "{b_joined:?}");
+    assert_eq!(a_rejoin.generation_id, 2);
+    assert_eq!(b_joined.generation_id, 2);
+    assert_eq!(a_rejoin.protocol_name.as_deref(), Some("range"));
+    // The leader (A, the existing member) sees both members' metadata; B sees none.
+    assert_eq!(a_rejoin.leader, a_id.as_str());
+    assert_eq!(b_joined.leader, a_id.as_str());
+    let members: BTreeSet<String> = a_rejoin
+        .members
+        .iter()
+        .map(|m| m.member_id.to_string())
+        .collect();
+    assert_eq!(members, BTreeSet::from([a_id.clone(), b_id.clone()]));
+    assert!(
+        a_rejoin
+            .members
+            .iter()
+            .all(|m| &m.metadata[..] == b"subscription")
+    );
+    assert!(b_joined.members.is_empty());
+
+    // The follower's SyncGroup waits for the leader's assignment.
+    let b_sync = bb
+        .send(&Request::from(sync_request(group, &b_id, 2, &[])), 5)
+        .await;
+    let s = sync(
+        &mut a,
+        sync_request(group, &a_id, 2, &[(&a_id, b"p0"), (&b_id, b"p1")]),
+    )
+    .await;
+    assert_eq!(s.error_code, 0);
+    assert_eq!(&s.assignment[..], b"p0");
+    let s = sync_response(bb.receive(ApiKey::SyncGroup, 5, b_sync).await);
+    assert_eq!(s.error_code, 0);
+    assert_eq!(&s.assignment[..], b"p1");
+    assert_eq!(s.protocol_name.as_deref(), Some("range"));
+    assert_eq!(classic_heartbeat(&mut bb, group, &b_id, 2).await, 0);
+    assert_eq!(
+        classic_heartbeat(&mut bb, group, &b_id, 1).await,
+        error_codes::ILLEGAL_GENERATION
+    );
+    assert_eq!(
+        classic_heartbeat(&mut bb, group, "ghost", 2).await,
+        error_codes::UNKNOWN_MEMBER_ID
+    );
+
+    let d = describe_classic(&mut cc, group, 5).await;
+    assert_eq!(&*d.group_state, "Stable");
+    assert_eq!(&*d.protocol_type, "consumer");
+    assert_eq!(&*d.protocol_data, "range");
+    assert_eq!(d.members.len(), 2);
+    for m in &d.members {
+        let expected: &[u8] = if *m.member_id == *a_id { b"p0" } else { b"p1" };
+        assert_eq!(&m.member_assignment[..], expected);
+        assert_eq!(&*m.client_id, "skiff-test");
+    }
+
+    // A third member: the others' heartbeats answer REBALANCE_IN_PROGRESS.
+    let (_c_id, c_join) = start_dynamic_join(&mut cc, group).await;
+    let mut c2 = b.client().await;
+    wait_for_state(&mut c2, group, "PreparingRebalance").await;
+    assert_eq!(
+        classic_heartbeat(&mut a, group, &a_id, 2).await,
+        error_codes::REBALANCE_IN_PROGRESS
+    );
+    assert_eq!(
+        classic_heartbeat(&mut bb, group, &b_id, 2).await,
+        error_codes::REBALANCE_IN_PROGRESS
+    );
+
+    // B leaves instead of rejoining (v3+ batch form); A rejoins; C's join completes without B.
+    let leave = LeaveGroupRequest {
+        group_id: group.into(),
+        members: vec![MemberIdentity {
+            member_id: b_id.as_str().into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let Response::LeaveGroup(l) = bb.call(leave, 5).await else {
+        panic!("not a LeaveGroup response");
+    };
+    assert_eq!(l.error_code, 0, "{l:?}");
+    assert_eq!(l.members[0].error_code, 0);
+    let a3 = join(&mut a, classic_join(group, &a_id, None)).await;
+    let c3 = finish_join(&mut cc, c_join).await;
+    assert_eq!(a3.error_code, 0, "{a3:?}");
+    assert_eq!(c3.error_code, 0, "{c3:?}");
+    assert_eq!(a3.generation_id, 3);
+    assert_eq!(a3.members.len(), 2);
+    assert!(a3.members.iter().all(|m| *m.member_id != *b_id));
+    // v0-2 leave by member ID.
+    let leave = LeaveGroupRequest {
+        group_id: group.into(),
+        member_id: "ghost".into(),
+        ..Default::default()
+    };
+    let Response::LeaveGroup(l) = bb.call(leave, 1).await else {
+        panic!("not a LeaveGroup response");
+    };
+    assert_eq!(l.error_code, error_codes::UNKNOWN_MEMBER_ID);
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn classic_static_member_is_replaced() {
+    let b = start().await;
+    let mut c = b.client().await;
+    let group = "g-static";
+    // A static member needs no MEMBER_ID_REQUIRED round trip.
+    let r = join(&mut c, classic_join(group, "", Some("instance-1"))).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let old_id = r.member_id.to_string();
+    assert!(old_id.starts_with("instance-1-"), "{old_id}");
+    let s = sync(
+        &mut c,
+        sync_request(group, &old_id, r.generation_id, &[(&old_id, b"x")]),
+    )
+    .await;
+    assert_eq!(s.error_code, 0);
+    // The same instance restarts without its member ID: it replaces the old member.
+    let mut restarted = b.client().await;
+    let r2 = join(&mut restarted, classic_join(group, "", Some("instance-1"))).await;
+    assert_eq!(r2.error_code, 0, "{r2:?}");
+    let new_id = r2.member_id.to_string();
+    assert_ne!(new_id, old_id);
+    let s = sync(
+        &mut restarted,
+        sync_request(group, &new_id, r2.generation_id, &[(&new_id, b"x")]),
+    )
+    .await;
+    assert_eq!(s.error_code, 0, "{s:?}");
+    assert_eq!(&s.assignment[..], b"x");
+    // The old member ID is fenced.
+    let fenced = HeartbeatRequest {
+        group_id: group.into(),
+        generation_id: r.generation_id,
+        member_id: old_id.as_str().into(),
+        group_instance_id: Some("instance-1".into()),
+        ..Default::default()
+    };
+    let Response::Heartbeat(h) = c.call(fenced, 4).await else {
+        panic!("not a Heartbeat response");
+    };
+    assert_eq!(h.error_code, error_codes::FENCED_INSTANCE_ID);
+    let d = describe_classic(&mut c, group, 5).await;
+    assert_eq!(d.members.len(), 1);
+    assert_eq!(&*d.members[0].member_id, new_id.as_str());
+    assert_eq!(
+        d.members[0].group_instance_id.as_deref(),
+        Some("instance-1")
+    );
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn classic_and_consumer_groups_share_one_namespace() {
+    let b = start().await;
+    let mut c = b.client().await;
+    create_topic(&mut c, "ns", 2).await;
+    // A non-empty consumer group refuses classic members.
+    let m = Member::join(&mut c, "g-consumer", "m", &["ns"], 1).await;
+    let r = join(&mut c, classic_join("g-consumer", "", None)).await;
+    assert_eq!(
+        r.error_code,
+        error_codes::INCONSISTENT_GROUP_PROTOCOL,
+        "{r:?}"
+    );
+    // A non-empty classic group refuses consumer members.
+    let (classic_id, _) = classic_single(&mut c, "g-classic-ns").await;
+    let r = cg_heartbeat(&mut c, join_request("g-classic-ns", "m", &["ns"]), 1).await;
+    assert_eq!(r.error_code, error_codes::GROUP_ID_NOT_FOUND, "{r:?}");
+    let d = cg_describe(&mut c, "g-classic-ns").await;
+    assert_eq!(d.error_code, error_codes::GROUP_ID_NOT_FOUND);
+    // DescribeGroups does not describe consumer groups: GROUP_ID_NOT_FOUND at v6 (KIP-1043),
+    // a "Dead" group before.
+    let d = describe_classic(&mut c, "g-consumer", 6).await;
+    assert_eq!(d.error_code, error_codes::GROUP_ID_NOT_FOUND);
+    let d = describe_classic(&mut c, "g-consumer", 5).await;
+    assert_eq!((d.error_code, &*d.group_state), (0, "Dead"));
+
+    // Once empty, each is taken over by the other kind (offsets stay).
+    let leave = ConsumerGroupHeartbeatRequest {
+        group_id: "g-consumer".into(),
+        member_id: m.id.as_str().into(),
+        member_epoch: -1,
+        ..Default::default()
+    };
+    assert_eq!(cg_heartbeat(&mut c, leave, 1).await.error_code, 0);
+    let topic = create_topic(&mut c, "ns2", 1).await;
+    let r = commit(
+        &mut c,
+        commit_request("g-consumer", "", -1, "ns2", topic, &[(0, 9)]),
+        9,
+    )
+    .await;
+    assert_eq!(commit_codes(&r), vec![0]);
+    let (_, generation) = classic_single(&mut c, "g-consumer").await;
+    assert_eq!(generation, 1);
+    let f = fetch(
+        &mut c,
+        vec![fetch_group("g-consumer", None, -1, "ns2", topic, &[0])],
+        9,
+    )
+    .await;
+    assert_eq!(fetched(&f.groups[0]), vec![(0, 9, 0)]);
+    let listed = list_groups(&mut c, &[], &["classic"], 5).await;
+    assert!(
+        group_ids(&listed).contains(&"g-consumer".to_string()),
+        "{listed:?}"
+    );
+
+    let leave = LeaveGroupRequest {
+        group_id: "g-classic-ns".into(),
+        members: vec![MemberIdentity {
+            member_id: classic_id.as_str().into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let Response::LeaveGroup(l) = c.call(leave, 5).await else {
+        panic!("not a LeaveGroup response");
+    };
+    assert_eq!(l.error_code, 0);
+    let joined = Member::join(&mut c, "g-classic-ns", "m2", &["ns"], 1).await;
+    assert_eq!(joined.partitions().len(), 2);
+    let listed = list_groups(&mut c, &[], &["consumer"], 5).await;
+    assert!(
+        group_ids(&listed).contains(&"g-classic-ns".to_string()),
+        "{listed:?}"
+    );
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_answers_a_parked_join() {
+    let b = start().await;
+    let mut a = b.client().await;
+    let mut other = b.client().await;
+    let (_a_id, _) = classic_single(&mut a, "g-parked").await;
+    // B's join waits for A to rejoin, which it never does.
+    let (_b_id, b_join) = start_dynamic_join(&mut other, "g-parked").await;
+    let mut watcher = b.client().await;
+    wait_for_state(&mut watcher, "g-parked", "PreparingRebalance").await;
+    let started = Instant::now();
+    let stopping = tokio::spawn(b.stop());
+    let r = finish_join(&mut other, b_join).await;
+    assert_eq!(r.error_code, error_codes::NOT_COORDINATOR, "{r:?}");
+    tokio::time::timeout(TIMEOUT, stopping)
+        .await
+        .expect("shutdown in time")
+        .expect("shutdown task");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+// ----- listing, describing, deleting, finding --------------------------------------------------
+
+#[tokio::test]
+async fn list_describe_and_delete_groups() {
+    let b = start().await;
+    let mut c = b.client().await;
+    let topic = create_topic(&mut c, "ld", 2).await;
+    // A Stable consumer group, an Empty consumer group with offsets, a Stable classic group, and
+    // an Empty classic group made by a simple commit.
+    let mut m = Member::join(&mut c, "g-live", "m", &["ld"], 1).await;
+    converge(&mut c, "g-live", &mut [(&mut m, 1)]).await;
+    let e = Member::join(&mut c, "g-empty", "e", &["ld"], 1).await;
+    let r = commit(
+        &mut c,
+        commit_request("g-empty", &e.id, e.epoch, "ld", topic, &[(0, 1)]),
+        9,
+    )
+    .await;
+    assert_eq!(commit_codes(&r), vec![0]);
+    let leave = ConsumerGroupHeartbeatRequest {
+        group_id: "g-empty".into(),
+        member_id: "e".into(),
+        member_epoch: -1,
+        ..Default::default()
+    };
+    assert_eq!(cg_heartbeat(&mut c, leave, 1).await.error_code, 0);
+    let (classic_id, _) = classic_single(&mut c, "g-classic-live").await;
+    let r = commit(
+        &mut c,
+        commit_request("g-simple", "", -1, "ld", topic, &[(1, 2)]),
+        8,
+    )
+    .await;
+    assert_eq!(commit_codes(&r), vec![0]);
+
+    let all = list_groups(&mut c, &[], &[], 5).await;
+    assert_eq!(
+        group_ids(&all),
+        vec!["g-classic-live", "g-empty", "g-live", "g-simple"]
+    );
+    let by_id = |id: &str| {
+        all.iter()
+            .find(|g| &*g.group_id == id)
+            .expect("listed")
+            .clone()
+    };
+    assert_eq!(&*by_id("g-live").group_state, "Stable");
+    assert_eq!(&*by_id("g-live").group_type, "consumer");
+    assert_eq!(&*by_id("g-live").protocol_type, "consumer");
+    assert_eq!(&*by_id("g-empty").group_state, "Empty");
+    assert_eq!(&*by_id("g-classic-live").group_type, "classic");
+    assert_eq!(&*by_id("g-classic-live").protocol_type, "consumer");
+    assert_eq!(&*by_id("g-simple").group_state, "Empty");
+    assert_eq!(&*by_id("g-simple").group_type, "classic");
+    // Filters (states at v4+, types at v5), case-insensitive.
+    assert_eq!(
+        group_ids(&list_groups(&mut c, &["Empty"], &[], 4).await),
+        vec!["g-empty", "g-simple"]
+    );
+    assert_eq!(
+        group_ids(&list_groups(&mut c, &["stable"], &["CONSUMER"], 5).await),
+        vec!["g-live"]
+    );
+    assert_eq!(
+        group_ids(&list_groups(&mut c, &[], &["classic"], 5).await),
+        vec!["g-classic-live", "g-simple"]
+    );
+    assert!(list_groups(&mut c, &["Dead"], &[], 5).await.is_empty());
+    for version in 0..=3 {
+        assert_eq!(
+            list_groups(&mut c, &[], &[], version).await.len(),
+            4,
+            "v{version}"
+        );
+    }
+
+    // DescribeGroups, every version.
+    for version in 0..=6 {
+        let d = describe_classic(&mut c, "g-classic-live", version).await;
+        assert_eq!(d.error_code, 0, "v{version}");
+        assert_eq!(&*d.group_state, "Stable");
+        assert_eq!(&*d.members[0].member_id, classic_id.as_str());
+    }
+    let d = describe_classic(&mut c, "g-unknown", 5).await;
+    assert_eq!(d.error_code, 0);
+    assert_eq!(&*d.group_state, "Dead");
+    let d = describe_classic(&mut c, "g-unknown", 6).await;
+    assert_eq!(d.error_code, error_codes::GROUP_ID_NOT_FOUND, "v6: {d:?}");
+    let d = describe_classic(&mut c, "g-live", 6).await;
+    assert_eq!(d.error_code, error_codes::GROUP_ID_NOT_FOUND);
+
+    // DeleteGroups: members refuse, unknown groups are not found, empty ones go with offsets.
+    let results = delete_groups(
+        &mut c,
+        &[
+            "g-live",
+            "g-classic-live",
+            "g-nothing",
+            "g-empty",
+            "g-simple",
+        ],
+        2,
+    )
+    .await;
+    assert_eq!(
+        results,
+        vec![
+            ("g-live".to_string(), error_codes::NON_EMPTY_GROUP),
+            ("g-classic-live".to_string(), error_codes::NON_EMPTY_GROUP),
+            ("g-nothing".to_string(), error_codes::GROUP_ID_NOT_FOUND),
+            ("g-empty".to_string(), 0),
+            ("g-simple".to_string(), 0),
+        ]
+    );
+    let f = fetch(
+        &mut c,
+        vec![
+            fetch_group("g-empty", None, -1, "ld", topic, &[0]),
+            fetch_group("g-simple", None, -1, "ld", topic, &[1]),
+        ],
+        9,
+    )
+    .await;
+    assert_eq!(fetched(&f.groups[0]), vec![(0, -1, 0)]);
+    assert_eq!(fetched(&f.groups[1]), vec![(1, -1, 0)]);
+    assert_eq!(
+        group_ids(&list_groups(&mut c, &[], &[], 5).await),
+        vec!["g-classic-live", "g-live"]
+    );
+    assert_eq!(
+        delete_groups(&mut c, &["g-empty"], 0).await,
+        vec![("g-empty".to_string(), error_codes::GROUP_ID_NOT_FOUND)]
+    );
+    // The deletion is durable.
+    let b = b
+        .restart_with(|config| short_timeouts(&mut config.groups))
+        .await;
+    let mut c = b.client().await;
+    assert_eq!(
+        group_ids(&list_groups(&mut c, &[], &[], 5).await),
+        vec!["g-classic-live", "g-live"]
+    );
+    let f = fetch(
+        &mut c,
+        vec![fetch_group("g-empty", None, -1, "ld", topic, &[0])],
+        9,
+    )
+    .await;
+    assert_eq!(fetched(&f.groups[0]), vec![(0, -1, 0)]);
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn find_coordinator_every_version() {
+    let b = start().await;
+    let mut c = b.client().await;
+    let port = i32::from(b.addr.port());
+    for version in 0..=3 {
+        let request = FindCoordinatorRequest {
+            key: "some-group".into(),
+            key_type: 0,
+            ..Default::default()
+        };
+        let Response::FindCoordinator(r) = c.call(request, version).await else {
+            panic!("not a FindCoordinator response");
+        };
+        assert_eq!(r.error_code, 0, "v{version}: {r:?}");
+        assert_eq!(r.port, port, "v{version}");
+        assert!(r.node_id >= 0);
+        if version >= 1 {
+            let request = FindCoordinatorRequest {
+                key: "txn".into(),
+                key_type: 1,
+                ..Default::default()
+            };
+            let Response::FindCoordinator(r) = c.call(request, version).await else {
+                panic!("not a FindCoordinator response");
+            };
+            assert_eq!(
+                r.error_code,
+                error_codes::COORDINATOR_NOT_AVAILABLE,
+                "v{version}"
+            );
+        }
+    }
+    for version in 4..=6 {
+        let request = FindCoordinatorRequest {
+            key_type: 0,
+            coordinator_keys: vec!["g1".into(), "g2".into(), "".into()],
+            ..Default::default()
+        };
+        let Response::FindCoordinator(r) = c.call(request, version).await else {
+            panic!("not a FindCoordinator response");
+        };
+        let keys: Vec<(&str, i16)> = r
+            .coordinators
+            .iter()
+            .map(|c| (&*c.key, c.error_code))
+            .collect();
+        assert_eq!(
+            keys,
+            vec![("g1", 0), ("g2", 0), ("", error_codes::INVALID_REQUEST)],
+            "v{version}"
+        );
+        assert_eq!(r.coordinators[0].port, port);
+        let request = FindCoordinatorRequest {
+            key_type: 1,
+            coordinator_keys: vec!["txn-a".into(), "txn-b".into()],
+            ..Default::default()
+        };
+        let Response::FindCoordinator(r) = c.call(request, version).await else {
+            panic!("not a FindCoordinator response");
+        };
+        assert!(
+            r.coordinators
+                .iter()
+                .all(|c| c.error_code == error_codes::COORDINATOR_NOT_AVAILABLE),
+            "v{version}: {r:?}"
+        );
+        assert_eq!(r.coordinators.len(), 2);
     }
     b.stop().await;
 }

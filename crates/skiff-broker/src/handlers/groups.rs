@@ -197,6 +197,11 @@ pub fn consumer_group_heartbeat(
             inner.groups.remove(&group_id);
         }
         coordinator.after_change(inner, &group_id);
+        if let (Ok(response), Some(instance)) = (&result, ctx.instance_id)
+            && let Some(member) = &response.member_id
+        {
+            ctx.broker.clients.note_member(&group_id, member, instance);
+        }
         result
     })();
     Response::ConsumerGroupHeartbeat(response.unwrap_or_else(heartbeat_error))
@@ -350,6 +355,11 @@ pub fn heartbeat(ctx: &RequestContext, request: HeartbeatRequest) -> Response {
     let now = now_ms();
     let mut guard = coordinator.lock(&ctx.broker, now);
     let inner = &mut *guard;
+    if let Some(instance) = ctx.instance_id {
+        ctx.broker
+            .clients
+            .note_member(&group_id, &request.member_id, instance);
+    }
     let response = match inner.groups.get_mut(&group_id) {
         Some(Group::Classic(group)) => group.heartbeat(&request, ctx.version, now),
         _ => HeartbeatResponse {
@@ -840,15 +850,19 @@ pub fn describe_groups(ctx: &RequestContext, request: DescribeGroupsRequest) -> 
         .map(|id| {
             let mut described = match inner.groups.get(&**id) {
                 Some(Group::Classic(g)) => g.describe(),
-                Some(Group::Consumer(g)) => ClassicDescribed {
+                // Not a classic group (a consumer group, or none): Kafka's GroupIdNotFound
+                // answer. KIP-1043: v6+ carries GROUP_ID_NOT_FOUND; older versions only "Dead".
+                other if ctx.version >= 6 => ClassicDescribed {
                     group_id: id.clone(),
-                    group_state: bs(g.state_name()),
-                    protocol_type: bs("consumer"),
+                    group_state: bs("Dead"),
                     error_code: error_codes::GROUP_ID_NOT_FOUND,
-                    error_message: Some(bs(&format!("Group {id} is not a classic group."))),
+                    error_message: Some(bs(&match other {
+                        Some(_) => format!("Group {id} is not a classic group."),
+                        None => format!("Group {id} not found."),
+                    })),
                     ..Default::default()
                 },
-                None => ClassicDescribed {
+                _ => ClassicDescribed {
                     group_id: id.clone(),
                     group_state: bs("Dead"),
                     ..Default::default()
