@@ -11,6 +11,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
+/// Where the admin HTTP listener goes unless `admin.listen` says otherwise.
+pub const DEFAULT_ADMIN_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    9644,
+));
+
 /// When acknowledged appends reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlushMode {
@@ -36,6 +42,9 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     /// `max.connections`: connections beyond this wait in the accept queue.
     pub max_connections: usize,
+    /// `admin.listen`: the admin HTTP listener (`none` disables it). The command line and config
+    /// files default to 127.0.0.1:9644; a config built in code has none unless it sets one.
+    pub admin_listen: Option<SocketAddr>,
     /// Group coordinator settings (`group.*` keys).
     pub groups: skiff_group::GroupConfig,
     /// Every other key: static Kafka broker configs, validated by `skiff-meta`.
@@ -52,6 +61,7 @@ impl Default for BrokerConfig {
             flush: FlushMode::Always,
             socket_request_max_bytes: skiff_protocol::DEFAULT_MAX_FRAME_SIZE,
             max_connections: 10_000,
+            admin_listen: None,
             groups: skiff_group::GroupConfig::default(),
             kafka: BTreeMap::new(),
         }
@@ -100,7 +110,10 @@ impl BrokerConfig {
 
     /// Builds a config from flattened `key = value` entries.
     pub fn from_entries(mut entries: BTreeMap<String, String>) -> Result<BrokerConfig> {
-        let mut config = BrokerConfig::default();
+        let mut config = BrokerConfig {
+            admin_listen: Some(DEFAULT_ADMIN_LISTEN),
+            ..BrokerConfig::default()
+        };
         if let Some(v) = entries.remove("listen") {
             config.listen = v.parse().with_context(|| {
                 format!("listen = {v:?}: expected HOST:PORT with an IP address")
@@ -138,6 +151,14 @@ impl BrokerConfig {
         if let Some(v) = entries.remove("socket.request.max.bytes") {
             config.socket_request_max_bytes =
                 parse_num(&v, "socket.request.max.bytes", 1024, i64::from(i32::MAX))? as usize;
+        }
+        if let Some(v) = entries.remove("admin.listen") {
+            config.admin_listen = match v.trim() {
+                "" | "none" => None,
+                addr => Some(addr.parse().with_context(|| {
+                    format!("admin.listen = {v:?}: expected HOST:PORT with an IP address, or none")
+                })?),
+            };
         }
         if let Some(v) = entries.remove("max.connections") {
             config.max_connections = parse_num(&v, "max.connections", 1, 1_000_000)? as usize;

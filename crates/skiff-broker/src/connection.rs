@@ -41,7 +41,8 @@ pub struct Connection {
     shutdown: watch::Receiver<bool>,
     span: tracing::Span,
     identity: ConnectionIdentity,
-    client_software: Option<(String, String)>,
+    id: u64,
+    record: crate::clients::SharedRecord,
 }
 
 /// What to do with the connection after a request.
@@ -52,6 +53,7 @@ enum Next {
 
 impl Connection {
     pub fn new(
+        id: u64,
         stream: TcpStream,
         peer: SocketAddr,
         broker: Arc<Broker>,
@@ -60,6 +62,13 @@ impl Connection {
     ) -> Self {
         let (read, write) = stream.into_split();
         let max = broker.config.socket_request_max_bytes;
+        let record = broker
+            .clients
+            .register(crate::clients::ConnectionRecord::new(
+                id,
+                peer,
+                crate::state::now_ms(),
+            ));
         Connection {
             reader: FrameReader::new(read, max),
             writer: write,
@@ -68,7 +77,8 @@ impl Connection {
             shutdown,
             span,
             identity: ConnectionIdentity::default(),
-            client_software: None,
+            id,
+            record,
         }
     }
 
@@ -83,6 +93,7 @@ impl Connection {
             .fetch_add(1, Ordering::Relaxed);
         tracing::debug!("connection opened");
         let reason = self.serve().await;
+        self.broker.clients.unregister(self.id);
         self.broker
             .metrics
             .connections_open
@@ -165,6 +176,10 @@ impl Connection {
         let version = frame.version();
         let correlation_id = frame.correlation_id();
         self.broker.metrics.count_request(api_key);
+        self.record
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .count(api_key, frame.header.client_id.as_deref());
 
         let supported = handlers::supported_versions(api_key);
         let version_ok = supported.is_some_and(|(lo, hi)| (lo..=hi).contains(&version));
@@ -206,6 +221,10 @@ impl Connection {
                 let metrics = &self.broker.metrics;
                 match self.identity.instance_id() {
                     Some(id) => {
+                        self.record
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .client_instance_id = Some(id.to_string());
                         self.span
                             .record("client_instance_id", tracing::field::display(id));
                         metrics
@@ -220,8 +239,20 @@ impl Connection {
                 }
             }
             Verdict::Accept { fixed_now: false } => {}
-            Verdict::Reject { reason, .. } => {
+            Verdict::Reject {
+                reason,
+                expected,
+                received,
+            } => {
                 self.broker.metrics.count_rejection(reason);
+                self.broker.clients.record_rejection(
+                    self.id,
+                    api_key,
+                    reason,
+                    expected,
+                    received,
+                    crate::state::now_ms(),
+                );
                 let message = verdict.message().unwrap_or_default();
                 tracing::info!(api = ?api_key, reason = reason.label(), "{message}");
                 let response = skiff_protocol::error_response::error_response(
@@ -240,10 +271,12 @@ impl Connection {
         if let Request::ApiVersions(r) = &request
             && version >= 3
         {
-            self.client_software = Some((
-                r.client_software_name.to_string(),
-                r.client_software_version.to_string(),
-            ));
+            let mut record = self
+                .record
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            record.software_name = Some(r.client_software_name.to_string());
+            record.software_version = Some(r.client_software_version.to_string());
         }
 
         let ctx = RequestContext {

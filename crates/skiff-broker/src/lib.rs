@@ -4,6 +4,8 @@
 //!
 //! Start one with [`start`]; stop it with [`RunningBroker::shutdown`].
 
+mod admin;
+pub mod clients;
 pub mod config;
 mod connection;
 pub mod groups;

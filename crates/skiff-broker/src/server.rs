@@ -22,6 +22,8 @@ const RETENTION_INTERVAL: Duration = Duration::from_secs(300);
 /// A broker running on a tokio runtime.
 pub struct RunningBroker {
     pub local_addr: SocketAddr,
+    /// Where the admin HTTP listener is, when enabled.
+    pub admin_addr: Option<SocketAddr>,
     pub broker: Arc<Broker>,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<Result<()>>,
@@ -53,15 +55,24 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker> {
     let local_addr = listener.local_addr()?;
     let broker = Broker::open(config, local_addr)?;
     let (shutdown, shutdown_rx) = watch::channel(false);
+    let admin = match broker.config.admin_listen {
+        Some(addr) => {
+            Some(crate::admin::start(addr, Arc::clone(&broker), shutdown_rx.clone()).await?)
+        }
+        None => None,
+    };
+    let admin_addr = admin.as_ref().map(|(addr, _)| *addr);
     let task = tokio::spawn(serve(listener, Arc::clone(&broker), shutdown_rx));
     tracing::info!(
         listen = %local_addr,
         data_dir = %broker.config.data_dir.display(),
         cluster_id = %broker.cluster_id,
+        admin = ?admin_addr,
         "skiff broker started"
     );
     Ok(RunningBroker {
         local_addr,
+        admin_addr,
         broker,
         shutdown,
         task,
@@ -107,6 +118,7 @@ async fn serve(
             client_instance_id = tracing::field::Empty
         );
         let connection = Connection::new(
+            id,
             stream,
             peer,
             Arc::clone(&broker),

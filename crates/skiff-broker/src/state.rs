@@ -132,6 +132,9 @@ pub struct Broker {
     /// refresh its view of the topics).
     topics_generation: AtomicU64,
     pub groups: crate::groups::GroupCoordinator,
+    pub clients: crate::clients::ClientRegistry,
+    /// When the broker started (ms since the epoch).
+    pub started_ms: i64,
 }
 
 impl Broker {
@@ -166,6 +169,8 @@ impl Broker {
             producer_ids: Mutex::new(producer_ids),
             topics_generation: AtomicU64::new(0),
             groups,
+            clients: crate::clients::ClientRegistry::default(),
+            started_ms: now_ms(),
         });
         let infos: Vec<TopicInfo> = broker.meta().topics().cloned().collect();
         for info in infos {

@@ -1,0 +1,392 @@
+//! The admin HTTP listener (`admin.listen`, default 127.0.0.1:9644): `/health`, Prometheus
+//! `/metrics`, and the client-instance view `/clients`, `/clients/{id}` (JSON) and `/ui/clients`
+//! (a small HTML page, no scripts from anywhere else).
+//!
+//! Everything about one client instance is shown under its KIP-1313 ID: its connections, their
+//! requests, its KIP-1313 rejections, its group memberships. Clients without an ID are listed
+//! one per connection.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use anyhow::{Context, Result};
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Json, Response};
+use axum::routing::get;
+use serde::Serialize;
+use skiff_protocol::{ApiKey, Uuid};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::clients::{ConnectionRecord, Rejection};
+use crate::groups::Group;
+use crate::identity::RejectReason;
+use crate::state::{Broker, now_ms};
+
+/// Binds the admin listener; returns its address and the serving task.
+pub async fn start(
+    addr: SocketAddr,
+    broker: Arc<Broker>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the admin listener {addr}"))?;
+    let local = listener.local_addr()?;
+    let app = Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/clients", get(clients))
+        .route("/clients/{id}", get(client))
+        .route("/ui/clients", get(ui))
+        .with_state(broker);
+    let task = tokio::spawn(async move {
+        let stop = async move { crate::server::stopped(&mut shutdown).await };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(stop)
+            .await
+        {
+            tracing::error!(error = %e, "admin listener failed");
+        }
+    });
+    Ok((local, task))
+}
+
+#[derive(Serialize)]
+struct HealthView {
+    status: &'static str,
+    cluster_id: String,
+    node_id: i32,
+    uptime_ms: i64,
+}
+
+async fn health(State(broker): State<Arc<Broker>>) -> Json<HealthView> {
+    Json(HealthView {
+        status: "ok",
+        cluster_id: broker.cluster_id.clone(),
+        node_id: broker.node_id(),
+        uptime_ms: now_ms() - broker.started_ms,
+    })
+}
+
+/// Prometheus text exposition format, version 0.0.4.
+async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        render_metrics(&broker),
+    )
+}
+
+pub fn render_metrics(broker: &Broker) -> String {
+    let m = &broker.metrics;
+    let mut out = String::new();
+    let mut gauge = |name: &str, help: &str, kind: &str, value: u64| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    };
+    gauge(
+        "skiff_connections_open",
+        "Open client connections.",
+        "gauge",
+        m.connections_open.load(Ordering::Relaxed),
+    );
+    gauge(
+        "skiff_connections_accepted_total",
+        "Client connections accepted.",
+        "counter",
+        m.connections_accepted.load(Ordering::Relaxed),
+    );
+    let _ = writeln!(
+        out,
+        "# HELP skiff_connections_identified_total Connections whose KIP-1313 identity was fixed, by whether it carries an ID.\n# TYPE skiff_connections_identified_total counter"
+    );
+    let _ = writeln!(
+        out,
+        "skiff_connections_identified_total{{client_instance_id=\"present\"}} {}",
+        m.connections_with_instance_id.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "skiff_connections_identified_total{{client_instance_id=\"absent\"}} {}",
+        m.connections_without_instance_id.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP skiff_kip1313_rejections_total Requests rejected for breaking the connection's client instance ID.\n# TYPE skiff_kip1313_rejections_total counter"
+    );
+    for reason in RejectReason::ALL {
+        let _ = writeln!(
+            out,
+            "skiff_kip1313_rejections_total{{reason=\"{}\"}} {}",
+            reason.label(),
+            m.rejections(reason)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP skiff_requests_total Requests received, by API.\n# TYPE skiff_requests_total counter"
+    );
+    for &api in ApiKey::ALL {
+        let count = usize::try_from(api.key())
+            .ok()
+            .and_then(|i| m.requests.get(i))
+            .map_or(0, |c| c.load(Ordering::Relaxed));
+        if count > 0 {
+            let _ = writeln!(
+                out,
+                "skiff_requests_total{{api=\"{}\"}} {count}",
+                api.name()
+            );
+        }
+    }
+    out
+}
+
+/// A group membership of a client instance.
+#[derive(Serialize, Clone)]
+struct Membership {
+    group: String,
+    protocol: &'static str,
+    member_id: String,
+    member_epoch: Option<i32>,
+    /// topic name -> partitions (KIP-848 members).
+    assigned: std::collections::BTreeMap<String, Vec<i32>>,
+    /// The member ID is not the client instance ID (KIP-1082 recommends they be equal).
+    member_id_differs: bool,
+}
+
+#[derive(Serialize)]
+struct InstanceView {
+    /// The KIP-1313 client instance ID, or null for a connection without one.
+    client_instance_id: Option<String>,
+    connections: Vec<ConnectionRecord>,
+    memberships: Vec<Membership>,
+    kip1313_rejections: Vec<Rejection>,
+}
+
+fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
+    let inner = broker.groups.lock(broker, now_ms());
+    let mut out = Vec::new();
+    for (group_id, group) in &inner.groups {
+        match group {
+            Group::Consumer(g) => {
+                for member in g.members() {
+                    let id = member.member_id().to_string();
+                    let instance = broker
+                        .clients
+                        .member_instance(group_id, &id)
+                        .or_else(|| id.parse().ok());
+                    let assigned = member
+                        .assigned_partitions()
+                        .iter()
+                        .map(|(topic, parts)| {
+                            let name = inner
+                                .topics
+                                .by_id(*topic)
+                                .map_or_else(|| topic.to_string(), |(n, _)| n.to_string());
+                            (name, parts.iter().copied().collect())
+                        })
+                        .collect();
+                    out.push((
+                        instance,
+                        Membership {
+                            group: group_id.clone(),
+                            protocol: "consumer",
+                            member_epoch: Some(member.member_epoch()),
+                            assigned,
+                            member_id_differs: instance.is_none_or(|i| i.to_string() != id),
+                            member_id: id,
+                        },
+                    ));
+                }
+            }
+            Group::Classic(g) => {
+                for member in g.members() {
+                    let id = member.member_id.to_string();
+                    let instance = broker.clients.member_instance(group_id, &id);
+                    out.push((
+                        instance,
+                        Membership {
+                            group: group_id.clone(),
+                            protocol: "classic",
+                            member_epoch: None,
+                            assigned: Default::default(),
+                            member_id_differs: instance.is_none_or(|i| i.to_string() != id),
+                            member_id: id,
+                        },
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn instance_views(broker: &Broker) -> Vec<InstanceView> {
+    let connections = broker.clients.connections();
+    let members = memberships(broker);
+    let mut ids = broker.clients.known_instances();
+    ids.extend(members.iter().filter_map(|(i, _)| *i));
+    ids.sort();
+    ids.dedup();
+    let mut views: Vec<InstanceView> = ids
+        .into_iter()
+        .map(|id| {
+            let text = id.to_string();
+            InstanceView {
+                connections: connections
+                    .iter()
+                    .filter(|c| c.client_instance_id.as_deref() == Some(&text))
+                    .cloned()
+                    .collect(),
+                memberships: members
+                    .iter()
+                    .filter(|(i, _)| *i == Some(id))
+                    .map(|(_, m)| m.clone())
+                    .collect(),
+                kip1313_rejections: broker.clients.rejections_of(Some(id)),
+                client_instance_id: Some(text),
+            }
+        })
+        .collect();
+    for c in connections
+        .iter()
+        .filter(|c| c.client_instance_id.is_none())
+    {
+        views.push(InstanceView {
+            client_instance_id: None,
+            connections: vec![c.clone()],
+            memberships: Vec::new(),
+            kip1313_rejections: Vec::new(),
+        });
+    }
+    views
+}
+
+async fn clients(State(broker): State<Arc<Broker>>) -> Json<Vec<InstanceView>> {
+    Json(instance_views(&broker))
+}
+
+async fn client(State(broker): State<Arc<Broker>>, Path(id): Path<String>) -> Response {
+    let Ok(uuid) = id.parse::<Uuid>() else {
+        return (
+            StatusCode::BAD_REQUEST,
+            "not a Kafka UUID (22 characters of URL-safe base64)",
+        )
+            .into_response();
+    };
+    match instance_views(&broker)
+        .into_iter()
+        .find(|v| v.client_instance_id.as_deref() == Some(&uuid.to_string()))
+    {
+        Some(view) => Json(view).into_response(),
+        None => (StatusCode::NOT_FOUND, "unknown client instance").into_response(),
+    }
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A server-rendered page: one row per client instance, details below each.
+async fn ui(State(broker): State<Arc<Broker>>) -> Html<String> {
+    let views = instance_views(&broker);
+    let mut page = String::from(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Skiff clients</title><style>\
+         body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:.5em 0 1.5em}\
+         td,th{border:1px solid #bbb;padding:.3em .6em;text-align:left}th{background:#eef}\
+         .id{font-family:monospace}.warn{color:#a40}</style></head><body>",
+    );
+    let _ = write!(
+        page,
+        "<h1>Client instances</h1><p>Cluster <span class=\"id\">{}</span>, node {}. {} instance(s).</p>",
+        escape(&broker.cluster_id),
+        broker.node_id(),
+        views.len()
+    );
+    page.push_str("<table id=\"instances\"><tr><th>client instance ID</th><th>client ID</th><th>software</th><th>connections</th><th>groups</th><th>KIP-1313 rejections</th></tr>");
+    for v in &views {
+        let first = v.connections.first();
+        let _ = write!(
+            page,
+            "<tr><td class=\"id\"><a href=\"#{0}\">{0}</a></td><td>{1}</td><td>{2}</td><td>{3}</td><td>{4}</td><td>{5}</td></tr>",
+            escape(v.client_instance_id.as_deref().unwrap_or("(none)")),
+            escape(first.and_then(|c| c.client_id.as_deref()).unwrap_or("")),
+            escape(&first.map_or(String::new(), |c| format!(
+                "{} {}",
+                c.software_name.as_deref().unwrap_or(""),
+                c.software_version.as_deref().unwrap_or("")
+            ))),
+            v.connections.len(),
+            escape(
+                &v.memberships
+                    .iter()
+                    .map(|m| m.group.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            v.kip1313_rejections.len(),
+        );
+    }
+    page.push_str("</table>");
+    for v in &views {
+        let id = v.client_instance_id.as_deref().unwrap_or("(none)");
+        let _ = write!(page, "<h2 id=\"{0}\" class=\"id\">{0}</h2>", escape(id));
+        page.push_str(
+            "<table><tr><th>connection</th><th>peer</th><th>since (ms)</th><th>requests</th></tr>",
+        );
+        for c in &v.connections {
+            let requests = c
+                .requests
+                .iter()
+                .map(|(api, n)| format!("{api}: {n}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let _ = write!(
+                page,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                c.id,
+                escape(&c.peer),
+                c.connected_since_ms,
+                escape(&requests)
+            );
+        }
+        page.push_str("</table>");
+        if !v.memberships.is_empty() {
+            page.push_str("<table><tr><th>group</th><th>protocol</th><th>member ID</th><th>epoch</th><th>assigned</th></tr>");
+            for m in &v.memberships {
+                let assigned = m
+                    .assigned
+                    .iter()
+                    .map(|(t, p)| format!("{t}{p:?}"))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let _ = write!(
+                    page,
+                    "<tr><td>{}</td><td>{}</td><td class=\"id{}\">{}</td><td>{}</td><td>{}</td></tr>",
+                    escape(&m.group),
+                    m.protocol,
+                    if m.member_id_differs { " warn" } else { "" },
+                    escape(&m.member_id),
+                    m.member_epoch.map_or(String::new(), |e| e.to_string()),
+                    escape(&assigned)
+                );
+            }
+            page.push_str("</table>");
+        }
+    }
+    page.push_str("</body></html>");
+    Html(page)
+}

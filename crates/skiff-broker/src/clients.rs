@@ -1,0 +1,225 @@
+//! The client-instance view: what the broker knows about each client instance, under its
+//! KIP-1313 ID — its connections, the requests they made, its KIP-1313 rejections and its group
+//! memberships (the telemetry part is added by the admin endpoint from `skiff-telemetry`).
+//!
+//! Each connection owns its record behind its own lock, so recording a request never contends
+//! with other connections; the registry only holds references for the admin endpoint.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::Serialize;
+use skiff_protocol::{ApiKey, Uuid};
+
+use crate::identity::RejectReason;
+
+/// How many KIP-1313 rejections are remembered per client instance.
+const REJECTIONS_KEPT: usize = 50;
+
+/// One KIP-1313 rejection.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rejection {
+    pub at_ms: i64,
+    pub connection: u64,
+    pub api: &'static str,
+    pub reason: &'static str,
+    pub expected: Option<String>,
+    pub received: Option<String>,
+}
+
+/// What one open connection has shown of itself.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnectionRecord {
+    pub id: u64,
+    pub peer: String,
+    pub client_id: Option<String>,
+    pub software_name: Option<String>,
+    pub software_version: Option<String>,
+    pub connected_since_ms: i64,
+    /// The KIP-1313 ID this connection fixed, if any (text form).
+    pub client_instance_id: Option<String>,
+    pub requests: BTreeMap<&'static str, u64>,
+}
+
+impl ConnectionRecord {
+    pub fn new(id: u64, peer: SocketAddr, now_ms: i64) -> Self {
+        ConnectionRecord {
+            id,
+            peer: peer.to_string(),
+            client_id: None,
+            software_name: None,
+            software_version: None,
+            connected_since_ms: now_ms,
+            client_instance_id: None,
+            requests: BTreeMap::new(),
+        }
+    }
+
+    pub fn count(&mut self, api: ApiKey, client_id: Option<&str>) {
+        *self.requests.entry(api.name()).or_insert(0) += 1;
+        if self.client_id.is_none()
+            && let Some(id) = client_id
+        {
+            self.client_id = Some(id.to_string());
+        }
+    }
+}
+
+pub type SharedRecord = Arc<Mutex<ConnectionRecord>>;
+
+/// Open connections and per-instance history.
+#[derive(Default)]
+pub struct ClientRegistry {
+    connections: Mutex<HashMap<u64, SharedRecord>>,
+    rejections: Mutex<HashMap<Option<Uuid>, VecDeque<Rejection>>>,
+    /// (group, member ID) -> the client instance whose connection sent its heartbeats.
+    members: Mutex<HashMap<(String, String), Uuid>>,
+}
+
+impl ClientRegistry {
+    pub fn register(&self, record: ConnectionRecord) -> SharedRecord {
+        let id = record.id;
+        let shared = Arc::new(Mutex::new(record));
+        self.connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, Arc::clone(&shared));
+        shared
+    }
+
+    pub fn unregister(&self, id: u64) {
+        self.connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+    }
+
+    pub fn record_rejection(
+        &self,
+        connection: u64,
+        api: ApiKey,
+        reason: RejectReason,
+        expected: Option<Uuid>,
+        received: Option<Uuid>,
+        now_ms: i64,
+    ) {
+        let mut all = self
+            .rejections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // File the rejection under the connection's ID (the expected one) when it has one.
+        let list = all.entry(expected.or(received)).or_default();
+        if list.len() == REJECTIONS_KEPT {
+            list.pop_front();
+        }
+        list.push_back(Rejection {
+            at_ms: now_ms,
+            connection,
+            api: api.name(),
+            reason: reason.label(),
+            expected: expected.map(|u| u.to_string()),
+            received: received.map(|u| u.to_string()),
+        });
+    }
+
+    /// Notes which client instance speaks for a group member.
+    pub fn note_member(&self, group: &str, member_id: &str, instance: Uuid) {
+        self.members
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert((group.to_string(), member_id.to_string()), instance);
+    }
+
+    pub fn member_instance(&self, group: &str, member_id: &str) -> Option<Uuid> {
+        self.members
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(group.to_string(), member_id.to_string()))
+            .copied()
+    }
+
+    /// A copy of every open connection's record.
+    pub fn connections(&self) -> Vec<ConnectionRecord> {
+        let shared: Vec<SharedRecord> = self
+            .connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        let mut records: Vec<ConnectionRecord> = shared
+            .iter()
+            .map(|r| r.lock().unwrap_or_else(PoisonError::into_inner).clone())
+            .collect();
+        records.sort_by_key(|r| r.id);
+        records
+    }
+
+    pub fn rejections_of(&self, instance: Option<Uuid>) -> Vec<Rejection> {
+        self.rejections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&instance)
+            .map(|l| l.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Every instance ID with open connections or remembered rejections.
+    pub fn known_instances(&self) -> Vec<Uuid> {
+        let mut ids: Vec<Uuid> = self
+            .connections()
+            .iter()
+            .filter_map(|c| c.client_instance_id.as_deref()?.parse().ok())
+            .collect();
+        ids.extend(
+            self.rejections
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .keys()
+                .flatten()
+                .copied(),
+        );
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_rejections_and_members() {
+        let registry = ClientRegistry::default();
+        let a = Uuid::from_u128(1);
+        let record = registry.register(ConnectionRecord::new(
+            7,
+            "127.0.0.1:1".parse().expect("addr"),
+            5,
+        ));
+        record
+            .lock()
+            .expect("lock")
+            .count(ApiKey::Metadata, Some("app"));
+        record.lock().expect("lock").client_instance_id = Some(a.to_string());
+        for _ in 0..60 {
+            registry.record_rejection(
+                7,
+                ApiKey::Produce,
+                RejectReason::MissingId,
+                Some(a),
+                None,
+                9,
+            );
+        }
+        registry.note_member("g", "m", a);
+        assert_eq!(registry.connections()[0].requests.get("Metadata"), Some(&1));
+        assert_eq!(registry.rejections_of(Some(a)).len(), REJECTIONS_KEPT);
+        assert_eq!(registry.member_instance("g", "m"), Some(a));
+        assert_eq!(registry.known_instances(), vec![a]);
+        registry.unregister(7);
+        assert!(registry.connections().is_empty());
+    }
+}

@@ -1,0 +1,140 @@
+//! The admin HTTP listener over a real socket: health, Prometheus metrics with the KIP-1313
+//! counters, and the client-instance view that shows one client under one ID.
+
+mod common;
+
+use common::TestBroker;
+use skiff_protocol::generated::consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest;
+use skiff_protocol::generated::metadata_request::MetadataRequestTopic;
+use skiff_protocol::generated::{ApiVersionsRequest, MetadataRequest};
+use skiff_protocol::{Response, Uuid};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut raw = Vec::new();
+    tokio::time::timeout(common::TIMEOUT, stream.read_to_end(&mut raw))
+        .await
+        .expect("in time")
+        .expect("read");
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test]
+async fn health_metrics_and_the_client_instance_view() {
+    let broker = TestBroker::start_with(|config| {
+        config.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    })
+    .await;
+    let admin = broker
+        .running
+        .as_ref()
+        .and_then(|r| r.admin_addr)
+        .expect("admin listener");
+
+    let id = Uuid::random().expect("random");
+    let mut c = broker.client().await;
+    c.instance_id = Some(id);
+    c.client_id = Some("view-test".into());
+    match c
+        .call(
+            ApiVersionsRequest {
+                client_software_name: "skiff-test".into(),
+                client_software_version: "9.9".into(),
+                ..Default::default()
+            },
+            3,
+        )
+        .await
+    {
+        Response::ApiVersions(r) => assert_eq!(r.error_code, 0),
+        other => panic!("unexpected {other:?}"),
+    }
+    let topic = MetadataRequest {
+        topics: Some(vec![MetadataRequestTopic {
+            name: Some("viewed".into()),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    c.call(topic, 12).await;
+    // A rejected request (other ID) shows up under this instance.
+    let other = Uuid::random().expect("random");
+    c.call_with_id(MetadataRequest::default(), 12, Some(other))
+        .await;
+    // A KIP-848 member whose member ID is the instance ID.
+    let join = ConsumerGroupHeartbeatRequest {
+        group_id: "view-group".into(),
+        member_id: id.to_string().into(),
+        member_epoch: 0,
+        rebalance_timeout_ms: 30_000,
+        subscribed_topic_names: Some(vec!["viewed".into()]),
+        topic_partitions: Some(Vec::new()),
+        ..Default::default()
+    };
+    match c.call(join, 1).await {
+        Response::ConsumerGroupHeartbeat(r) => assert_eq!(r.error_code, 0, "{r:?}"),
+        other => panic!("unexpected {other:?}"),
+    }
+    // A client without an ID is listed by connection.
+    let mut anonymous = broker.client().await;
+    anonymous.call(MetadataRequest::default(), 12).await;
+
+    let (status, body) = http_get(admin, "/health").await;
+    assert_eq!(status, 200);
+    assert!(body.contains("\"status\":\"ok\""), "{body}");
+
+    let (status, body) = http_get(admin, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("skiff_kip1313_rejections_total{reason=\"different_id\"} 1"),
+        "{body}"
+    );
+    assert!(
+        body.contains("skiff_connections_identified_total{client_instance_id=\"present\"} 1"),
+        "{body}"
+    );
+    assert!(
+        body.contains("skiff_requests_total{api=\"Metadata\"}"),
+        "{body}"
+    );
+
+    let (status, body) = http_get(admin, &format!("/clients/{id}")).await;
+    assert_eq!(status, 200, "{body}");
+    let view: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(view["client_instance_id"], id.to_string());
+    assert_eq!(view["connections"][0]["client_id"], "view-test");
+    assert_eq!(view["connections"][0]["software_name"], "skiff-test");
+    assert_eq!(view["kip1313_rejections"][0]["reason"], "different_id");
+    assert_eq!(view["kip1313_rejections"][0]["received"], other.to_string());
+    assert_eq!(view["memberships"][0]["group"], "view-group");
+    assert_eq!(view["memberships"][0]["member_id_differs"], false);
+
+    let (status, body) = http_get(admin, "/clients").await;
+    assert_eq!(status, 200);
+    let all: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let list = all.as_array().expect("a list");
+    assert!(list.iter().any(|v| v["client_instance_id"].is_null()));
+
+    let (status, _) = http_get(admin, "/clients/not-a-uuid").await;
+    assert_eq!(status, 400);
+    let (status, _) = http_get(admin, "/clients/AAAAAAAAAAAAAAAAAAAAAQ").await;
+    assert_eq!(status, 404);
+
+    let (status, page) = http_get(admin, "/ui/clients").await;
+    assert_eq!(status, 200);
+    assert!(page.contains(&id.to_string()) && page.contains("view-group"));
+    broker.stop().await;
+}
