@@ -79,6 +79,8 @@ class SkiffBroker:
         self.data_dir = Path(data_dir)
         self.log_dir = Path(log_dir)
         self.port = port if port is not None else free_port(self.host)
+        #: The admin HTTP listener's port (kept across restarts, like the Kafka port).
+        self.admin_port = free_port(self.host)
         if extra_args is None:
             extra_args = shlex.split(os.environ.get("SKIFF_BROKER_ARGS", ""))
         self.extra_args = list(extra_args)
@@ -96,9 +98,14 @@ class SkiffBroker:
         return f"{self.host}:{self.port}"
 
     @property
+    def admin_url(self) -> str:
+        return f"http://{self.host}:{self.admin_port}"
+
+    @property
     def argv(self) -> list[str]:
         return [str(self.binary), "broker", "--listen", self.bootstrap,
-                "--data-dir", str(self.data_dir), *self.extra_args]
+                "--data-dir", str(self.data_dir),
+                "--set", f"admin.listen={self.host}:{self.admin_port}", *self.extra_args]
 
     @property
     def running(self) -> bool:
