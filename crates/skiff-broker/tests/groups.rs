@@ -1702,3 +1702,191 @@ async fn find_coordinator_every_version() {
     }
     b.stop().await;
 }
+
+// ----- timers, metadata changes, static consumer members ----------------------------------------
+
+#[tokio::test]
+async fn subscriptions_follow_topic_creation_and_regexes() {
+    let b = start().await;
+    let mut c = b.client().await;
+    // Subscribed to a topic that does not exist yet: nothing to own.
+    let mut m = Member::join(&mut c, "g-later", "m", &["later"], 1).await;
+    assert!(m.partitions().is_empty());
+    let later = create_topic(&mut c, "later", 3).await;
+    for _ in 0..5 {
+        m.heartbeat(&mut c, "g-later", 1).await;
+        if m.partitions().len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(m.owned.get(&later), Some(&BTreeSet::from([0, 1, 2])));
+    // A regex subscription (v1) picks up matching topics, including new ones.
+    let a = create_topic(&mut c, "rx.a", 1).await;
+    create_topic(&mut c, "rx-not", 1).await;
+    let mut request = join_request("g-regex", "r", &[]);
+    request.subscribed_topic_names = None;
+    request.subscribed_topic_regex = Some("rx\\..*".into());
+    let r = cg_heartbeat(&mut c, request, 1).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let mut rm = Member {
+        id: "r".into(),
+        epoch: r.member_epoch,
+        owned: r.assignment.as_ref().map(owned_of).unwrap_or_default(),
+    };
+    let bb = create_topic(&mut c, "rx.b", 2).await;
+    for _ in 0..5 {
+        rm.heartbeat(&mut c, "g-regex", 1).await;
+        if rm.owned.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(rm.owned.get(&a), Some(&BTreeSet::from([0])));
+    assert_eq!(rm.owned.get(&bb), Some(&BTreeSet::from([0, 1])));
+    let d = cg_describe(&mut c, "g-regex").await;
+    assert_eq!(
+        d.members[0].subscribed_topic_regex.as_deref(),
+        Some("rx\\..*")
+    );
+    let mut bad = join_request("g-regex", "r2", &[]);
+    bad.subscribed_topic_names = None;
+    bad.subscribed_topic_regex = Some("(".into());
+    let r = cg_heartbeat(&mut c, bad, 1).await;
+    assert_eq!(r.error_code, 128, "{r:?}");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn static_consumer_member_leaves_temporarily_and_returns() {
+    let b = start().await;
+    let mut c = b.client().await;
+    create_topic(&mut c, "st", 2).await;
+    let mut request = join_request("g-st", "first-incarnation", &["st"]);
+    request.instance_id = Some("pod-0".into());
+    let r = cg_heartbeat(&mut c, request, 1).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let epoch = r.member_epoch;
+    let leave = ConsumerGroupHeartbeatRequest {
+        group_id: "g-st".into(),
+        member_id: "first-incarnation".into(),
+        member_epoch: -2,
+        instance_id: Some("pod-0".into()),
+        ..Default::default()
+    };
+    let r = cg_heartbeat(&mut c, leave, 1).await;
+    assert_eq!((r.error_code, r.member_epoch), (0, -2), "{r:?}");
+    // The restarted process has a new member ID and takes the old one's place and partitions.
+    let mut request = join_request("g-st", "second-incarnation", &["st"]);
+    request.instance_id = Some("pod-0".into());
+    let r = cg_heartbeat(&mut c, request, 1).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    assert_eq!(
+        r.member_epoch, epoch,
+        "no rebalance for a returning static member"
+    );
+    assert_eq!(
+        owned_of(r.assignment.as_ref().expect("assignment"))
+            .values()
+            .flatten()
+            .count(),
+        2
+    );
+    let d = cg_describe(&mut c, "g-st").await;
+    assert_eq!(d.members.len(), 1);
+    assert_eq!(&*d.members[0].member_id, "second-incarnation");
+    assert_eq!(d.members[0].instance_id.as_deref(), Some("pod-0"));
+    // A third process with the same instance while it is in use.
+    let mut request = join_request("g-st", "intruder", &["st"]);
+    request.instance_id = Some("pod-0".into());
+    let r = cg_heartbeat(&mut c, request, 1).await;
+    assert_eq!(r.error_code, 111, "{r:?}");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn members_expire_after_a_restart() {
+    let short = |config: &mut skiff_broker::BrokerConfig| {
+        short_timeouts(&mut config.groups);
+        config.groups.consumer_session_timeout_ms = 300;
+        config.groups.consumer_heartbeat_interval_ms = 100;
+    };
+    let b = TestBroker::start_with(short).await;
+    let mut c = b.client().await;
+    create_topic(&mut c, "exp", 1).await;
+    Member::join(&mut c, "g-exp", "m", &["exp"], 1).await;
+    let mut request = classic_join("g-exp-classic", "", Some("exp-instance"));
+    request.session_timeout_ms = 1000;
+    let r = join(&mut c, request).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let s = sync(
+        &mut c,
+        sync_request("g-exp-classic", &r.member_id, r.generation_id, &[]),
+    )
+    .await;
+    assert_eq!(s.error_code, 0);
+    drop(c);
+    let b = b.restart_with(short).await;
+    let mut c = b.client().await;
+    let start = Instant::now();
+    loop {
+        let d = cg_describe(&mut c, "g-exp").await;
+        let classic = describe_classic(&mut c, "g-exp-classic", 5).await;
+        if d.members.is_empty() && classic.members.is_empty() {
+            assert_eq!(&*d.group_state, "Empty");
+            assert_eq!(&*classic.group_state, "Empty");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "members never expired: {d:?} {classic:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn classic_timeouts_complete_parked_requests() {
+    let b = start().await;
+    let mut a = b.client().await;
+    let mut other = b.client().await;
+    let group = "g-classic-timeout";
+    // A's session and rebalance timeouts are short; it goes silent after forming the group.
+    let mut request = classic_join(group, "", None);
+    request.session_timeout_ms = 300;
+    request.rebalance_timeout_ms = 300;
+    let r = join(&mut a, request.clone()).await;
+    assert_eq!(r.error_code, error_codes::MEMBER_ID_REQUIRED);
+    request.member_id = r.member_id.clone();
+    let r = join(&mut a, request).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let a_id = r.member_id.to_string();
+    let s = sync(
+        &mut a,
+        sync_request(group, &a_id, r.generation_id, &[(&a_id, b"a")]),
+    )
+    .await;
+    assert_eq!(s.error_code, 0);
+    // B's join is parked until A's rebalance timeout removes A; then B leads generation 2 alone.
+    let started = Instant::now();
+    let (b_id, b_join) = start_dynamic_join(&mut other, group).await;
+    let r = finish_join(&mut other, b_join).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    assert_eq!(r.generation_id, 2);
+    assert_eq!(r.leader, b_id.as_str());
+    assert_eq!(r.members.len(), 1);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        classic_heartbeat(&mut a, group, &a_id, 1).await,
+        error_codes::UNKNOWN_MEMBER_ID
+    );
+    // A member that joins and never syncs or heartbeats: its session expires, the group empties.
+    let mut request = classic_join("g-silent-classic", "", None);
+    request.session_timeout_ms = 200;
+    let r = join(&mut other, request.clone()).await;
+    request.member_id = r.member_id.clone();
+    let r = join(&mut other, request).await;
+    assert_eq!(r.error_code, 0);
+    let mut watcher = b.client().await;
+    wait_for_state(&mut watcher, "g-silent-classic", "Empty").await;
+    b.stop().await;
+}
