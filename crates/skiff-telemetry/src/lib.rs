@@ -42,7 +42,9 @@
 //! 300000 only when none matches; Kafka also caps at the default). The SubscriptionId is Kafka's
 //! formula — CRC32C of the sorted set and the interval, XOR a hash of the instance ID — so it
 //! changes exactly when the set or interval changes and survives broker restarts. When the
-//! effective subscription of an instance changes, its throttling clock restarts.
+//! effective subscription of an instance changes, its throttling clock restarts. An instance's
+//! [`ClientSelectors`] are those of the request that created it (as in Kafka); an instance is
+//! forgotten after `max(60 s, 3 * push interval)` of silence.
 //!
 //! Delta sums and histograms (clients are asked for delta temporality) are accumulated into
 //! running totals, so the Prometheus counters only go up; gauges and cumulative points replace.

@@ -1046,3 +1046,42 @@ fn instance_view_serialises() {
         1
     );
 }
+
+#[test]
+fn prometheus_mixed_kinds_and_colliding_labels() {
+    let mut m = manager();
+    m.subscriptions_mut()
+        .alter("all", &[AlterOp::set("metrics", "*")])
+        .unwrap();
+    let a = Uuid::from_u128(1 << 120);
+    let b = Uuid::from_u128(2 << 120);
+    let bodies = [
+        // `a.b` and `a_b` sanitise to the same label: the first (sorted) wins.
+        encode(&metrics_data(vec![gauge(
+            "x.y",
+            vec![number_point(vec![kv("a.b", "1"), kv("a_b", "2")], 1.0, 1)],
+        )])),
+        // Same family name as a counter from another client: skipped.
+        encode(&metrics_data(vec![delta_counter(
+            "x_y",
+            vec![number_point(vec![], 9.0, 1)],
+        )])),
+    ];
+    for (id, body) in [(a, &bodies[0]), (b, &bodies[1])] {
+        let r = m.get_subscriptions(None, &get_req(id), &client(), T0);
+        let (resp, _) = m.push(
+            None,
+            &push_req(id, r.subscription_id, 0, body),
+            &client(),
+            T0,
+        );
+        assert_eq!(resp.error_code, NONE);
+    }
+    let text = m.render_prometheus();
+    assert_eq!(
+        text,
+        "# TYPE skiff_telemetry_instances gauge\nskiff_telemetry_instances 2\n\
+         # TYPE x_y gauge\n\
+         x_y{client_instance_id=\"AQAAAAAAAAAAAAAAAAAAAA\",client_id=\"producer-1\",a_b=\"1\"} 1\n"
+    );
+}
