@@ -192,8 +192,10 @@ impl GroupCoordinator {
             for topic in broker.all_topics() {
                 image.insert(&topic.info.name, topic.info.id, topic.info.partitions);
             }
-            inner.topics = image;
+            let first = inner.topics_generation == u64::MAX;
+            let previous = std::mem::replace(&mut inner.topics, image);
             inner.topics_generation = generation;
+            self.forget_deleted_topics(&mut inner, &previous, first);
             let Inner { groups, topics, .. } = &mut *inner;
             for group in groups.values_mut() {
                 if let Group::Consumer(g) = group {
@@ -202,6 +204,50 @@ impl GroupCoordinator {
             }
         }
         inner
+    }
+
+    /// Drops every group's committed offsets for topics that are gone from the image: deleted,
+    /// or deleted and recreated under a new ID (a new topic must not inherit old positions), as
+    /// Kafka's coordinator does when partitions are deleted. On the first refresh after startup,
+    /// `previous` is empty and any offset of a topic missing from the image goes (a deletion
+    /// the broker did not see through before stopping).
+    fn forget_deleted_topics(&self, inner: &mut Inner, previous: &TopicsImage, first: bool) {
+        let gone: Vec<String> = if first {
+            let mut names: Vec<String> = inner
+                .offsets
+                .groups()
+                .flat_map(|g| inner.offsets.fetch_all(g).map(|(k, _)| k.topic.clone()))
+                .filter(|topic| !inner.topics.by_name.contains_key(topic))
+                .collect();
+            names.sort();
+            names.dedup();
+            names
+        } else {
+            previous
+                .by_name
+                .iter()
+                .filter(|(name, (id, _))| {
+                    inner.topics.by_name.get(*name).map(|(now, _)| now) != Some(id)
+                })
+                .map(|(name, _)| name.clone())
+                .collect()
+        };
+        let mut tombstones = Vec::new();
+        for topic in gone {
+            for (group, key) in inner.offsets.delete_topic(&topic) {
+                tombstones.push((offset_key(&group, &key), None));
+            }
+        }
+        if tombstones.is_empty() {
+            return;
+        }
+        tracing::info!(
+            offsets = tombstones.len(),
+            "forgetting offsets of deleted topics"
+        );
+        if let Err(e) = inner.kv.append(&tombstones) {
+            tracing::error!(error = %e, "cannot persist the removal of deleted topics' offsets");
+        }
     }
 
     pub fn next_token(&self) -> u64 {

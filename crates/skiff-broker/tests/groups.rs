@@ -33,10 +33,10 @@ use skiff_protocol::generated::offset_fetch_response::{
 use skiff_protocol::generated::sync_group_request::SyncGroupRequestAssignment;
 use skiff_protocol::generated::{
     ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
-    CreateTopicsRequest, DeleteGroupsRequest, DescribeGroupsRequest, FindCoordinatorRequest,
-    HeartbeatRequest, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, ListGroupsRequest,
-    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, SyncGroupRequest,
-    SyncGroupResponse,
+    CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest, DescribeGroupsRequest,
+    FindCoordinatorRequest, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, ListGroupsRequest, OffsetCommitRequest, OffsetDeleteRequest,
+    OffsetFetchRequest, SyncGroupRequest, SyncGroupResponse,
 };
 use skiff_protocol::{ApiKey, Request, Response, Uuid, error_codes};
 
@@ -1888,5 +1888,73 @@ async fn classic_timeouts_complete_parked_requests() {
     assert_eq!(r.error_code, 0);
     let mut watcher = b.client().await;
     wait_for_state(&mut watcher, "g-silent-classic", "Empty").await;
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn offsets_of_a_deleted_topic_are_forgotten() {
+    let b = start().await;
+    let mut c = b.client().await;
+    let old = create_topic(&mut c, "recreated", 2).await;
+    let keep = create_topic(&mut c, "kept", 1).await;
+    let r = commit(
+        &mut c,
+        commit_request("g-del", "", -1, "recreated", old, &[(0, 500), (1, 501)]),
+        9,
+    )
+    .await;
+    assert_eq!(commit_codes(&r), vec![0, 0]);
+    let r = commit(
+        &mut c,
+        commit_request("g-del", "", -1, "kept", keep, &[(0, 7)]),
+        9,
+    )
+    .await;
+    assert_eq!(commit_codes(&r), vec![0]);
+    let request = DeleteTopicsRequest {
+        topic_names: vec!["recreated".into()],
+        timeout_ms: 5000,
+        ..Default::default()
+    };
+    let Response::DeleteTopics(r) = c.call(request, 5).await else {
+        panic!("not a DeleteTopics response");
+    };
+    assert_eq!(r.responses[0].error_code, 0);
+    // A new topic under the old name must not inherit the old topic's committed offsets.
+    let new = create_topic(&mut c, "recreated", 2).await;
+    assert_ne!(new, old);
+    let f = fetch(
+        &mut c,
+        vec![fetch_group("g-del", None, -1, "recreated", new, &[0, 1])],
+        9,
+    )
+    .await;
+    assert_eq!(fetched(&f.groups[0]), vec![(0, -1, 0), (1, -1, 0)]);
+    let f = fetch(
+        &mut c,
+        vec![fetch_group("g-del", None, -1, "kept", keep, &[0])],
+        9,
+    )
+    .await;
+    assert_eq!(fetched(&f.groups[0]), vec![(0, 7, 0)]);
+    drop(c);
+    let b = b
+        .restart_with(|config| short_timeouts(&mut config.groups))
+        .await;
+    let mut c = b.client().await;
+    let f = fetch(
+        &mut c,
+        vec![fetch_group("g-del", None, -1, "recreated", new, &[0, 1])],
+        9,
+    )
+    .await;
+    assert_eq!(fetched(&f.groups[0]), vec![(0, -1, 0), (1, -1, 0)]);
+    let f = fetch(
+        &mut c,
+        vec![fetch_group("g-del", None, -1, "kept", keep, &[0])],
+        9,
+    )
+    .await;
+    assert_eq!(fetched(&f.groups[0]), vec![(0, 7, 0)]);
     b.stop().await;
 }
