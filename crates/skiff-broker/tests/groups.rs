@@ -1958,3 +1958,84 @@ async fn offsets_of_a_deleted_topic_are_forgotten() {
     assert_eq!(fetched(&f.groups[0]), vec![(0, 7, 0)]);
     b.stop().await;
 }
+
+#[tokio::test]
+async fn classic_members_commit_with_their_generation() {
+    let b = start().await;
+    let mut c = b.client().await;
+    let mut other = b.client().await;
+    let topic = create_topic(&mut c, "cc", 2).await;
+    let group = "g-classic-commit";
+    let (id, generation) = classic_single(&mut c, group).await;
+    for version in [2, 7, 8, 9, 10] {
+        let r = commit(
+            &mut c,
+            commit_request(
+                group,
+                &id,
+                generation,
+                "cc",
+                topic,
+                &[(0, i64::from(version))],
+            ),
+            version,
+        )
+        .await;
+        assert_eq!(commit_codes(&r), vec![0], "v{version}: {r:?}");
+        let r = commit(
+            &mut c,
+            commit_request(group, &id, generation + 1, "cc", topic, &[(0, 1)]),
+            version,
+        )
+        .await;
+        assert_eq!(
+            commit_codes(&r),
+            vec![error_codes::ILLEGAL_GENERATION],
+            "v{version}"
+        );
+        let r = commit(
+            &mut c,
+            commit_request(group, "ghost", generation, "cc", topic, &[(0, 1)]),
+            version,
+        )
+        .await;
+        assert_eq!(
+            commit_codes(&r),
+            vec![error_codes::UNKNOWN_MEMBER_ID],
+            "v{version}"
+        );
+    }
+    // While the group prepares a rebalance members still commit (as in Kafka)...
+    let (_b_id, b_join) = start_dynamic_join(&mut other, group).await;
+    wait_for_state(&mut c, group, "PreparingRebalance").await;
+    let r = commit(
+        &mut c,
+        commit_request(group, &id, generation, "cc", topic, &[(1, 11)]),
+        8,
+    )
+    .await;
+    assert_eq!(commit_codes(&r), vec![0]);
+    let r = join(&mut c, classic_join(group, &id, None)).await;
+    assert_eq!(r.error_code, 0);
+    assert_eq!(finish_join(&mut other, b_join).await.error_code, 0);
+    // ...but not between the join and the leader's assignment.
+    assert_eq!(
+        &*describe_classic(&mut c, group, 5).await.group_state,
+        "CompletingRebalance"
+    );
+    let r = commit(
+        &mut c,
+        commit_request(group, &id, r.generation_id, "cc", topic, &[(1, 1)]),
+        8,
+    )
+    .await;
+    assert_eq!(commit_codes(&r), vec![error_codes::REBALANCE_IN_PROGRESS]);
+    let f = fetch(
+        &mut c,
+        vec![fetch_group(group, None, -1, "cc", topic, &[0, 1])],
+        8,
+    )
+    .await;
+    assert_eq!(fetched(&f.groups[0]), vec![(0, 10, 0), (1, 11, 0)]);
+    b.stop().await;
+}
