@@ -2039,3 +2039,60 @@ async fn classic_members_commit_with_their_generation() {
     assert_eq!(fetched(&f.groups[0]), vec![(0, 10, 0), (1, 11, 0)]);
     b.stop().await;
 }
+
+#[tokio::test]
+async fn classic_join_versions_and_restart_mid_rebalance() {
+    let b = start().await;
+    let mut a = b.client().await;
+    // v0-3 have no MEMBER_ID_REQUIRED round trip.
+    for version in [0, 3] {
+        let group = format!("g-v{version}");
+        let r = join_response(a.call(classic_join(&group, "", None), version).await);
+        assert_eq!(r.error_code, 0, "v{version}: {r:?}");
+        assert_eq!(r.generation_id, 1);
+        assert_eq!(r.leader, r.member_id);
+    }
+    // Session timeouts outside the broker's bounds.
+    let mut request = classic_join("g-bounds", "", None);
+    request.session_timeout_ms = 50;
+    assert_eq!(join(&mut a, request).await.error_code, 26);
+
+    // A restart while B's JoinGroup is parked: B is told to find the coordinator again, and
+    // the group recovers on the new broker.
+    let group = "g-midway";
+    let (a_id, generation) = classic_single(&mut a, group).await;
+    let mut other = b.client().await;
+    let (b_id, b_join) = start_dynamic_join(&mut other, group).await;
+    wait_for_state(&mut a, group, "PreparingRebalance").await;
+    let stopping = tokio::spawn(b.restart_with(|config| short_timeouts(&mut config.groups)));
+    let r = finish_join(&mut other, b_join).await;
+    assert_eq!(r.error_code, error_codes::NOT_COORDINATOR);
+    let b = tokio::time::timeout(TIMEOUT, stopping)
+        .await
+        .expect("restart in time")
+        .expect("restart task");
+    let mut a = b.client().await;
+    let mut other = b.client().await;
+    let code = classic_heartbeat(&mut a, group, &a_id, generation).await;
+    assert!(
+        code == 0 || code == error_codes::REBALANCE_IN_PROGRESS,
+        "heartbeat after restart: {code}"
+    );
+    let b_again = Request::from(classic_join(group, &b_id, None));
+    let b_join = other.send(&b_again, JOIN_VERSION).await;
+    let a_join = Request::from(classic_join(group, &a_id, None));
+    let a_join = a.send(&a_join, JOIN_VERSION).await;
+    let ra = finish_join(&mut a, a_join).await;
+    let rb = finish_join(&mut other, b_join).await;
+    assert_eq!(ra.error_code, 0, "{ra:?}");
+    assert!(
+        rb.error_code == 0 || rb.error_code == error_codes::UNKNOWN_MEMBER_ID,
+        "{rb:?}"
+    );
+    assert!(ra.generation_id > generation);
+    // Only completed generations are durable (as in Kafka): B was still joining, so it is
+    // unknown to the new broker and rejoins from scratch; A leads a new generation alone.
+    let expected_members = if rb.error_code == 0 { 2 } else { 1 };
+    assert_eq!(ra.members.len(), expected_members, "{ra:?}");
+    b.stop().await;
+}
