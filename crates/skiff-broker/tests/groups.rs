@@ -1092,6 +1092,25 @@ async fn offset_delete() {
     )
     .await;
     assert_eq!(fetched(&f.groups[0]), vec![(0, 1, 0), (1, 2, 0)]);
+    // A topic consumed through a regex subscription counts as subscribed too.
+    let mut request = join_request("g-od", "regex", &[]);
+    request.subscribed_topic_names = None;
+    request.subscribed_topic_regex = Some("od-.*".into());
+    assert_eq!(cg_heartbeat(&mut c, request, 1).await.error_code, 0);
+    let r = commit(
+        &mut c,
+        commit_request("g-od", &m.id, m.epoch, "od-other", other, &[(0, 4)]),
+        9,
+    )
+    .await;
+    assert_eq!(commit_codes(&r), vec![0]);
+    let Response::OffsetDelete(r) = c.call(delete("od-other", &[0]), 0).await else {
+        panic!("not an OffsetDelete response");
+    };
+    assert_eq!(
+        r.topics[0].partitions[0].error_code,
+        GROUP_SUBSCRIBED_TO_TOPIC
+    );
     let mut unknown = delete("od", &[0]);
     unknown.group_id = "g-od-unknown".into();
     let Response::OffsetDelete(r) = c.call(unknown, 0).await else {

@@ -749,9 +749,8 @@ pub fn offset_delete(ctx: &RequestContext, request: OffsetDeleteRequest) -> Resp
         });
     }
     let subscribed = |topic: &str| match inner.groups.get(&group_id) {
-        Some(Group::Consumer(g)) => g
-            .members()
-            .any(|m| m.subscribed_topic_names().iter().any(|t| t == topic)),
+        // By name or through a regex.
+        Some(Group::Consumer(g)) => g.is_subscribed_to(topic),
         // A classic group's subscriptions are opaque here: any active member counts.
         Some(Group::Classic(g)) => !g.is_empty(),
         None => false,

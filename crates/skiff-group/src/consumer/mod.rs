@@ -360,6 +360,11 @@ impl ConsumerGroup {
             .get(instance_id)
             .and_then(|id| self.members.get(id))
     }
+    /// Whether any member subscribes to `topic`, by name or through a regex (Kafka's
+    /// `isSubscribedToTopic`, which OffsetDelete consults).
+    pub fn is_subscribed_to(&self, topic: &str) -> bool {
+        self.subscribed_metadata.contains_key(topic)
+    }
     /// A member's target assignment at the assignment epoch.
     pub fn target_assignment(&self, member_id: &str) -> Option<&Assignment> {
         self.target.get(member_id)

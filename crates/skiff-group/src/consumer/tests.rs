@@ -953,3 +953,19 @@ fn static_member_back_from_temporary_leave_with_the_same_id() {
     assert_eq!(assignment_of(&back), assignment_of(&first));
     assert_eq!(h.group.state(), GroupState::Stable);
 }
+
+#[test]
+fn subscribed_topics_include_regex_matches() {
+    let mut h = Harness::new(&[("foo-1", 2), ("bar", 1), ("baz", 1)]);
+    let mut join = join_request("a", &["bar", "missing"]);
+    join.subscribed_topic_regex = Some("foo-.*".into());
+    h.send(&join).unwrap();
+    assert!(h.group.is_subscribed_to("bar"));
+    assert!(h.group.is_subscribed_to("missing"));
+    assert!(h.group.is_subscribed_to("foo-1"));
+    assert!(!h.group.is_subscribed_to("baz"));
+    // Nobody subscribes to anything once the member has left.
+    h.send(&heartbeat_request("a", -1, None)).unwrap();
+    assert!(!h.group.is_subscribed_to("bar"));
+    assert!(!h.group.is_subscribed_to("foo-1"));
+}
