@@ -356,6 +356,12 @@ fn guard(c: &Cond, body: &str) -> String {
 }
 
 impl Field {
+    /// The local variable holding this field while its structure is decoded (prefixed, so no
+    /// field can shadow `buf`, `version` or `flexible`).
+    fn local(&self) -> String {
+        format!("f_{}", self.rust_name.trim_start_matches("r#"))
+    }
+
     fn nullable_any(&self) -> bool {
         !self.nullable.is_empty()
     }
@@ -558,10 +564,12 @@ impl Field {
                 &|v| format!("write_string(buf, {v}, {c})?;"),
                 ".as_deref()",
             ),
+            // Record sets and bytes are written from their `Bytes` handle, so a chunked writer
+            // can share them instead of copying.
             Ty::Prim(Prim::Bytes) | Ty::Prim(Prim::Records) => pick(
-                &|v| format!("write_nullable_bytes(buf, {v}, {c})?;"),
-                &|v| format!("write_bytes(buf, {v}, {c})?;"),
-                ".as_deref()",
+                &|v| format!("write_nullable_shared(buf, {v}, {c})?;"),
+                &|v| format!("write_shared(buf, {v}, {c})?;"),
+                ".as_ref()",
             ),
             Ty::Prim(p) => format!("{}(buf, {f});", prim_writer(*p)?),
             Ty::Array(elem) => {
@@ -669,7 +677,7 @@ fn elem_writer(elem: &Ty, compact: &str) -> Result<String> {
     Ok(match elem {
         Ty::Prim(Prim::String) => format!("|buf, item| write_string(buf, item, {compact})"),
         Ty::Prim(Prim::Bytes) | Ty::Prim(Prim::Records) => {
-            format!("|buf, item| write_bytes(buf, item, {compact})")
+            format!("|buf, item| write_shared(buf, item, {compact})")
         }
         Ty::Prim(p) => format!("|buf, item| {{ {}(buf, *item); Ok(()) }}", prim_writer(*p)?),
         Ty::Struct(_) => "|buf, item| item.encode(buf, version)".to_string(),
@@ -733,11 +741,26 @@ fn emit_message(msg: &Msg) -> Result<String> {
             )?;
         }
         writeln!(out, "let flexible = {flexible_cond};")?;
-        out.push_str("let mut this = Self::default();\n");
-        for f in def.fields.iter().filter(|f| f.tag.is_none()) {
-            let body = format!("this.{} = {};", f.rust_name, f.read_expr()?);
-            out.push_str(&guard(&cond(f.present, msg.valid), &body));
+        // Every field is a local holding what was read, or the field's default in versions that
+        // lack it; the struct is built from them at the end (no default-then-overwrite).
+        for f in def.fields.iter().filter(|f| !f.present.is_empty()) {
+            let local = f.local();
+            if f.tag.is_some() {
+                writeln!(out, "let mut {local} = {};", f.default_expr()?)?;
+                continue;
+            }
+            match cond(f.present, msg.valid) {
+                Cond::Always => writeln!(out, "let {local} = {};", f.read_expr()?)?,
+                Cond::Never => {}
+                Cond::Expr(e) => writeln!(
+                    out,
+                    "let {local} = if {e} {{ {} }} else {{ {} }};",
+                    f.read_expr()?,
+                    f.default_expr()?
+                )?,
+            }
         }
+        out.push_str("let mut unknown_tagged_fields = Vec::new();\n");
         out.push_str("if flexible { read_tagged_fields(buf, |tag, data| { match tag {\n");
         for f in def.fields.iter().filter(|f| f.tag.is_some()) {
             let tag = f.tag.unwrap_or_default();
@@ -748,16 +771,25 @@ fn emit_message(msg: &Msg) -> Result<String> {
             };
             writeln!(
                 out,
-                "{tag}{when} => {{ this.{} = decode_tagged(tag, data, |buf| Ok({}))?; }}",
-                f.rust_name,
+                "{tag}{when} => {{ {} = decode_tagged(tag, data, |buf| Ok({}))?; }}",
+                f.local(),
                 f.read_expr()?
             )?;
         }
-        out.push_str("_ => keep_unknown(&mut this.unknown_tagged_fields, tag, data), }\nOk(()) })?; }\nOk(this)\n}\n}\n\n");
+        out.push_str(
+            "_ => keep_unknown(&mut unknown_tagged_fields, tag, data), }\nOk(()) })?; }\n",
+        );
+        out.push_str("Ok(Self {\n");
+        for f in def.fields.iter().filter(|f| !f.present.is_empty()) {
+            writeln!(out, "{}: {},", f.rust_name, f.local())?;
+        }
+        out.push_str("unknown_tagged_fields,\n})\n}\n}\n\n");
 
         // Encode.
         writeln!(out, "impl Encodable for {} {{", def.name)?;
-        out.push_str("fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {\n");
+        out.push_str(
+            "fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {\n",
+        );
         if top {
             writeln!(
                 out,
@@ -990,7 +1022,7 @@ fn emit_api(messages: &[Msg]) -> Result<String> {
             )?;
         }
         out.push_str("}) }\n\n");
-        out.push_str("/// Encodes the body at `version`.\npub fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult { match self {\n");
+        out.push_str("/// Encodes the body at `version` into any [`WriteBuf`] (`BytesMut`, `ChunkedBuf`).\npub fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult { match self {\n");
         for a in &apis {
             writeln!(out, "{enum_name}::{}(m) => m.encode(buf, version),", a.name)?;
         }

@@ -60,8 +60,11 @@ pub struct RawTaggedField {
 }
 
 /// A message or nested structure that can be written at a given version.
+///
+/// `buf` is any [`WriteBuf`]: a `BytesMut` (everything copied, as before) or a [`ChunkedBuf`]
+/// (record sets and large byte fields shared, not copied).
 pub trait Encodable {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult;
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult;
 }
 
 /// A message or nested structure that can be read at a given version.
@@ -85,13 +88,16 @@ pub trait Message: Encodable + Decodable + Default {
     }
 }
 
-#[inline]
+#[cold]
+#[inline(never)]
+fn truncated(needed: usize, remaining: usize) -> DecodeError {
+    DecodeError::Truncated { needed, remaining }
+}
+
+#[inline(always)]
 fn ensure(buf: &Bytes, needed: usize) -> DecodeResult<()> {
-    if buf.remaining() < needed {
-        Err(DecodeError::Truncated {
-            needed,
-            remaining: buf.remaining(),
-        })
+    if buf.len() < needed {
+        Err(truncated(needed, buf.len()))
     } else {
         Ok(())
     }
@@ -139,6 +145,18 @@ pub fn read_uuid(buf: &mut Bytes) -> DecodeResult<Uuid> {
 /// An unsigned LEB128 varint of at most 5 bytes (32 bits).
 #[inline]
 pub fn read_unsigned_varint(buf: &mut Bytes) -> DecodeResult<u32> {
+    // Almost every varint (lengths, counts, tag counts) is one byte.
+    if let Some(&byte) = buf.first()
+        && byte < 0x80
+    {
+        buf.advance(1);
+        return Ok(u32::from(byte));
+    }
+    read_unsigned_varint_slow(buf)
+}
+
+#[inline(never)]
+fn read_unsigned_varint_slow(buf: &mut Bytes) -> DecodeResult<u32> {
     let mut value: u32 = 0;
     for i in 0..5u32 {
         let byte = read_i8(buf)? as u8;
@@ -178,8 +196,26 @@ pub fn read_varlong(buf: &mut Bytes) -> DecodeResult<i64> {
     Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64))
 }
 
+#[cold]
+#[inline(never)]
+fn invalid_length(n: i64) -> DecodeError {
+    DecodeError::InvalidLength(n)
+}
+
+#[cold]
+#[inline(never)]
+fn invalid_utf8() -> DecodeError {
+    DecodeError::InvalidUtf8
+}
+
+#[cold]
+#[inline(never)]
+fn unexpected_null() -> DecodeError {
+    DecodeError::UnexpectedNull
+}
+
 /// Reads a length prefix: `None` means null. Compact lengths are stored plus one.
-#[inline]
+#[inline(always)]
 fn read_length(buf: &mut Bytes, compact: bool, wide: bool) -> DecodeResult<Option<usize>> {
     let raw: i64 = if compact {
         i64::from(read_unsigned_varint(buf)?) - 1
@@ -188,17 +224,19 @@ fn read_length(buf: &mut Bytes, compact: bool, wide: bool) -> DecodeResult<Optio
     } else {
         i64::from(read_i16(buf)?)
     };
-    match raw {
-        -1 => Ok(None),
-        n if n < -1 => Err(DecodeError::InvalidLength(n)),
-        n => usize::try_from(n)
-            .map(Some)
-            .map_err(|_| DecodeError::InvalidLength(n)),
+    if raw >= 0 {
+        // At most u32::MAX - 1 or i32::MAX: fits a usize on every platform Skiff runs on.
+        Ok(Some(raw as usize))
+    } else if raw == -1 {
+        Ok(None)
+    } else {
+        Err(invalid_length(raw))
     }
 }
 
+#[inline]
 fn to_string(bytes: Bytes) -> DecodeResult<ByteString> {
-    ByteString::try_from(bytes).map_err(|_| DecodeError::InvalidUtf8)
+    ByteString::try_from(bytes).map_err(|_| invalid_utf8())
 }
 
 /// A nullable string: int16 length (or compact varint length + 1), then UTF-8 bytes.
@@ -212,7 +250,10 @@ pub fn read_nullable_string(buf: &mut Bytes, compact: bool) -> DecodeResult<Opti
 
 #[inline]
 pub fn read_string(buf: &mut Bytes, compact: bool) -> DecodeResult<ByteString> {
-    read_nullable_string(buf, compact)?.ok_or(DecodeError::UnexpectedNull)
+    match read_length(buf, compact, false)? {
+        None => Err(unexpected_null()),
+        Some(len) => to_string(take(buf, len)?),
+    }
 }
 
 /// Nullable bytes (also used for record sets): int32 length (or compact varint length + 1).
@@ -226,11 +267,21 @@ pub fn read_nullable_bytes(buf: &mut Bytes, compact: bool) -> DecodeResult<Optio
 
 #[inline]
 pub fn read_bytes(buf: &mut Bytes, compact: bool) -> DecodeResult<Bytes> {
-    read_nullable_bytes(buf, compact)?.ok_or(DecodeError::UnexpectedNull)
+    match read_length(buf, compact, true)? {
+        None => Err(unexpected_null()),
+        Some(len) => take(buf, len),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn array_too_long(count: usize, remaining: usize) -> DecodeError {
+    DecodeError::ArrayTooLong { count, remaining }
 }
 
 /// A nullable array. The count is checked against the bytes left (every element takes at least
 /// one byte) before anything is allocated, and the vector grows only as elements are decoded.
+#[inline]
 pub fn read_nullable_array<T>(
     buf: &mut Bytes,
     compact: bool,
@@ -240,10 +291,7 @@ pub fn read_nullable_array<T>(
         return Ok(None);
     };
     if count > buf.remaining() {
-        return Err(DecodeError::ArrayTooLong {
-            count,
-            remaining: buf.remaining(),
-        });
+        return Err(array_too_long(count, buf.remaining()));
     }
     let mut items = Vec::with_capacity(count.min(1024));
     for _ in 0..count {
@@ -252,16 +300,21 @@ pub fn read_nullable_array<T>(
     Ok(Some(items))
 }
 
+#[inline]
 pub fn read_array<T>(
     buf: &mut Bytes,
     compact: bool,
     element: impl FnMut(&mut Bytes) -> DecodeResult<T>,
 ) -> DecodeResult<Vec<T>> {
-    read_nullable_array(buf, compact, element)?.ok_or(DecodeError::UnexpectedNull)
+    match read_nullable_array(buf, compact, element)? {
+        None => Err(unexpected_null()),
+        Some(items) => Ok(items),
+    }
 }
 
 /// A nullable nested structure: a marker byte (-1 = null, anything else = present), then the
 /// structure.
+#[inline]
 pub fn read_nullable_struct<T>(
     buf: &mut Bytes,
     decode: impl FnOnce(&mut Bytes) -> DecodeResult<T>,
@@ -274,17 +327,27 @@ pub fn read_nullable_struct<T>(
 }
 
 /// Reads a tagged-field section, handing each field's bytes to `field` in ascending tag order.
+#[inline]
 pub fn read_tagged_fields(
+    buf: &mut Bytes,
+    field: impl FnMut(u32, Bytes) -> DecodeResult<()>,
+) -> DecodeResult<()> {
+    // Almost always: no tagged fields.
+    if let Some(&0) = buf.first() {
+        buf.advance(1);
+        return Ok(());
+    }
+    read_tagged_fields_slow(buf, field)
+}
+
+fn read_tagged_fields_slow(
     buf: &mut Bytes,
     mut field: impl FnMut(u32, Bytes) -> DecodeResult<()>,
 ) -> DecodeResult<()> {
     let count = read_unsigned_varint(buf)? as usize;
     // Each field needs at least a tag byte and a size byte.
     if count > buf.remaining() / 2 {
-        return Err(DecodeError::ArrayTooLong {
-            count,
-            remaining: buf.remaining(),
-        });
+        return Err(array_too_long(count, buf.remaining()));
     }
     let mut previous: Option<u32> = None;
     for _ in 0..count {
@@ -321,70 +384,361 @@ pub fn decode_tagged<T>(
 }
 
 // ----------------------------------------------------------------------------------------------
+// Output buffers
+
+/// Where encoded bytes go. `BytesMut` copies everything into one buffer; [`ChunkedBuf`] copies
+/// the small fields but keeps large record sets and byte fields as shared handles, so a frame can
+/// be sent with a vectored write without copying its records.
+pub trait WriteBuf {
+    /// Appends a copy of `src`.
+    fn put_slice(&mut self, src: &[u8]);
+
+    /// Appends one byte.
+    #[inline]
+    fn put_u8(&mut self, v: u8) {
+        self.put_slice(&[v]);
+    }
+
+    /// Appends `bytes`, which the writer may keep as a shared (reference-counted) handle
+    /// instead of copying. The default copies.
+    #[inline]
+    fn put_shared(&mut self, bytes: &Bytes) {
+        self.put_slice(bytes);
+    }
+}
+
+impl WriteBuf for BytesMut {
+    #[inline]
+    fn put_slice(&mut self, src: &[u8]) {
+        self.extend_from_slice(src);
+    }
+
+    #[inline]
+    fn put_u8(&mut self, v: u8) {
+        BufMut::put_u8(self, v);
+    }
+}
+
+impl WriteBuf for Vec<u8> {
+    #[inline]
+    fn put_slice(&mut self, src: &[u8]) {
+        self.extend_from_slice(src);
+    }
+
+    #[inline]
+    fn put_u8(&mut self, v: u8) {
+        self.push(v);
+    }
+}
+
+impl<W: WriteBuf + ?Sized> WriteBuf for &mut W {
+    #[inline]
+    fn put_slice(&mut self, src: &[u8]) {
+        (**self).put_slice(src);
+    }
+
+    #[inline]
+    fn put_u8(&mut self, v: u8) {
+        (**self).put_u8(v);
+    }
+
+    #[inline]
+    fn put_shared(&mut self, bytes: &Bytes) {
+        (**self).put_shared(bytes);
+    }
+}
+
+/// One piece of a [`ChunkedBuf`]: a range of its copied bytes, or a shared handle.
+#[derive(Debug, Clone)]
+enum Segment {
+    Copied { start: usize, end: usize },
+    Shared(Bytes),
+}
+
+/// An output buffer that copies small writes into one growing buffer and keeps every
+/// [`WriteBuf::put_shared`] of at least [`ChunkedBuf::threshold`] bytes as a shared handle (no
+/// copy). [`ChunkedBuf::take_chunks`] returns the output as a list of `Bytes` to be written in
+/// order (e.g. with `write_vectored`, or as a [`ChunkChain`] through `write_all_buf`).
+///
+/// The copied bytes stay mutable until the chunks are taken, so a size prefix written as a
+/// placeholder can be patched with [`ChunkedBuf::patch_copied`].
+#[derive(Debug, Clone)]
+pub struct ChunkedBuf {
+    copied: BytesMut,
+    segments: Vec<Segment>,
+    /// Where in `copied` the current (not yet closed) copied segment starts.
+    open: usize,
+    shared_len: usize,
+    threshold: usize,
+}
+
+impl Default for ChunkedBuf {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ChunkedBuf {
+    /// Shared writes of at least this many bytes are not copied (smaller ones are: an I/O vector
+    /// entry costs more than copying a few hundred bytes).
+    pub const DEFAULT_THRESHOLD: usize = 4096;
+
+    pub fn new() -> Self {
+        Self::with_capacity(256)
+    }
+
+    /// `capacity`: the expected size of the copied part.
+    pub fn with_capacity(capacity: usize) -> Self {
+        ChunkedBuf {
+            copied: BytesMut::with_capacity(capacity),
+            segments: Vec::new(),
+            open: 0,
+            shared_len: 0,
+            threshold: Self::DEFAULT_THRESHOLD,
+        }
+    }
+
+    /// Sets the smallest shared write kept as its own chunk.
+    pub fn with_threshold(mut self, threshold: usize) -> Self {
+        self.threshold = threshold;
+        self
+    }
+
+    pub fn threshold(&self) -> usize {
+        self.threshold
+    }
+
+    /// Total bytes written (copied and shared).
+    pub fn len(&self) -> usize {
+        self.copied.len() + self.shared_len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes written by copying so far: the offset the next copied byte will have, for
+    /// [`ChunkedBuf::patch_copied`].
+    pub fn copied_len(&self) -> usize {
+        self.copied.len()
+    }
+
+    /// Overwrites copied bytes at `offset` (from [`ChunkedBuf::copied_len`]), e.g. a size prefix.
+    ///
+    /// # Panics
+    /// When the range was not written.
+    pub fn patch_copied(&mut self, offset: usize, bytes: &[u8]) {
+        self.copied[offset..offset + bytes.len()].copy_from_slice(bytes);
+    }
+
+    /// Removes everything written so far and returns it as chunks in write order. The buffer
+    /// keeps the unused capacity of its copy buffer for further writes.
+    pub fn take_chunks(&mut self) -> Vec<Bytes> {
+        let end = self.copied.len();
+        let frozen = self.copied.split().freeze();
+        let mut chunks = Vec::with_capacity(self.segments.len() + 1);
+        for segment in self.segments.drain(..) {
+            match segment {
+                Segment::Copied { start, end } => chunks.push(frozen.slice(start..end)),
+                Segment::Shared(bytes) => chunks.push(bytes),
+            }
+        }
+        if end > self.open {
+            chunks.push(frozen.slice(self.open..end));
+        }
+        self.open = 0;
+        self.shared_len = 0;
+        chunks
+    }
+
+    /// Everything written, as chunks in write order.
+    pub fn into_chunks(mut self) -> Vec<Bytes> {
+        self.take_chunks()
+    }
+}
+
+impl WriteBuf for ChunkedBuf {
+    #[inline]
+    fn put_slice(&mut self, src: &[u8]) {
+        self.copied.extend_from_slice(src);
+    }
+
+    #[inline]
+    fn put_u8(&mut self, v: u8) {
+        BufMut::put_u8(&mut self.copied, v);
+    }
+
+    #[inline]
+    fn put_shared(&mut self, bytes: &Bytes) {
+        if bytes.len() < self.threshold {
+            self.copied.extend_from_slice(bytes);
+            return;
+        }
+        let end = self.copied.len();
+        if end > self.open {
+            self.segments.push(Segment::Copied {
+                start: self.open,
+                end,
+            });
+            self.open = end;
+        }
+        self.shared_len += bytes.len();
+        self.segments.push(Segment::Shared(bytes.clone()));
+    }
+}
+
+/// A list of `Bytes` read in order as one [`Buf`], with `chunks_vectored` support: hand it to
+/// `tokio::io::AsyncWriteExt::write_all_buf` to send it with vectored writes.
+#[derive(Debug, Clone, Default)]
+pub struct ChunkChain {
+    chunks: std::collections::VecDeque<Bytes>,
+    remaining: usize,
+}
+
+impl ChunkChain {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a chunk (empty chunks are dropped).
+    pub fn push(&mut self, chunk: Bytes) {
+        if !chunk.is_empty() {
+            self.remaining += chunk.len();
+            self.chunks.push_back(chunk);
+        }
+    }
+
+    pub fn extend(&mut self, chunks: impl IntoIterator<Item = Bytes>) {
+        for chunk in chunks {
+            self.push(chunk);
+        }
+    }
+
+    /// How many chunks are left.
+    pub fn chunk_count(&self) -> usize {
+        self.chunks.len()
+    }
+}
+
+impl From<Vec<Bytes>> for ChunkChain {
+    fn from(chunks: Vec<Bytes>) -> Self {
+        let mut chain = ChunkChain::new();
+        chain.extend(chunks);
+        chain
+    }
+}
+
+impl Buf for ChunkChain {
+    fn remaining(&self) -> usize {
+        self.remaining
+    }
+
+    fn chunk(&self) -> &[u8] {
+        self.chunks.front().map_or(&[], |c| &c[..])
+    }
+
+    fn chunks_vectored<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
+        let mut n = 0;
+        for (slot, chunk) in dst.iter_mut().zip(&self.chunks) {
+            *slot = std::io::IoSlice::new(chunk);
+            n += 1;
+        }
+        n
+    }
+
+    fn advance(&mut self, mut cnt: usize) {
+        assert!(
+            cnt <= self.remaining,
+            "advance past the end of a ChunkChain"
+        );
+        self.remaining -= cnt;
+        while cnt > 0 {
+            let Some(front) = self.chunks.front_mut() else {
+                break;
+            };
+            if cnt < front.len() {
+                front.advance(cnt);
+                break;
+            }
+            cnt -= front.len();
+            self.chunks.pop_front();
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
 // Writers
 
 #[inline]
-pub fn write_i8(buf: &mut BytesMut, v: i8) {
-    buf.put_i8(v);
-}
-#[inline]
-pub fn write_bool(buf: &mut BytesMut, v: bool) {
-    buf.put_i8(i8::from(v));
-}
-#[inline]
-pub fn write_i16(buf: &mut BytesMut, v: i16) {
-    buf.put_i16(v);
-}
-#[inline]
-pub fn write_u16(buf: &mut BytesMut, v: u16) {
-    buf.put_u16(v);
-}
-#[inline]
-pub fn write_i32(buf: &mut BytesMut, v: i32) {
-    buf.put_i32(v);
-}
-#[inline]
-pub fn write_u32(buf: &mut BytesMut, v: u32) {
-    buf.put_u32(v);
-}
-#[inline]
-pub fn write_i64(buf: &mut BytesMut, v: i64) {
-    buf.put_i64(v);
-}
-#[inline]
-pub fn write_f64(buf: &mut BytesMut, v: f64) {
-    buf.put_f64(v);
-}
-#[inline]
-pub fn write_uuid(buf: &mut BytesMut, v: Uuid) {
-    buf.put_u128(v.as_u128());
-}
-
-#[inline]
-pub fn write_unsigned_varint(buf: &mut BytesMut, mut v: u32) {
-    while v >= 0x80 {
-        buf.put_u8((v as u8 & 0x7f) | 0x80);
-        v >>= 7;
-    }
+pub fn write_i8<W: WriteBuf + ?Sized>(buf: &mut W, v: i8) {
     buf.put_u8(v as u8);
 }
-
 #[inline]
-pub fn write_unsigned_varlong(buf: &mut BytesMut, mut v: u64) {
-    while v >= 0x80 {
-        buf.put_u8((v as u8 & 0x7f) | 0x80);
-        v >>= 7;
-    }
-    buf.put_u8(v as u8);
+pub fn write_bool<W: WriteBuf + ?Sized>(buf: &mut W, v: bool) {
+    buf.put_u8(u8::from(v));
+}
+#[inline]
+pub fn write_i16<W: WriteBuf + ?Sized>(buf: &mut W, v: i16) {
+    buf.put_slice(&v.to_be_bytes());
+}
+#[inline]
+pub fn write_u16<W: WriteBuf + ?Sized>(buf: &mut W, v: u16) {
+    buf.put_slice(&v.to_be_bytes());
+}
+#[inline]
+pub fn write_i32<W: WriteBuf + ?Sized>(buf: &mut W, v: i32) {
+    buf.put_slice(&v.to_be_bytes());
+}
+#[inline]
+pub fn write_u32<W: WriteBuf + ?Sized>(buf: &mut W, v: u32) {
+    buf.put_slice(&v.to_be_bytes());
+}
+#[inline]
+pub fn write_i64<W: WriteBuf + ?Sized>(buf: &mut W, v: i64) {
+    buf.put_slice(&v.to_be_bytes());
+}
+#[inline]
+pub fn write_f64<W: WriteBuf + ?Sized>(buf: &mut W, v: f64) {
+    buf.put_slice(&v.to_be_bytes());
+}
+#[inline]
+pub fn write_uuid<W: WriteBuf + ?Sized>(buf: &mut W, v: Uuid) {
+    buf.put_slice(&v.as_u128().to_be_bytes());
 }
 
 #[inline]
-pub fn write_varint(buf: &mut BytesMut, v: i32) {
+pub fn write_unsigned_varint<W: WriteBuf + ?Sized>(buf: &mut W, v: u32) {
+    if v < 0x80 {
+        buf.put_u8(v as u8);
+    } else {
+        write_unsigned_varlong(buf, u64::from(v));
+    }
+}
+
+#[inline]
+pub fn write_unsigned_varlong<W: WriteBuf + ?Sized>(buf: &mut W, mut v: u64) {
+    if v < 0x80 {
+        buf.put_u8(v as u8);
+        return;
+    }
+    let mut out = [0u8; 10];
+    let mut n = 0;
+    while v >= 0x80 {
+        out[n] = (v as u8 & 0x7f) | 0x80;
+        v >>= 7;
+        n += 1;
+    }
+    out[n] = v as u8;
+    buf.put_slice(&out[..=n]);
+}
+
+#[inline]
+pub fn write_varint<W: WriteBuf + ?Sized>(buf: &mut W, v: i32) {
     write_unsigned_varint(buf, ((v << 1) ^ (v >> 31)) as u32);
 }
 
 #[inline]
-pub fn write_varlong(buf: &mut BytesMut, v: i64) {
+pub fn write_varlong<W: WriteBuf + ?Sized>(buf: &mut W, v: i64) {
     write_unsigned_varlong(buf, ((v << 1) ^ (v >> 63)) as u64);
 }
 
@@ -400,33 +754,53 @@ pub fn unsigned_varint_len(v: u32) -> usize {
     }
 }
 
-fn write_length(
-    buf: &mut BytesMut,
+#[cold]
+#[inline(never)]
+fn too_long(what: &'static str, len: usize) -> EncodeError {
+    EncodeError::TooLong { what, len }
+}
+
+#[inline]
+fn write_length<W: WriteBuf + ?Sized>(
+    buf: &mut W,
     len: Option<usize>,
     compact: bool,
     wide: bool,
     what: &'static str,
 ) -> EncodeResult {
-    let too_long = |len| EncodeError::TooLong { what, len };
     match (len, compact, wide) {
         (None, true, _) => write_unsigned_varint(buf, 0),
         (None, false, true) => write_i32(buf, -1),
         (None, false, false) => write_i16(buf, -1),
         (Some(n), true, _) => {
-            let n1 = u32::try_from(n)
-                .ok()
-                .and_then(|n| n.checked_add(1))
-                .filter(|n| *n <= i32::MAX as u32)
-                .ok_or(too_long(n))?;
-            write_unsigned_varint(buf, n1);
+            // Compact lengths are stored plus one and must fit an int32.
+            if n >= i32::MAX as usize {
+                return Err(too_long(what, n));
+            }
+            write_unsigned_varint(buf, n as u32 + 1);
         }
-        (Some(n), false, true) => write_i32(buf, i32::try_from(n).map_err(|_| too_long(n))?),
-        (Some(n), false, false) => write_i16(buf, i16::try_from(n).map_err(|_| too_long(n))?),
+        (Some(n), false, true) => {
+            if n > i32::MAX as usize {
+                return Err(too_long(what, n));
+            }
+            write_i32(buf, n as i32);
+        }
+        (Some(n), false, false) => {
+            if n > i16::MAX as usize {
+                return Err(too_long(what, n));
+            }
+            write_i16(buf, n as i16);
+        }
     }
     Ok(())
 }
 
-pub fn write_nullable_string(buf: &mut BytesMut, v: Option<&str>, compact: bool) -> EncodeResult {
+#[inline]
+pub fn write_nullable_string<W: WriteBuf + ?Sized>(
+    buf: &mut W,
+    v: Option<&str>,
+    compact: bool,
+) -> EncodeResult {
     write_length(buf, v.map(str::len), compact, false, "string")?;
     if let Some(s) = v {
         buf.put_slice(s.as_bytes());
@@ -435,11 +809,19 @@ pub fn write_nullable_string(buf: &mut BytesMut, v: Option<&str>, compact: bool)
 }
 
 #[inline]
-pub fn write_string(buf: &mut BytesMut, v: &str, compact: bool) -> EncodeResult {
-    write_nullable_string(buf, Some(v), compact)
+pub fn write_string<W: WriteBuf + ?Sized>(buf: &mut W, v: &str, compact: bool) -> EncodeResult {
+    write_length(buf, Some(v.len()), compact, false, "string")?;
+    buf.put_slice(v.as_bytes());
+    Ok(())
 }
 
-pub fn write_nullable_bytes(buf: &mut BytesMut, v: Option<&[u8]>, compact: bool) -> EncodeResult {
+/// Nullable bytes from a slice (always copied).
+#[inline]
+pub fn write_nullable_bytes<W: WriteBuf + ?Sized>(
+    buf: &mut W,
+    v: Option<&[u8]>,
+    compact: bool,
+) -> EncodeResult {
     write_length(buf, v.map(<[u8]>::len), compact, true, "bytes")?;
     if let Some(b) = v {
         buf.put_slice(b);
@@ -448,21 +830,48 @@ pub fn write_nullable_bytes(buf: &mut BytesMut, v: Option<&[u8]>, compact: bool)
 }
 
 #[inline]
-pub fn write_bytes(buf: &mut BytesMut, v: &[u8], compact: bool) -> EncodeResult {
+pub fn write_bytes<W: WriteBuf + ?Sized>(buf: &mut W, v: &[u8], compact: bool) -> EncodeResult {
     write_nullable_bytes(buf, Some(v), compact)
+}
+
+/// Nullable bytes (or a record set) from a `Bytes` handle, which the writer may share instead
+/// of copying ([`WriteBuf::put_shared`]).
+#[inline]
+pub fn write_nullable_shared<W: WriteBuf + ?Sized>(
+    buf: &mut W,
+    v: Option<&Bytes>,
+    compact: bool,
+) -> EncodeResult {
+    write_length(buf, v.map(Bytes::len), compact, true, "bytes")?;
+    if let Some(b) = v {
+        buf.put_shared(b);
+    }
+    Ok(())
+}
+
+#[inline]
+pub fn write_shared<W: WriteBuf + ?Sized>(buf: &mut W, v: &Bytes, compact: bool) -> EncodeResult {
+    write_length(buf, Some(v.len()), compact, true, "bytes")?;
+    buf.put_shared(v);
+    Ok(())
 }
 
 /// Writes an array length prefix (`None` = null array).
 #[inline]
-pub fn write_array_len(buf: &mut BytesMut, len: Option<usize>, compact: bool) -> EncodeResult {
+pub fn write_array_len<W: WriteBuf + ?Sized>(
+    buf: &mut W,
+    len: Option<usize>,
+    compact: bool,
+) -> EncodeResult {
     write_length(buf, len, compact, true, "array")
 }
 
-pub fn write_array<T>(
-    buf: &mut BytesMut,
+#[inline]
+pub fn write_array<W: WriteBuf + ?Sized, T>(
+    buf: &mut W,
     items: &[T],
     compact: bool,
-    mut element: impl FnMut(&mut BytesMut, &T) -> EncodeResult,
+    mut element: impl FnMut(&mut W, &T) -> EncodeResult,
 ) -> EncodeResult {
     write_array_len(buf, Some(items.len()), compact)?;
     for item in items {
@@ -471,11 +880,12 @@ pub fn write_array<T>(
     Ok(())
 }
 
-pub fn write_nullable_array<T>(
-    buf: &mut BytesMut,
+#[inline]
+pub fn write_nullable_array<W: WriteBuf + ?Sized, T>(
+    buf: &mut W,
     items: Option<&[T]>,
     compact: bool,
-    element: impl FnMut(&mut BytesMut, &T) -> EncodeResult,
+    element: impl FnMut(&mut W, &T) -> EncodeResult,
 ) -> EncodeResult {
     match items {
         None => write_array_len(buf, None, compact),
@@ -483,10 +893,11 @@ pub fn write_nullable_array<T>(
     }
 }
 
-pub fn write_nullable_struct<T>(
-    buf: &mut BytesMut,
+#[inline]
+pub fn write_nullable_struct<W: WriteBuf + ?Sized, T>(
+    buf: &mut W,
     value: Option<&T>,
-    encode: impl FnOnce(&mut BytesMut, &T) -> EncodeResult,
+    encode: impl FnOnce(&mut W, &T) -> EncodeResult,
 ) -> EncodeResult {
     match value {
         None => {
@@ -524,7 +935,11 @@ impl TaggedFieldsWriter {
         Ok(())
     }
 
-    pub fn finish(mut self, buf: &mut BytesMut, unknown: &[RawTaggedField]) -> EncodeResult {
+    pub fn finish<W: WriteBuf + ?Sized>(
+        mut self,
+        buf: &mut W,
+        unknown: &[RawTaggedField],
+    ) -> EncodeResult {
         self.fields
             .extend(unknown.iter().map(|f| (f.tag, f.data.clone())));
         self.fields.sort_by_key(|(tag, _)| *tag);
@@ -541,14 +956,18 @@ impl TaggedFieldsWriter {
                 len: data.len(),
             })?;
             write_unsigned_varint(buf, size);
-            buf.put_slice(data);
+            buf.put_shared(data);
         }
         Ok(())
     }
 }
 
 /// Writes a tagged-field section holding only fields carried over from decoding.
-pub fn write_unknown_tagged_fields(buf: &mut BytesMut, unknown: &[RawTaggedField]) -> EncodeResult {
+#[inline]
+pub fn write_unknown_tagged_fields<W: WriteBuf + ?Sized>(
+    buf: &mut W,
+    unknown: &[RawTaggedField],
+) -> EncodeResult {
     if unknown.is_empty() {
         write_unsigned_varint(buf, 0);
         Ok(())

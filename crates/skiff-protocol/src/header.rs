@@ -5,7 +5,9 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use crate::codec::{Decodable, DecodeError, Encodable, EncodeError, read_i16};
+use crate::codec::{
+    ChunkedBuf, Decodable, DecodeError, Encodable, EncodeError, WriteBuf, read_i16,
+};
 use crate::generated::api::{ApiKey, Request, Response};
 use crate::generated::{RequestHeader, ResponseHeader};
 use crate::uuid::Uuid;
@@ -137,13 +139,7 @@ pub fn encode_response_frame_into(
 ) -> Result<(), EncodeError> {
     let start = buf.len();
     buf.put_i32(0);
-    let header = ResponseHeader {
-        correlation_id,
-        unknown_tagged_fields: Vec::new(),
-    };
-    let api_key = response.api_key();
-    header.encode(buf, response_header_version(api_key, version))?;
-    response.encode(buf, version)?;
+    encode_response_parts(buf, response, version, correlation_id)?;
     let size = buf.len() - start - 4;
     let size = i32::try_from(size).map_err(|_| EncodeError::TooLong {
         what: "frame",
@@ -151,6 +147,59 @@ pub fn encode_response_frame_into(
     })?;
     buf[start..start + 4].copy_from_slice(&size.to_be_bytes());
     Ok(())
+}
+
+/// Encodes a whole response frame as chunks to be written in order (e.g. with vectored writes):
+/// the size prefix, header and small fields are copied into shared buffers, but record sets and
+/// byte fields of at least [`ChunkedBuf::DEFAULT_THRESHOLD`] bytes are the response's own `Bytes`
+/// handles, not copies. The size prefix is in the first chunk; the concatenation equals
+/// [`encode_response_frame`]'s bytes.
+pub fn encode_response_frame_chunks(
+    response: &Response,
+    version: i16,
+    correlation_id: i32,
+) -> Result<Vec<Bytes>, EncodeError> {
+    let mut buf = ChunkedBuf::new();
+    encode_response_frame_chunked(&mut buf, response, version, correlation_id)?;
+    Ok(buf.into_chunks())
+}
+
+/// Appends a whole response frame to a [`ChunkedBuf`] (lets a connection batch several
+/// responses into one vectored write; take them with [`ChunkedBuf::take_chunks`]). On error the
+/// buffer may hold part of the frame.
+pub fn encode_response_frame_chunked(
+    buf: &mut ChunkedBuf,
+    response: &Response,
+    version: i16,
+    correlation_id: i32,
+) -> Result<(), EncodeError> {
+    let start = buf.len();
+    let prefix_at = buf.copied_len();
+    buf.put_slice(&[0; 4]);
+    encode_response_parts(buf, response, version, correlation_id)?;
+    let size = buf.len() - start - 4;
+    let size = i32::try_from(size).map_err(|_| EncodeError::TooLong {
+        what: "frame",
+        len: size,
+    })?;
+    buf.patch_copied(prefix_at, &size.to_be_bytes());
+    Ok(())
+}
+
+/// The response header and body, without size prefix.
+fn encode_response_parts<W: WriteBuf + ?Sized>(
+    buf: &mut W,
+    response: &Response,
+    version: i16,
+    correlation_id: i32,
+) -> Result<(), EncodeError> {
+    let header = ResponseHeader {
+        correlation_id,
+        unknown_tagged_fields: Vec::new(),
+    };
+    let api_key = response.api_key();
+    header.encode(buf, response_header_version(api_key, version))?;
+    response.encode(buf, version)
 }
 
 fn patch_size(buf: &mut BytesMut) -> Result<(), EncodeError> {
@@ -287,6 +336,103 @@ mod tests {
                 correlation_id: Some(42)
             })
         );
+    }
+
+    #[test]
+    fn chunked_frames_equal_copied_frames_for_every_api_and_version() {
+        use crate::testing::Rng;
+        let mut checked = 0;
+        for &api in ApiKey::ALL {
+            let (lo, hi) = api.versions();
+            for version in lo..=hi {
+                for seed in 0..4u64 {
+                    let mut rng = Rng::new(seed << 32 | (api.key() as u64) << 16 | version as u64);
+                    let response = Response::random(api, &mut rng, version);
+                    let copied = encode_response_frame(&response, version, 7).expect("encode");
+                    // A threshold of 1 shares every non-empty bytes/records field, so the random
+                    // (short) values exercise the shared path too.
+                    for threshold in [1, ChunkedBuf::DEFAULT_THRESHOLD] {
+                        let mut buf = ChunkedBuf::new().with_threshold(threshold);
+                        encode_response_frame_chunked(&mut buf, &response, version, 7)
+                            .expect("encode chunked");
+                        assert_eq!(buf.len(), copied.len());
+                        let chunks = buf.into_chunks();
+                        assert!(chunks.iter().all(|c| !c.is_empty()));
+                        assert!(chunks[0].len() >= 4, "size prefix in the first chunk");
+                        assert_eq!(chunks.concat(), &copied[..], "{api:?} v{version}");
+                    }
+                    let chunks =
+                        encode_response_frame_chunks(&response, version, 7).expect("encode chunks");
+                    assert_eq!(chunks.concat(), &copied[..], "{api:?} v{version}");
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 500, "{checked}");
+    }
+
+    #[test]
+    fn large_record_sets_are_shared_not_copied() {
+        use crate::generated::FetchResponse;
+        use crate::generated::fetch_response::{FetchableTopicResponse, PartitionData};
+        let records: Vec<Bytes> = (0..3u8)
+            .map(|p| Bytes::from(vec![p; 5000 + usize::from(p)]))
+            .collect();
+        let response = Response::Fetch(FetchResponse {
+            responses: vec![FetchableTopicResponse {
+                topic: "t".into(),
+                partitions: records
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| PartitionData {
+                        partition_index: i as i32,
+                        records: Some(r.clone()),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        for version in [4, 12, 16] {
+            let copied = encode_response_frame(&response, version, 9).expect("encode");
+            let chunks = encode_response_frame_chunks(&response, version, 9).expect("chunks");
+            assert_eq!(chunks.concat(), &copied[..]);
+            // prefix+header+fields, records, fields, records, fields, records, then (flexible
+            // versions only) the tag counts after the last record set.
+            let trailing = usize::from(version >= 12);
+            assert_eq!(chunks.len(), 6 + trailing, "v{version}");
+            for (i, r) in records.iter().enumerate() {
+                assert_eq!(chunks[1 + 2 * i].as_ptr(), r.as_ptr(), "records {i} shared");
+            }
+            assert_eq!(
+                i32::from_be_bytes(chunks[0][..4].try_into().expect("4 bytes")) as usize,
+                copied.len() - 4
+            );
+        }
+    }
+
+    #[test]
+    fn chunked_buffer_batches_frames_and_chains_them() {
+        use crate::codec::ChunkChain;
+        let mut buf = ChunkedBuf::new().with_threshold(8);
+        let response = Response::ApiVersions(Default::default());
+        encode_response_frame_chunked(&mut buf, &response, 3, 1).expect("encode");
+        encode_response_frame_chunked(&mut buf, &response, 3, 2).expect("encode");
+        let mut expected = encode_response_frame(&response, 3, 1).expect("encode");
+        encode_response_frame_into(&mut expected, &response, 3, 2).expect("encode");
+        let chunks = buf.take_chunks();
+        assert!(buf.is_empty());
+        let mut chain = ChunkChain::from(chunks);
+        assert_eq!(chain.remaining(), expected.len());
+        let mut slices = [std::io::IoSlice::new(&[]); 4];
+        assert!(chain.chunks_vectored(&mut slices) >= 1);
+        chain.advance(3);
+        let rest = chain.copy_to_bytes(chain.remaining());
+        assert_eq!(&rest[..], &expected[3..]);
+        // The buffer is reusable after taking its chunks.
+        encode_response_frame_chunked(&mut buf, &response, 3, 1).expect("encode");
+        assert_eq!(buf.into_chunks().concat(), &expected[..expected.len() / 2]);
     }
 
     #[test]

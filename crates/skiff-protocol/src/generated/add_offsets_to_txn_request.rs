@@ -35,25 +35,31 @@ impl Decodable for AddOffsetsToTxnRequest {
             });
         }
         let flexible = version >= 3;
-        let mut this = Self::default();
-        this.transactional_id = read_string(buf, flexible)?;
-        this.producer_id = read_i64(buf)?;
-        this.producer_epoch = read_i16(buf)?;
-        this.group_id = read_string(buf, flexible)?;
+        let f_transactional_id = read_string(buf, flexible)?;
+        let f_producer_id = read_i64(buf)?;
+        let f_producer_epoch = read_i16(buf)?;
+        let f_group_id = read_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            transactional_id: f_transactional_id,
+            producer_id: f_producer_id,
+            producer_epoch: f_producer_epoch,
+            group_id: f_group_id,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AddOffsetsToTxnRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "AddOffsetsToTxnRequest",

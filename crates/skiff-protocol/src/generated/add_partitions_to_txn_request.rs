@@ -37,40 +37,49 @@ impl Decodable for AddPartitionsToTxnRequest {
             });
         }
         let flexible = version >= 3;
-        let mut this = Self::default();
-        if version >= 4 {
-            this.transactions = read_array(buf, flexible, |buf| {
+        let f_transactions = if version >= 4 {
+            read_array(buf, flexible, |buf| {
                 AddPartitionsToTxnTransaction::decode(buf, version)
-            })?;
-        }
-        if version <= 3 {
-            this.v3_and_below_transactional_id = read_string(buf, flexible)?;
-        }
-        if version <= 3 {
-            this.v3_and_below_producer_id = read_i64(buf)?;
-        }
-        if version <= 3 {
-            this.v3_and_below_producer_epoch = read_i16(buf)?;
-        }
-        if version <= 3 {
-            this.v3_and_below_topics = read_array(buf, flexible, |buf| {
+            })?
+        } else {
+            Vec::new()
+        };
+        let f_v3_and_below_transactional_id = if version <= 3 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_v3_and_below_producer_id = if version <= 3 { read_i64(buf)? } else { 0 };
+        let f_v3_and_below_producer_epoch = if version <= 3 { read_i16(buf)? } else { 0 };
+        let f_v3_and_below_topics = if version <= 3 {
+            read_array(buf, flexible, |buf| {
                 AddPartitionsToTxnTopic::decode(buf, version)
-            })?;
-        }
+            })?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            transactions: f_transactions,
+            v3_and_below_transactional_id: f_v3_and_below_transactional_id,
+            v3_and_below_producer_id: f_v3_and_below_producer_id,
+            v3_and_below_producer_epoch: f_v3_and_below_producer_epoch,
+            v3_and_below_topics: f_v3_and_below_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AddPartitionsToTxnRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "AddPartitionsToTxnRequest",
@@ -170,38 +179,43 @@ impl Default for AddPartitionsToTxnTransaction {
 impl Decodable for AddPartitionsToTxnTransaction {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 3;
-        let mut this = Self::default();
-        if version >= 4 {
-            this.transactional_id = read_string(buf, flexible)?;
-        }
-        if version >= 4 {
-            this.producer_id = read_i64(buf)?;
-        }
-        if version >= 4 {
-            this.producer_epoch = read_i16(buf)?;
-        }
-        if version >= 4 {
-            this.verify_only = read_bool(buf)?;
-        }
-        if version >= 4 {
-            this.topics = read_array(buf, flexible, |buf| {
+        let f_transactional_id = if version >= 4 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_producer_id = if version >= 4 { read_i64(buf)? } else { 0 };
+        let f_producer_epoch = if version >= 4 { read_i16(buf)? } else { 0 };
+        let f_verify_only = if version >= 4 { read_bool(buf)? } else { false };
+        let f_topics = if version >= 4 {
+            read_array(buf, flexible, |buf| {
                 AddPartitionsToTxnTopic::decode(buf, version)
-            })?;
-        }
+            })?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            transactional_id: f_transactional_id,
+            producer_id: f_producer_id,
+            producer_epoch: f_producer_epoch,
+            verify_only: f_verify_only,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AddPartitionsToTxnTransaction {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 3;
         if version >= 4 {
             write_string(buf, &self.transactional_id, flexible)?;
@@ -272,23 +286,27 @@ impl Default for AddPartitionsToTxnTopic {
 impl Decodable for AddPartitionsToTxnTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 3;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, read_i32)?;
+        let f_name = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AddPartitionsToTxnTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 3;
         write_string(buf, &self.name, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {

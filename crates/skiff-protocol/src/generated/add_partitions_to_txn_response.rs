@@ -35,35 +35,43 @@ impl Decodable for AddPartitionsToTxnResponse {
             });
         }
         let flexible = version >= 3;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        if version >= 4 {
-            this.error_code = read_i16(buf)?;
-        }
-        if version >= 4 {
-            this.results_by_transaction = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_error_code = if version >= 4 { read_i16(buf)? } else { 0 };
+        let f_results_by_transaction = if version >= 4 {
+            read_array(buf, flexible, |buf| {
                 AddPartitionsToTxnResult::decode(buf, version)
-            })?;
-        }
-        if version <= 3 {
-            this.results_by_topic_v3_and_below = read_array(buf, flexible, |buf| {
+            })?
+        } else {
+            Vec::new()
+        };
+        let f_results_by_topic_v3_and_below = if version <= 3 {
+            read_array(buf, flexible, |buf| {
                 AddPartitionsToTxnTopicResult::decode(buf, version)
-            })?;
-        }
+            })?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            results_by_transaction: f_results_by_transaction,
+            results_by_topic_v3_and_below: f_results_by_topic_v3_and_below,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AddPartitionsToTxnResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "AddPartitionsToTxnResponse",
@@ -150,29 +158,37 @@ impl Default for AddPartitionsToTxnResult {
 impl Decodable for AddPartitionsToTxnResult {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 3;
-        let mut this = Self::default();
-        if version >= 4 {
-            this.transactional_id = read_string(buf, flexible)?;
-        }
-        if version >= 4 {
-            this.topic_results = read_array(buf, flexible, |buf| {
+        let f_transactional_id = if version >= 4 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_topic_results = if version >= 4 {
+            read_array(buf, flexible, |buf| {
                 AddPartitionsToTxnTopicResult::decode(buf, version)
-            })?;
-        }
+            })?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            transactional_id: f_transactional_id,
+            topic_results: f_topic_results,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AddPartitionsToTxnResult {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 3;
         if version >= 4 {
             write_string(buf, &self.transactional_id, flexible)?;
@@ -227,25 +243,29 @@ impl Default for AddPartitionsToTxnTopicResult {
 impl Decodable for AddPartitionsToTxnTopicResult {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 3;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.results_by_partition = read_array(buf, flexible, |buf| {
+        let f_name = read_string(buf, flexible)?;
+        let f_results_by_partition = read_array(buf, flexible, |buf| {
             AddPartitionsToTxnPartitionResult::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            results_by_partition: f_results_by_partition,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AddPartitionsToTxnTopicResult {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 3;
         write_string(buf, &self.name, flexible)?;
         write_array(buf, &self.results_by_partition, flexible, |buf, item| {
@@ -292,23 +312,27 @@ impl Default for AddPartitionsToTxnPartitionResult {
 impl Decodable for AddPartitionsToTxnPartitionResult {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 3;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        this.partition_error_code = read_i16(buf)?;
+        let f_partition_index = read_i32(buf)?;
+        let f_partition_error_code = read_i16(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            partition_error_code: f_partition_error_code,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AddPartitionsToTxnPartitionResult {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 3;
         write_i32(buf, self.partition_index);
         write_i16(buf, self.partition_error_code);

@@ -31,23 +31,27 @@ impl Decodable for AllocateProducerIdsRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.broker_id = read_i32(buf)?;
-        this.broker_epoch = read_i64(buf)?;
+        let f_broker_id = read_i32(buf)?;
+        let f_broker_epoch = read_i64(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            broker_id: f_broker_id,
+            broker_epoch: f_broker_epoch,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AllocateProducerIdsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "AllocateProducerIdsRequest",

@@ -31,23 +31,27 @@ impl Decodable for AlterClientQuotasRequest {
             });
         }
         let flexible = version >= 1;
-        let mut this = Self::default();
-        this.entries = read_array(buf, flexible, |buf| EntryData::decode(buf, version))?;
-        this.validate_only = read_bool(buf)?;
+        let f_entries = read_array(buf, flexible, |buf| EntryData::decode(buf, version))?;
+        let f_validate_only = read_bool(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            entries: f_entries,
+            validate_only: f_validate_only,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AlterClientQuotasRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "AlterClientQuotasRequest",
@@ -109,23 +113,27 @@ impl Default for EntityData {
 impl Decodable for EntityData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 1;
-        let mut this = Self::default();
-        this.entity_type = read_string(buf, flexible)?;
-        this.entity_name = read_nullable_string(buf, flexible)?;
+        let f_entity_type = read_string(buf, flexible)?;
+        let f_entity_name = read_nullable_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            entity_type: f_entity_type,
+            entity_name: f_entity_name,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for EntityData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 1;
         write_string(buf, &self.entity_type, flexible)?;
         write_nullable_string(buf, self.entity_name.as_deref(), flexible)?;
@@ -172,24 +180,29 @@ impl Default for OpData {
 impl Decodable for OpData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 1;
-        let mut this = Self::default();
-        this.key = read_string(buf, flexible)?;
-        this.value = read_f64(buf)?;
-        this.remove = read_bool(buf)?;
+        let f_key = read_string(buf, flexible)?;
+        let f_value = read_f64(buf)?;
+        let f_remove = read_bool(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            key: f_key,
+            value: f_value,
+            remove: f_remove,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OpData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 1;
         write_string(buf, &self.key, flexible)?;
         write_f64(buf, self.value);
@@ -232,23 +245,27 @@ impl Default for EntryData {
 impl Decodable for EntryData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 1;
-        let mut this = Self::default();
-        this.entity = read_array(buf, flexible, |buf| EntityData::decode(buf, version))?;
-        this.ops = read_array(buf, flexible, |buf| OpData::decode(buf, version))?;
+        let f_entity = read_array(buf, flexible, |buf| EntityData::decode(buf, version))?;
+        let f_ops = read_array(buf, flexible, |buf| OpData::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            entity: f_entity,
+            ops: f_ops,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for EntryData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 1;
         write_array(buf, &self.entity, flexible, |buf, item| {
             item.encode(buf, version)

@@ -31,23 +31,27 @@ impl Decodable for AlterClientQuotasResponse {
             });
         }
         let flexible = version >= 1;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.entries = read_array(buf, flexible, |buf| EntryData::decode(buf, version))?;
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_entries = read_array(buf, flexible, |buf| EntryData::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            entries: f_entries,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AlterClientQuotasResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "AlterClientQuotasResponse",
@@ -109,23 +113,27 @@ impl Default for EntityData {
 impl Decodable for EntityData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 1;
-        let mut this = Self::default();
-        this.entity_type = read_string(buf, flexible)?;
-        this.entity_name = read_nullable_string(buf, flexible)?;
+        let f_entity_type = read_string(buf, flexible)?;
+        let f_entity_name = read_nullable_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            entity_type: f_entity_type,
+            entity_name: f_entity_name,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for EntityData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 1;
         write_string(buf, &self.entity_type, flexible)?;
         write_nullable_string(buf, self.entity_name.as_deref(), flexible)?;
@@ -172,24 +180,29 @@ impl Default for EntryData {
 impl Decodable for EntryData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 1;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
-        this.entity = read_array(buf, flexible, |buf| EntityData::decode(buf, version))?;
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let f_entity = read_array(buf, flexible, |buf| EntityData::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            error_message: f_error_message,
+            entity: f_entity,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for EntryData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 1;
         write_i16(buf, self.error_code);
         write_nullable_string(buf, self.error_message.as_deref(), flexible)?;

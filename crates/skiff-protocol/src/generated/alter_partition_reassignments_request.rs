@@ -33,26 +33,29 @@ impl Decodable for AlterPartitionReassignmentsRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.timeout_ms = read_i32(buf)?;
-        if version >= 1 {
-            this.allow_replication_factor_change = read_bool(buf)?;
-        }
-        this.topics = read_array(buf, flexible, |buf| ReassignableTopic::decode(buf, version))?;
+        let f_timeout_ms = read_i32(buf)?;
+        let f_allow_replication_factor_change = if version >= 1 { read_bool(buf)? } else { true };
+        let f_topics = read_array(buf, flexible, |buf| ReassignableTopic::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            timeout_ms: f_timeout_ms,
+            allow_replication_factor_change: f_allow_replication_factor_change,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AlterPartitionReassignmentsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "AlterPartitionReassignmentsRequest",
@@ -120,23 +123,27 @@ impl Default for ReassignablePartition {
 impl Decodable for ReassignablePartition {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        this.replicas = read_nullable_array(buf, flexible, read_i32)?;
+        let f_partition_index = read_i32(buf)?;
+        let f_replicas = read_nullable_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            replicas: f_replicas,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ReassignablePartition {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.partition_index);
         write_nullable_array(buf, self.replicas.as_deref(), flexible, |buf, item| {
@@ -184,25 +191,29 @@ impl Default for ReassignableTopic {
 impl Decodable for ReassignableTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, |buf| {
+        let f_name = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, |buf| {
             ReassignablePartition::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ReassignableTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.name, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {

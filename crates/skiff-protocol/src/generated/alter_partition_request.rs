@@ -33,24 +33,29 @@ impl Decodable for AlterPartitionRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.broker_id = read_i32(buf)?;
-        this.broker_epoch = read_i64(buf)?;
-        this.topics = read_array(buf, flexible, |buf| TopicData::decode(buf, version))?;
+        let f_broker_id = read_i32(buf)?;
+        let f_broker_epoch = read_i64(buf)?;
+        let f_topics = read_array(buf, flexible, |buf| TopicData::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            broker_id: f_broker_id,
+            broker_epoch: f_broker_epoch,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AlterPartitionRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "AlterPartitionRequest",
@@ -114,27 +119,27 @@ impl Default for BrokerState {
 impl Decodable for BrokerState {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        if version >= 3 {
-            this.broker_id = read_i32(buf)?;
-        }
-        if version >= 3 {
-            this.broker_epoch = read_i64(buf)?;
-        }
+        let f_broker_id = if version >= 3 { read_i32(buf)? } else { 0 };
+        let f_broker_epoch = if version >= 3 { read_i64(buf)? } else { -1 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            broker_id: f_broker_id,
+            broker_epoch: f_broker_epoch,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for BrokerState {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         if version >= 3 {
             write_i32(buf, self.broker_id);
@@ -191,32 +196,43 @@ impl Default for PartitionData {
 impl Decodable for PartitionData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        this.leader_epoch = read_i32(buf)?;
-        if version <= 2 {
-            this.new_isr = read_array(buf, flexible, read_i32)?;
-        }
-        if version >= 3 {
-            this.new_isr_with_epochs =
-                read_array(buf, flexible, |buf| BrokerState::decode(buf, version))?;
-        }
-        this.leader_recovery_state = read_i8(buf)?;
-        this.partition_epoch = read_i32(buf)?;
+        let f_partition_index = read_i32(buf)?;
+        let f_leader_epoch = read_i32(buf)?;
+        let f_new_isr = if version <= 2 {
+            read_array(buf, flexible, read_i32)?
+        } else {
+            Vec::new()
+        };
+        let f_new_isr_with_epochs = if version >= 3 {
+            read_array(buf, flexible, |buf| BrokerState::decode(buf, version))?
+        } else {
+            Vec::new()
+        };
+        let f_leader_recovery_state = read_i8(buf)?;
+        let f_partition_epoch = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            leader_epoch: f_leader_epoch,
+            new_isr: f_new_isr,
+            new_isr_with_epochs: f_new_isr_with_epochs,
+            leader_recovery_state: f_leader_recovery_state,
+            partition_epoch: f_partition_epoch,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for PartitionData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.partition_index);
         write_i32(buf, self.leader_epoch);
@@ -280,23 +296,27 @@ impl Default for TopicData {
 impl Decodable for TopicData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.topic_id = read_uuid(buf)?;
-        this.partitions = read_array(buf, flexible, |buf| PartitionData::decode(buf, version))?;
+        let f_topic_id = read_uuid(buf)?;
+        let f_partitions = read_array(buf, flexible, |buf| PartitionData::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic_id: f_topic_id,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_uuid(buf, self.topic_id);
         write_array(buf, &self.partitions, flexible, |buf, item| {

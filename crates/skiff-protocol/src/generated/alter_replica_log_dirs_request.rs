@@ -29,24 +29,27 @@ impl Decodable for AlterReplicaLogDirsRequest {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.dirs = read_array(buf, flexible, |buf| {
+        let f_dirs = read_array(buf, flexible, |buf| {
             AlterReplicaLogDir::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            dirs: f_dirs,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AlterReplicaLogDirsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "AlterReplicaLogDirsRequest",
@@ -106,23 +109,27 @@ impl Default for AlterReplicaLogDirTopic {
 impl Decodable for AlterReplicaLogDirTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, read_i32)?;
+        let f_name = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AlterReplicaLogDirTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_string(buf, &self.name, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {
@@ -166,25 +173,29 @@ impl Default for AlterReplicaLogDir {
 impl Decodable for AlterReplicaLogDir {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.path = read_string(buf, flexible)?;
-        this.topics = read_array(buf, flexible, |buf| {
+        let f_path = read_string(buf, flexible)?;
+        let f_topics = read_array(buf, flexible, |buf| {
             AlterReplicaLogDirTopic::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            path: f_path,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AlterReplicaLogDir {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_string(buf, &self.path, flexible)?;
         write_array(buf, &self.topics, flexible, |buf, item| {

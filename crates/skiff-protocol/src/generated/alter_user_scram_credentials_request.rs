@@ -31,27 +31,31 @@ impl Decodable for AlterUserScramCredentialsRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.deletions = read_array(buf, flexible, |buf| {
+        let f_deletions = read_array(buf, flexible, |buf| {
             ScramCredentialDeletion::decode(buf, version)
         })?;
-        this.upsertions = read_array(buf, flexible, |buf| {
+        let f_upsertions = read_array(buf, flexible, |buf| {
             ScramCredentialUpsertion::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            deletions: f_deletions,
+            upsertions: f_upsertions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AlterUserScramCredentialsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "AlterUserScramCredentialsRequest",
@@ -117,23 +121,27 @@ impl Default for ScramCredentialDeletion {
 impl Decodable for ScramCredentialDeletion {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.mechanism = read_i8(buf)?;
+        let f_name = read_string(buf, flexible)?;
+        let f_mechanism = read_i8(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            mechanism: f_mechanism,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ScramCredentialDeletion {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.name, flexible)?;
         write_i8(buf, self.mechanism);
@@ -180,32 +188,39 @@ impl Default for ScramCredentialUpsertion {
 impl Decodable for ScramCredentialUpsertion {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.mechanism = read_i8(buf)?;
-        this.iterations = read_i32(buf)?;
-        this.salt = read_bytes(buf, flexible)?;
-        this.salted_password = read_bytes(buf, flexible)?;
+        let f_name = read_string(buf, flexible)?;
+        let f_mechanism = read_i8(buf)?;
+        let f_iterations = read_i32(buf)?;
+        let f_salt = read_bytes(buf, flexible)?;
+        let f_salted_password = read_bytes(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            mechanism: f_mechanism,
+            iterations: f_iterations,
+            salt: f_salt,
+            salted_password: f_salted_password,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ScramCredentialUpsertion {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.name, flexible)?;
         write_i8(buf, self.mechanism);
         write_i32(buf, self.iterations);
-        write_bytes(buf, &self.salt, flexible)?;
-        write_bytes(buf, &self.salted_password, flexible)?;
+        write_shared(buf, &self.salt, flexible)?;
+        write_shared(buf, &self.salted_password, flexible)?;
         if flexible {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }

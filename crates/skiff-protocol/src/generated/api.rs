@@ -1178,8 +1178,8 @@ impl Request {
         })
     }
 
-    /// Encodes the body at `version`.
-    pub fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    /// Encodes the body at `version` into any [`WriteBuf`] (`BytesMut`, `ChunkedBuf`).
+    pub fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         match self {
             Request::Produce(m) => m.encode(buf, version),
             Request::Fetch(m) => m.encode(buf, version),
@@ -2451,8 +2451,8 @@ impl Response {
         })
     }
 
-    /// Encodes the body at `version`.
-    pub fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    /// Encodes the body at `version` into any [`WriteBuf`] (`BytesMut`, `ChunkedBuf`).
+    pub fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         match self {
             Response::Produce(m) => m.encode(buf, version),
             Response::Fetch(m) => m.encode(buf, version),

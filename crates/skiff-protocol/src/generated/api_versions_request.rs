@@ -31,27 +31,35 @@ impl Decodable for ApiVersionsRequest {
             });
         }
         let flexible = version >= 3;
-        let mut this = Self::default();
-        if version >= 3 {
-            this.client_software_name = read_string(buf, flexible)?;
-        }
-        if version >= 3 {
-            this.client_software_version = read_string(buf, flexible)?;
-        }
+        let f_client_software_name = if version >= 3 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_client_software_version = if version >= 3 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            client_software_name: f_client_software_name,
+            client_software_version: f_client_software_version,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ApiVersionsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ApiVersionsRequest",

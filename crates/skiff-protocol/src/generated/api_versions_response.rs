@@ -41,48 +41,58 @@ impl Decodable for ApiVersionsResponse {
             });
         }
         let flexible = version >= 3;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.api_keys = read_array(buf, flexible, |buf| ApiVersion::decode(buf, version))?;
-        if version >= 1 {
-            this.throttle_time_ms = read_i32(buf)?;
-        }
+        let f_error_code = read_i16(buf)?;
+        let f_api_keys = read_array(buf, flexible, |buf| ApiVersion::decode(buf, version))?;
+        let f_throttle_time_ms = if version >= 1 { read_i32(buf)? } else { 0 };
+        let mut f_supported_features = Vec::new();
+        let mut f_finalized_features_epoch = -1;
+        let mut f_finalized_features = Vec::new();
+        let mut f_zk_migration_ready = false;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
                     0 if version >= 3 => {
-                        this.supported_features = decode_tagged(tag, data, |buf| {
+                        f_supported_features = decode_tagged(tag, data, |buf| {
                             Ok(read_array(buf, flexible, |buf| {
                                 SupportedFeatureKey::decode(buf, version)
                             })?)
                         })?;
                     }
                     1 if version >= 3 => {
-                        this.finalized_features_epoch =
+                        f_finalized_features_epoch =
                             decode_tagged(tag, data, |buf| Ok(read_i64(buf)?))?;
                     }
                     2 if version >= 3 => {
-                        this.finalized_features = decode_tagged(tag, data, |buf| {
+                        f_finalized_features = decode_tagged(tag, data, |buf| {
                             Ok(read_array(buf, flexible, |buf| {
                                 FinalizedFeatureKey::decode(buf, version)
                             })?)
                         })?;
                     }
                     3 if version >= 3 => {
-                        this.zk_migration_ready =
-                            decode_tagged(tag, data, |buf| Ok(read_bool(buf)?))?;
+                        f_zk_migration_ready = decode_tagged(tag, data, |buf| Ok(read_bool(buf)?))?;
                     }
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            api_keys: f_api_keys,
+            throttle_time_ms: f_throttle_time_ms,
+            supported_features: f_supported_features,
+            finalized_features_epoch: f_finalized_features_epoch,
+            finalized_features: f_finalized_features,
+            zk_migration_ready: f_zk_migration_ready,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ApiVersionsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ApiVersionsResponse",
@@ -197,24 +207,29 @@ impl Default for ApiVersion {
 impl Decodable for ApiVersion {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 3;
-        let mut this = Self::default();
-        this.api_key = read_i16(buf)?;
-        this.min_version = read_i16(buf)?;
-        this.max_version = read_i16(buf)?;
+        let f_api_key = read_i16(buf)?;
+        let f_min_version = read_i16(buf)?;
+        let f_max_version = read_i16(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            api_key: f_api_key,
+            min_version: f_min_version,
+            max_version: f_max_version,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ApiVersion {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 3;
         write_i16(buf, self.api_key);
         write_i16(buf, self.min_version);
@@ -259,30 +274,33 @@ impl Default for SupportedFeatureKey {
 impl Decodable for SupportedFeatureKey {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 3;
-        let mut this = Self::default();
-        if version >= 3 {
-            this.name = read_string(buf, flexible)?;
-        }
-        if version >= 3 {
-            this.min_version = read_i16(buf)?;
-        }
-        if version >= 3 {
-            this.max_version = read_i16(buf)?;
-        }
+        let f_name = if version >= 3 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_min_version = if version >= 3 { read_i16(buf)? } else { 0 };
+        let f_max_version = if version >= 3 { read_i16(buf)? } else { 0 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            min_version: f_min_version,
+            max_version: f_max_version,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for SupportedFeatureKey {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 3;
         if version >= 3 {
             write_string(buf, &self.name, flexible)?;
@@ -339,30 +357,33 @@ impl Default for FinalizedFeatureKey {
 impl Decodable for FinalizedFeatureKey {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 3;
-        let mut this = Self::default();
-        if version >= 3 {
-            this.name = read_string(buf, flexible)?;
-        }
-        if version >= 3 {
-            this.max_version_level = read_i16(buf)?;
-        }
-        if version >= 3 {
-            this.min_version_level = read_i16(buf)?;
-        }
+        let f_name = if version >= 3 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_max_version_level = if version >= 3 { read_i16(buf)? } else { 0 };
+        let f_min_version_level = if version >= 3 { read_i16(buf)? } else { 0 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            max_version_level: f_max_version_level,
+            min_version_level: f_min_version_level,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for FinalizedFeatureKey {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 3;
         if version >= 3 {
             write_string(buf, &self.name, flexible)?;

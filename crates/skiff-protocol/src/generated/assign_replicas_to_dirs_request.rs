@@ -33,24 +33,29 @@ impl Decodable for AssignReplicasToDirsRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.broker_id = read_i32(buf)?;
-        this.broker_epoch = read_i64(buf)?;
-        this.directories = read_array(buf, flexible, |buf| DirectoryData::decode(buf, version))?;
+        let f_broker_id = read_i32(buf)?;
+        let f_broker_epoch = read_i64(buf)?;
+        let f_directories = read_array(buf, flexible, |buf| DirectoryData::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            broker_id: f_broker_id,
+            broker_epoch: f_broker_epoch,
+            directories: f_directories,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AssignReplicasToDirsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "AssignReplicasToDirsRequest",
@@ -112,22 +117,25 @@ impl Default for PartitionData {
 impl Decodable for PartitionData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
+        let f_partition_index = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for PartitionData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.partition_index);
         if flexible {
@@ -166,23 +174,27 @@ impl Default for TopicData {
 impl Decodable for TopicData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.topic_id = read_uuid(buf)?;
-        this.partitions = read_array(buf, flexible, |buf| PartitionData::decode(buf, version))?;
+        let f_topic_id = read_uuid(buf)?;
+        let f_partitions = read_array(buf, flexible, |buf| PartitionData::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic_id: f_topic_id,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_uuid(buf, self.topic_id);
         write_array(buf, &self.partitions, flexible, |buf, item| {
@@ -227,23 +239,27 @@ impl Default for DirectoryData {
 impl Decodable for DirectoryData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.id = read_uuid(buf)?;
-        this.topics = read_array(buf, flexible, |buf| TopicData::decode(buf, version))?;
+        let f_id = read_uuid(buf)?;
+        let f_topics = read_array(buf, flexible, |buf| TopicData::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            id: f_id,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DirectoryData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_uuid(buf, self.id);
         write_array(buf, &self.topics, flexible, |buf, item| {

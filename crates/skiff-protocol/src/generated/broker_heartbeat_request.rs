@@ -39,31 +39,40 @@ impl Decodable for BrokerHeartbeatRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.broker_id = read_i32(buf)?;
-        this.broker_epoch = read_i64(buf)?;
-        this.current_metadata_offset = read_i64(buf)?;
-        this.want_fence = read_bool(buf)?;
-        this.want_shut_down = read_bool(buf)?;
+        let f_broker_id = read_i32(buf)?;
+        let f_broker_epoch = read_i64(buf)?;
+        let f_current_metadata_offset = read_i64(buf)?;
+        let f_want_fence = read_bool(buf)?;
+        let f_want_shut_down = read_bool(buf)?;
+        let mut f_offline_log_dirs = Vec::new();
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
                     0 if version >= 1 => {
-                        this.offline_log_dirs = decode_tagged(tag, data, |buf| {
+                        f_offline_log_dirs = decode_tagged(tag, data, |buf| {
                             Ok(read_array(buf, flexible, read_uuid)?)
                         })?;
                     }
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            broker_id: f_broker_id,
+            broker_epoch: f_broker_epoch,
+            current_metadata_offset: f_current_metadata_offset,
+            want_fence: f_want_fence,
+            want_shut_down: f_want_shut_down,
+            offline_log_dirs: f_offline_log_dirs,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for BrokerHeartbeatRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "BrokerHeartbeatRequest",

@@ -37,26 +37,33 @@ impl Decodable for BrokerHeartbeatResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.is_caught_up = read_bool(buf)?;
-        this.is_fenced = read_bool(buf)?;
-        this.should_shut_down = read_bool(buf)?;
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_is_caught_up = read_bool(buf)?;
+        let f_is_fenced = read_bool(buf)?;
+        let f_should_shut_down = read_bool(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            is_caught_up: f_is_caught_up,
+            is_fenced: f_is_fenced,
+            should_shut_down: f_should_shut_down,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for BrokerHeartbeatResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "BrokerHeartbeatResponse",

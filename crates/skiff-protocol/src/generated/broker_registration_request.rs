@@ -45,36 +45,45 @@ impl Decodable for BrokerRegistrationRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.broker_id = read_i32(buf)?;
-        this.cluster_id = read_string(buf, flexible)?;
-        this.incarnation_id = read_uuid(buf)?;
-        this.listeners = read_array(buf, flexible, |buf| Listener::decode(buf, version))?;
-        this.features = read_array(buf, flexible, |buf| Feature::decode(buf, version))?;
-        this.rack = read_nullable_string(buf, flexible)?;
-        if version >= 1 {
-            this.is_migrating_zk_broker = read_bool(buf)?;
-        }
-        if version >= 2 {
-            this.log_dirs = read_array(buf, flexible, read_uuid)?;
-        }
-        if version >= 3 {
-            this.previous_broker_epoch = read_i64(buf)?;
-        }
+        let f_broker_id = read_i32(buf)?;
+        let f_cluster_id = read_string(buf, flexible)?;
+        let f_incarnation_id = read_uuid(buf)?;
+        let f_listeners = read_array(buf, flexible, |buf| Listener::decode(buf, version))?;
+        let f_features = read_array(buf, flexible, |buf| Feature::decode(buf, version))?;
+        let f_rack = read_nullable_string(buf, flexible)?;
+        let f_is_migrating_zk_broker = if version >= 1 { read_bool(buf)? } else { false };
+        let f_log_dirs = if version >= 2 {
+            read_array(buf, flexible, read_uuid)?
+        } else {
+            Vec::new()
+        };
+        let f_previous_broker_epoch = if version >= 3 { read_i64(buf)? } else { -1 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            broker_id: f_broker_id,
+            cluster_id: f_cluster_id,
+            incarnation_id: f_incarnation_id,
+            listeners: f_listeners,
+            features: f_features,
+            rack: f_rack,
+            is_migrating_zk_broker: f_is_migrating_zk_broker,
+            log_dirs: f_log_dirs,
+            previous_broker_epoch: f_previous_broker_epoch,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for BrokerRegistrationRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "BrokerRegistrationRequest",
@@ -177,25 +186,31 @@ impl Default for Listener {
 impl Decodable for Listener {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.host = read_string(buf, flexible)?;
-        this.port = read_u16(buf)?;
-        this.security_protocol = read_i16(buf)?;
+        let f_name = read_string(buf, flexible)?;
+        let f_host = read_string(buf, flexible)?;
+        let f_port = read_u16(buf)?;
+        let f_security_protocol = read_i16(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            host: f_host,
+            port: f_port,
+            security_protocol: f_security_protocol,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Listener {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.name, flexible)?;
         write_string(buf, &self.host, flexible)?;
@@ -242,24 +257,29 @@ impl Default for Feature {
 impl Decodable for Feature {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.min_supported_version = read_i16(buf)?;
-        this.max_supported_version = read_i16(buf)?;
+        let f_name = read_string(buf, flexible)?;
+        let f_min_supported_version = read_i16(buf)?;
+        let f_max_supported_version = read_i16(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            min_supported_version: f_min_supported_version,
+            max_supported_version: f_max_supported_version,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Feature {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.name, flexible)?;
         write_i16(buf, self.min_supported_version);

@@ -31,23 +31,27 @@ impl Decodable for ConsumerGroupDescribeResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.groups = read_array(buf, flexible, |buf| DescribedGroup::decode(buf, version))?;
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_groups = read_array(buf, flexible, |buf| DescribedGroup::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            groups: f_groups,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ConsumerGroupDescribeResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ConsumerGroupDescribeResponse",
@@ -127,34 +131,45 @@ impl Default for Member {
 impl Decodable for Member {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.member_id = read_string(buf, flexible)?;
-        this.instance_id = read_nullable_string(buf, flexible)?;
-        this.rack_id = read_nullable_string(buf, flexible)?;
-        this.member_epoch = read_i32(buf)?;
-        this.client_id = read_string(buf, flexible)?;
-        this.client_host = read_string(buf, flexible)?;
-        this.subscribed_topic_names = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
-        this.subscribed_topic_regex = read_nullable_string(buf, flexible)?;
-        this.assignment = Assignment::decode(buf, version)?;
-        this.target_assignment = Assignment::decode(buf, version)?;
-        if version >= 1 {
-            this.member_type = read_i8(buf)?;
-        }
+        let f_member_id = read_string(buf, flexible)?;
+        let f_instance_id = read_nullable_string(buf, flexible)?;
+        let f_rack_id = read_nullable_string(buf, flexible)?;
+        let f_member_epoch = read_i32(buf)?;
+        let f_client_id = read_string(buf, flexible)?;
+        let f_client_host = read_string(buf, flexible)?;
+        let f_subscribed_topic_names = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let f_subscribed_topic_regex = read_nullable_string(buf, flexible)?;
+        let f_assignment = Assignment::decode(buf, version)?;
+        let f_target_assignment = Assignment::decode(buf, version)?;
+        let f_member_type = if version >= 1 { read_i8(buf)? } else { -1 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            member_id: f_member_id,
+            instance_id: f_instance_id,
+            rack_id: f_rack_id,
+            member_epoch: f_member_epoch,
+            client_id: f_client_id,
+            client_host: f_client_host,
+            subscribed_topic_names: f_subscribed_topic_names,
+            subscribed_topic_regex: f_subscribed_topic_regex,
+            assignment: f_assignment,
+            target_assignment: f_target_assignment,
+            member_type: f_member_type,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Member {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.member_id, flexible)?;
         write_nullable_string(buf, self.instance_id.as_deref(), flexible)?;
@@ -245,30 +260,41 @@ impl Default for DescribedGroup {
 impl Decodable for DescribedGroup {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
-        this.group_id = read_string(buf, flexible)?;
-        this.group_state = read_string(buf, flexible)?;
-        this.group_epoch = read_i32(buf)?;
-        this.assignment_epoch = read_i32(buf)?;
-        this.assignor_name = read_string(buf, flexible)?;
-        this.members = read_array(buf, flexible, |buf| Member::decode(buf, version))?;
-        this.authorized_operations = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let f_group_id = read_string(buf, flexible)?;
+        let f_group_state = read_string(buf, flexible)?;
+        let f_group_epoch = read_i32(buf)?;
+        let f_assignment_epoch = read_i32(buf)?;
+        let f_assignor_name = read_string(buf, flexible)?;
+        let f_members = read_array(buf, flexible, |buf| Member::decode(buf, version))?;
+        let f_authorized_operations = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            error_message: f_error_message,
+            group_id: f_group_id,
+            group_state: f_group_state,
+            group_epoch: f_group_epoch,
+            assignment_epoch: f_assignment_epoch,
+            assignor_name: f_assignor_name,
+            members: f_members,
+            authorized_operations: f_authorized_operations,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribedGroup {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i16(buf, self.error_code);
         write_nullable_string(buf, self.error_message.as_deref(), flexible)?;
@@ -333,24 +359,29 @@ impl Default for TopicPartitions {
 impl Decodable for TopicPartitions {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.topic_id = read_uuid(buf)?;
-        this.topic_name = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, read_i32)?;
+        let f_topic_id = read_uuid(buf)?;
+        let f_topic_name = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic_id: f_topic_id,
+            topic_name: f_topic_name,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicPartitions {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_uuid(buf, self.topic_id);
         write_string(buf, &self.topic_name, flexible)?;
@@ -394,23 +425,26 @@ impl Default for Assignment {
 impl Decodable for Assignment {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.topic_partitions =
+        let f_topic_partitions =
             read_array(buf, flexible, |buf| TopicPartitions::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic_partitions: f_topic_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Assignment {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_array(buf, &self.topic_partitions, flexible, |buf, item| {
             item.encode(buf, version)

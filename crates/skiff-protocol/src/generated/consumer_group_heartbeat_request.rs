@@ -47,35 +47,49 @@ impl Decodable for ConsumerGroupHeartbeatRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.group_id = read_string(buf, flexible)?;
-        this.member_id = read_string(buf, flexible)?;
-        this.member_epoch = read_i32(buf)?;
-        this.instance_id = read_nullable_string(buf, flexible)?;
-        this.rack_id = read_nullable_string(buf, flexible)?;
-        this.rebalance_timeout_ms = read_i32(buf)?;
-        this.subscribed_topic_names =
+        let f_group_id = read_string(buf, flexible)?;
+        let f_member_id = read_string(buf, flexible)?;
+        let f_member_epoch = read_i32(buf)?;
+        let f_instance_id = read_nullable_string(buf, flexible)?;
+        let f_rack_id = read_nullable_string(buf, flexible)?;
+        let f_rebalance_timeout_ms = read_i32(buf)?;
+        let f_subscribed_topic_names =
             read_nullable_array(buf, flexible, |buf| read_string(buf, flexible))?;
-        if version >= 1 {
-            this.subscribed_topic_regex = read_nullable_string(buf, flexible)?;
-        }
-        this.server_assignor = read_nullable_string(buf, flexible)?;
-        this.topic_partitions =
+        let f_subscribed_topic_regex = if version >= 1 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let f_server_assignor = read_nullable_string(buf, flexible)?;
+        let f_topic_partitions =
             read_nullable_array(buf, flexible, |buf| TopicPartitions::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            group_id: f_group_id,
+            member_id: f_member_id,
+            member_epoch: f_member_epoch,
+            instance_id: f_instance_id,
+            rack_id: f_rack_id,
+            rebalance_timeout_ms: f_rebalance_timeout_ms,
+            subscribed_topic_names: f_subscribed_topic_names,
+            subscribed_topic_regex: f_subscribed_topic_regex,
+            server_assignor: f_server_assignor,
+            topic_partitions: f_topic_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ConsumerGroupHeartbeatRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ConsumerGroupHeartbeatRequest",
@@ -191,23 +205,27 @@ impl Default for TopicPartitions {
 impl Decodable for TopicPartitions {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.topic_id = read_uuid(buf)?;
-        this.partitions = read_array(buf, flexible, read_i32)?;
+        let f_topic_id = read_uuid(buf)?;
+        let f_partitions = read_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic_id: f_topic_id,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicPartitions {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_uuid(buf, self.topic_id);
         write_array(buf, &self.partitions, flexible, |buf, item| {

@@ -31,24 +31,28 @@ impl Decodable for ConsumerProtocolAssignment {
             });
         }
         let flexible = false;
-        let mut this = Self::default();
-        this.assigned_partitions =
+        let f_assigned_partitions =
             read_array(buf, flexible, |buf| TopicPartition::decode(buf, version))?;
-        this.user_data = read_nullable_bytes(buf, flexible)?;
+        let f_user_data = read_nullable_bytes(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            assigned_partitions: f_assigned_partitions,
+            user_data: f_user_data,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ConsumerProtocolAssignment {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ConsumerProtocolAssignment",
@@ -59,7 +63,7 @@ impl Encodable for ConsumerProtocolAssignment {
         write_array(buf, &self.assigned_partitions, flexible, |buf, item| {
             item.encode(buf, version)
         })?;
-        write_nullable_bytes(buf, self.user_data.as_deref(), flexible)?;
+        write_nullable_shared(buf, self.user_data.as_ref(), flexible)?;
         if flexible {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
@@ -110,23 +114,27 @@ impl Default for TopicPartition {
 impl Decodable for TopicPartition {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = false;
-        let mut this = Self::default();
-        this.topic = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, read_i32)?;
+        let f_topic = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic: f_topic,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicPartition {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = false;
         write_string(buf, &self.topic, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {

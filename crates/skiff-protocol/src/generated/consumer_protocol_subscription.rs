@@ -37,33 +37,41 @@ impl Decodable for ConsumerProtocolSubscription {
             });
         }
         let flexible = false;
-        let mut this = Self::default();
-        this.topics = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
-        this.user_data = read_nullable_bytes(buf, flexible)?;
-        if version >= 1 {
-            this.owned_partitions =
-                read_array(buf, flexible, |buf| TopicPartition::decode(buf, version))?;
-        }
-        if version >= 2 {
-            this.generation_id = read_i32(buf)?;
-        }
-        if version >= 3 {
-            this.rack_id = read_nullable_string(buf, flexible)?;
-        }
+        let f_topics = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let f_user_data = read_nullable_bytes(buf, flexible)?;
+        let f_owned_partitions = if version >= 1 {
+            read_array(buf, flexible, |buf| TopicPartition::decode(buf, version))?
+        } else {
+            Vec::new()
+        };
+        let f_generation_id = if version >= 2 { read_i32(buf)? } else { -1 };
+        let f_rack_id = if version >= 3 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topics: f_topics,
+            user_data: f_user_data,
+            owned_partitions: f_owned_partitions,
+            generation_id: f_generation_id,
+            rack_id: f_rack_id,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ConsumerProtocolSubscription {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ConsumerProtocolSubscription",
@@ -74,7 +82,7 @@ impl Encodable for ConsumerProtocolSubscription {
         write_array(buf, &self.topics, flexible, |buf, item| {
             write_string(buf, item, flexible)
         })?;
-        write_nullable_bytes(buf, self.user_data.as_deref(), flexible)?;
+        write_nullable_shared(buf, self.user_data.as_ref(), flexible)?;
         if version >= 1 {
             write_array(buf, &self.owned_partitions, flexible, |buf, item| {
                 item.encode(buf, version)
@@ -149,27 +157,35 @@ impl Default for TopicPartition {
 impl Decodable for TopicPartition {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = false;
-        let mut this = Self::default();
-        if version >= 1 {
-            this.topic = read_string(buf, flexible)?;
-        }
-        if version >= 1 {
-            this.partitions = read_array(buf, flexible, read_i32)?;
-        }
+        let f_topic = if version >= 1 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_partitions = if version >= 1 {
+            read_array(buf, flexible, read_i32)?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic: f_topic,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicPartition {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = false;
         if version >= 1 {
             write_string(buf, &self.topic, flexible)?;

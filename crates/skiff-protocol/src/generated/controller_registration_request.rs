@@ -37,26 +37,33 @@ impl Decodable for ControllerRegistrationRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.controller_id = read_i32(buf)?;
-        this.incarnation_id = read_uuid(buf)?;
-        this.zk_migration_ready = read_bool(buf)?;
-        this.listeners = read_array(buf, flexible, |buf| Listener::decode(buf, version))?;
-        this.features = read_array(buf, flexible, |buf| Feature::decode(buf, version))?;
+        let f_controller_id = read_i32(buf)?;
+        let f_incarnation_id = read_uuid(buf)?;
+        let f_zk_migration_ready = read_bool(buf)?;
+        let f_listeners = read_array(buf, flexible, |buf| Listener::decode(buf, version))?;
+        let f_features = read_array(buf, flexible, |buf| Feature::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            controller_id: f_controller_id,
+            incarnation_id: f_incarnation_id,
+            zk_migration_ready: f_zk_migration_ready,
+            listeners: f_listeners,
+            features: f_features,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ControllerRegistrationRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ControllerRegistrationRequest",
@@ -132,25 +139,31 @@ impl Default for Listener {
 impl Decodable for Listener {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.host = read_string(buf, flexible)?;
-        this.port = read_u16(buf)?;
-        this.security_protocol = read_i16(buf)?;
+        let f_name = read_string(buf, flexible)?;
+        let f_host = read_string(buf, flexible)?;
+        let f_port = read_u16(buf)?;
+        let f_security_protocol = read_i16(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            host: f_host,
+            port: f_port,
+            security_protocol: f_security_protocol,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Listener {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.name, flexible)?;
         write_string(buf, &self.host, flexible)?;
@@ -197,24 +210,29 @@ impl Default for Feature {
 impl Decodable for Feature {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.min_supported_version = read_i16(buf)?;
-        this.max_supported_version = read_i16(buf)?;
+        let f_name = read_string(buf, flexible)?;
+        let f_min_supported_version = read_i16(buf)?;
+        let f_max_supported_version = read_i16(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            min_supported_version: f_min_supported_version,
+            max_supported_version: f_max_supported_version,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Feature {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.name, flexible)?;
         write_i16(buf, self.min_supported_version);

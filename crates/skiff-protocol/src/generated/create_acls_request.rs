@@ -29,22 +29,25 @@ impl Decodable for CreateAclsRequest {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.creations = read_array(buf, flexible, |buf| AclCreation::decode(buf, version))?;
+        let f_creations = read_array(buf, flexible, |buf| AclCreation::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            creations: f_creations,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for CreateAclsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "CreateAclsRequest",
@@ -114,28 +117,37 @@ impl Default for AclCreation {
 impl Decodable for AclCreation {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.resource_type = read_i8(buf)?;
-        this.resource_name = read_string(buf, flexible)?;
-        this.resource_pattern_type = read_i8(buf)?;
-        this.principal = read_string(buf, flexible)?;
-        this.host = read_string(buf, flexible)?;
-        this.operation = read_i8(buf)?;
-        this.permission_type = read_i8(buf)?;
+        let f_resource_type = read_i8(buf)?;
+        let f_resource_name = read_string(buf, flexible)?;
+        let f_resource_pattern_type = read_i8(buf)?;
+        let f_principal = read_string(buf, flexible)?;
+        let f_host = read_string(buf, flexible)?;
+        let f_operation = read_i8(buf)?;
+        let f_permission_type = read_i8(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            resource_type: f_resource_type,
+            resource_name: f_resource_name,
+            resource_pattern_type: f_resource_pattern_type,
+            principal: f_principal,
+            host: f_host,
+            operation: f_operation,
+            permission_type: f_permission_type,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AclCreation {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_i8(buf, self.resource_type);
         write_string(buf, &self.resource_name, flexible)?;

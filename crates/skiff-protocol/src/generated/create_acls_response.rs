@@ -31,23 +31,27 @@ impl Decodable for CreateAclsResponse {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.results = read_array(buf, flexible, |buf| AclCreationResult::decode(buf, version))?;
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_results = read_array(buf, flexible, |buf| AclCreationResult::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            results: f_results,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for CreateAclsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "CreateAclsResponse",
@@ -109,23 +113,27 @@ impl Default for AclCreationResult {
 impl Decodable for AclCreationResult {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            error_message: f_error_message,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AclCreationResult {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_i16(buf, self.error_code);
         write_nullable_string(buf, self.error_message.as_deref(), flexible)?;

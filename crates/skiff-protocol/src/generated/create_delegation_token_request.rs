@@ -35,29 +35,39 @@ impl Decodable for CreateDelegationTokenRequest {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        if version >= 3 {
-            this.owner_principal_type = read_nullable_string(buf, flexible)?;
-        }
-        if version >= 3 {
-            this.owner_principal_name = read_nullable_string(buf, flexible)?;
-        }
-        this.renewers = read_array(buf, flexible, |buf| CreatableRenewers::decode(buf, version))?;
-        this.max_lifetime_ms = read_i64(buf)?;
+        let f_owner_principal_type = if version >= 3 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            Some(ByteString::from_static(""))
+        };
+        let f_owner_principal_name = if version >= 3 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            Some(ByteString::from_static(""))
+        };
+        let f_renewers = read_array(buf, flexible, |buf| CreatableRenewers::decode(buf, version))?;
+        let f_max_lifetime_ms = read_i64(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            owner_principal_type: f_owner_principal_type,
+            owner_principal_name: f_owner_principal_name,
+            renewers: f_renewers,
+            max_lifetime_ms: f_max_lifetime_ms,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for CreateDelegationTokenRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "CreateDelegationTokenRequest",
@@ -139,23 +149,27 @@ impl Default for CreatableRenewers {
 impl Decodable for CreatableRenewers {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.principal_type = read_string(buf, flexible)?;
-        this.principal_name = read_string(buf, flexible)?;
+        let f_principal_type = read_string(buf, flexible)?;
+        let f_principal_name = read_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            principal_type: f_principal_type,
+            principal_name: f_principal_name,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for CreatableRenewers {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_string(buf, &self.principal_type, flexible)?;
         write_string(buf, &self.principal_name, flexible)?;

@@ -49,36 +49,53 @@ impl Decodable for CreateDelegationTokenResponse {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.principal_type = read_string(buf, flexible)?;
-        this.principal_name = read_string(buf, flexible)?;
-        if version >= 3 {
-            this.token_requester_principal_type = read_string(buf, flexible)?;
-        }
-        if version >= 3 {
-            this.token_requester_principal_name = read_string(buf, flexible)?;
-        }
-        this.issue_timestamp_ms = read_i64(buf)?;
-        this.expiry_timestamp_ms = read_i64(buf)?;
-        this.max_timestamp_ms = read_i64(buf)?;
-        this.token_id = read_string(buf, flexible)?;
-        this.hmac = read_bytes(buf, flexible)?;
-        this.throttle_time_ms = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_principal_type = read_string(buf, flexible)?;
+        let f_principal_name = read_string(buf, flexible)?;
+        let f_token_requester_principal_type = if version >= 3 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_token_requester_principal_name = if version >= 3 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_issue_timestamp_ms = read_i64(buf)?;
+        let f_expiry_timestamp_ms = read_i64(buf)?;
+        let f_max_timestamp_ms = read_i64(buf)?;
+        let f_token_id = read_string(buf, flexible)?;
+        let f_hmac = read_bytes(buf, flexible)?;
+        let f_throttle_time_ms = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            principal_type: f_principal_type,
+            principal_name: f_principal_name,
+            token_requester_principal_type: f_token_requester_principal_type,
+            token_requester_principal_name: f_token_requester_principal_name,
+            issue_timestamp_ms: f_issue_timestamp_ms,
+            expiry_timestamp_ms: f_expiry_timestamp_ms,
+            max_timestamp_ms: f_max_timestamp_ms,
+            token_id: f_token_id,
+            hmac: f_hmac,
+            throttle_time_ms: f_throttle_time_ms,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for CreateDelegationTokenResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "CreateDelegationTokenResponse",
@@ -99,7 +116,7 @@ impl Encodable for CreateDelegationTokenResponse {
         write_i64(buf, self.expiry_timestamp_ms);
         write_i64(buf, self.max_timestamp_ms);
         write_string(buf, &self.token_id, flexible)?;
-        write_bytes(buf, &self.hmac, flexible)?;
+        write_shared(buf, &self.hmac, flexible)?;
         write_i32(buf, self.throttle_time_ms);
         if flexible {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;

@@ -33,26 +33,31 @@ impl Decodable for CreatePartitionsRequest {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.topics = read_array(buf, flexible, |buf| {
+        let f_topics = read_array(buf, flexible, |buf| {
             CreatePartitionsTopic::decode(buf, version)
         })?;
-        this.timeout_ms = read_i32(buf)?;
-        this.validate_only = read_bool(buf)?;
+        let f_timeout_ms = read_i32(buf)?;
+        let f_validate_only = read_bool(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topics: f_topics,
+            timeout_ms: f_timeout_ms,
+            validate_only: f_validate_only,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for CreatePartitionsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "CreatePartitionsRequest",
@@ -114,22 +119,25 @@ impl Default for CreatePartitionsAssignment {
 impl Decodable for CreatePartitionsAssignment {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.broker_ids = read_array(buf, flexible, read_i32)?;
+        let f_broker_ids = read_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            broker_ids: f_broker_ids,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for CreatePartitionsAssignment {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_array(buf, &self.broker_ids, flexible, |buf, item| {
             write_i32(buf, *item);
@@ -173,26 +181,31 @@ impl Default for CreatePartitionsTopic {
 impl Decodable for CreatePartitionsTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.count = read_i32(buf)?;
-        this.assignments = read_nullable_array(buf, flexible, |buf| {
+        let f_name = read_string(buf, flexible)?;
+        let f_count = read_i32(buf)?;
+        let f_assignments = read_nullable_array(buf, flexible, |buf| {
             CreatePartitionsAssignment::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            count: f_count,
+            assignments: f_assignments,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for CreatePartitionsTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_string(buf, &self.name, flexible)?;
         write_i32(buf, self.count);

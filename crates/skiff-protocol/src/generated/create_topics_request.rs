@@ -33,24 +33,29 @@ impl Decodable for CreateTopicsRequest {
             });
         }
         let flexible = version >= 5;
-        let mut this = Self::default();
-        this.topics = read_array(buf, flexible, |buf| CreatableTopic::decode(buf, version))?;
-        this.timeout_ms = read_i32(buf)?;
-        this.validate_only = read_bool(buf)?;
+        let f_topics = read_array(buf, flexible, |buf| CreatableTopic::decode(buf, version))?;
+        let f_timeout_ms = read_i32(buf)?;
+        let f_validate_only = read_bool(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topics: f_topics,
+            timeout_ms: f_timeout_ms,
+            validate_only: f_validate_only,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for CreateTopicsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "CreateTopicsRequest",
@@ -114,23 +119,27 @@ impl Default for CreatableReplicaAssignment {
 impl Decodable for CreatableReplicaAssignment {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 5;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        this.broker_ids = read_array(buf, flexible, read_i32)?;
+        let f_partition_index = read_i32(buf)?;
+        let f_broker_ids = read_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            broker_ids: f_broker_ids,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for CreatableReplicaAssignment {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 5;
         write_i32(buf, self.partition_index);
         write_array(buf, &self.broker_ids, flexible, |buf, item| {
@@ -174,23 +183,27 @@ impl Default for CreatableTopicConfig {
 impl Decodable for CreatableTopicConfig {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 5;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.value = read_nullable_string(buf, flexible)?;
+        let f_name = read_string(buf, flexible)?;
+        let f_value = read_nullable_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            value: f_value,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for CreatableTopicConfig {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 5;
         write_string(buf, &self.name, flexible)?;
         write_nullable_string(buf, self.value.as_deref(), flexible)?;
@@ -241,30 +254,37 @@ impl Default for CreatableTopic {
 impl Decodable for CreatableTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 5;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.num_partitions = read_i32(buf)?;
-        this.replication_factor = read_i16(buf)?;
-        this.assignments = read_array(buf, flexible, |buf| {
+        let f_name = read_string(buf, flexible)?;
+        let f_num_partitions = read_i32(buf)?;
+        let f_replication_factor = read_i16(buf)?;
+        let f_assignments = read_array(buf, flexible, |buf| {
             CreatableReplicaAssignment::decode(buf, version)
         })?;
-        this.configs = read_array(buf, flexible, |buf| {
+        let f_configs = read_array(buf, flexible, |buf| {
             CreatableTopicConfig::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            num_partitions: f_num_partitions,
+            replication_factor: f_replication_factor,
+            assignments: f_assignments,
+            configs: f_configs,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for CreatableTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 5;
         write_string(buf, &self.name, flexible)?;
         write_i32(buf, self.num_partitions);

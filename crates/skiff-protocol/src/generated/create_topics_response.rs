@@ -31,25 +31,29 @@ impl Decodable for CreateTopicsResponse {
             });
         }
         let flexible = version >= 5;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.topics = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_topics = read_array(buf, flexible, |buf| {
             CreatableTopicResult::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for CreateTopicsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "CreateTopicsResponse",
@@ -117,36 +121,41 @@ impl Default for CreatableTopicConfigs {
 impl Decodable for CreatableTopicConfigs {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 5;
-        let mut this = Self::default();
-        if version >= 5 {
-            this.name = read_string(buf, flexible)?;
-        }
-        if version >= 5 {
-            this.value = read_nullable_string(buf, flexible)?;
-        }
-        if version >= 5 {
-            this.read_only = read_bool(buf)?;
-        }
-        if version >= 5 {
-            this.config_source = read_i8(buf)?;
-        }
-        if version >= 5 {
-            this.is_sensitive = read_bool(buf)?;
-        }
+        let f_name = if version >= 5 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_value = if version >= 5 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            Some(ByteString::from_static(""))
+        };
+        let f_read_only = if version >= 5 { read_bool(buf)? } else { false };
+        let f_config_source = if version >= 5 { read_i8(buf)? } else { -1 };
+        let f_is_sensitive = if version >= 5 { read_bool(buf)? } else { false };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            value: f_value,
+            read_only: f_read_only,
+            config_source: f_config_source,
+            is_sensitive: f_is_sensitive,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for CreatableTopicConfigs {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 5;
         if version >= 5 {
             write_string(buf, &self.name, flexible)?;
@@ -229,42 +238,53 @@ impl Default for CreatableTopicResult {
 impl Decodable for CreatableTopicResult {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 5;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        if version >= 7 {
-            this.topic_id = read_uuid(buf)?;
-        }
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
-        if version >= 5 {
-            this.num_partitions = read_i32(buf)?;
-        }
-        if version >= 5 {
-            this.replication_factor = read_i16(buf)?;
-        }
-        if version >= 5 {
-            this.configs = read_nullable_array(buf, flexible, |buf| {
+        let f_name = read_string(buf, flexible)?;
+        let f_topic_id = if version >= 7 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let mut f_topic_config_error_code = 0;
+        let f_num_partitions = if version >= 5 { read_i32(buf)? } else { -1 };
+        let f_replication_factor = if version >= 5 { read_i16(buf)? } else { -1 };
+        let f_configs = if version >= 5 {
+            read_nullable_array(buf, flexible, |buf| {
                 CreatableTopicConfigs::decode(buf, version)
-            })?;
-        }
+            })?
+        } else {
+            Some(Vec::new())
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
                     0 if version >= 5 => {
-                        this.topic_config_error_code =
+                        f_topic_config_error_code =
                             decode_tagged(tag, data, |buf| Ok(read_i16(buf)?))?;
                     }
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            topic_id: f_topic_id,
+            error_code: f_error_code,
+            error_message: f_error_message,
+            topic_config_error_code: f_topic_config_error_code,
+            num_partitions: f_num_partitions,
+            replication_factor: f_replication_factor,
+            configs: f_configs,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for CreatableTopicResult {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 5;
         write_string(buf, &self.name, flexible)?;
         if version >= 7 {

@@ -33,24 +33,29 @@ impl Decodable for DefaultPrincipalData {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.r#type = read_string(buf, flexible)?;
-        this.name = read_string(buf, flexible)?;
-        this.token_authenticated = read_bool(buf)?;
+        let f_type = read_string(buf, flexible)?;
+        let f_name = read_string(buf, flexible)?;
+        let f_token_authenticated = read_bool(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            r#type: f_type,
+            name: f_name,
+            token_authenticated: f_token_authenticated,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DefaultPrincipalData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DefaultPrincipalData",

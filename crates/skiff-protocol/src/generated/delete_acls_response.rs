@@ -31,25 +31,29 @@ impl Decodable for DeleteAclsResponse {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.filter_results = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_filter_results = read_array(buf, flexible, |buf| {
             DeleteAclsFilterResult::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            filter_results: f_filter_results,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DeleteAclsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DeleteAclsResponse",
@@ -125,30 +129,41 @@ impl Default for DeleteAclsMatchingAcl {
 impl Decodable for DeleteAclsMatchingAcl {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
-        this.resource_type = read_i8(buf)?;
-        this.resource_name = read_string(buf, flexible)?;
-        this.pattern_type = read_i8(buf)?;
-        this.principal = read_string(buf, flexible)?;
-        this.host = read_string(buf, flexible)?;
-        this.operation = read_i8(buf)?;
-        this.permission_type = read_i8(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let f_resource_type = read_i8(buf)?;
+        let f_resource_name = read_string(buf, flexible)?;
+        let f_pattern_type = read_i8(buf)?;
+        let f_principal = read_string(buf, flexible)?;
+        let f_host = read_string(buf, flexible)?;
+        let f_operation = read_i8(buf)?;
+        let f_permission_type = read_i8(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            error_message: f_error_message,
+            resource_type: f_resource_type,
+            resource_name: f_resource_name,
+            pattern_type: f_pattern_type,
+            principal: f_principal,
+            host: f_host,
+            operation: f_operation,
+            permission_type: f_permission_type,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DeleteAclsMatchingAcl {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_i16(buf, self.error_code);
         write_nullable_string(buf, self.error_message.as_deref(), flexible)?;
@@ -209,26 +224,31 @@ impl Default for DeleteAclsFilterResult {
 impl Decodable for DeleteAclsFilterResult {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
-        this.matching_acls = read_array(buf, flexible, |buf| {
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let f_matching_acls = read_array(buf, flexible, |buf| {
             DeleteAclsMatchingAcl::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            error_message: f_error_message,
+            matching_acls: f_matching_acls,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DeleteAclsFilterResult {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_i16(buf, self.error_code);
         write_nullable_string(buf, self.error_message.as_deref(), flexible)?;

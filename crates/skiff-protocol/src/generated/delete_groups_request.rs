@@ -29,22 +29,25 @@ impl Decodable for DeleteGroupsRequest {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.groups_names = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let f_groups_names = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            groups_names: f_groups_names,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DeleteGroupsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DeleteGroupsRequest",

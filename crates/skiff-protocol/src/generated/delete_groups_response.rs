@@ -31,25 +31,29 @@ impl Decodable for DeleteGroupsResponse {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.results = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_results = read_array(buf, flexible, |buf| {
             DeletableGroupResult::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            results: f_results,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DeleteGroupsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DeleteGroupsResponse",
@@ -111,23 +115,27 @@ impl Default for DeletableGroupResult {
 impl Decodable for DeletableGroupResult {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.group_id = read_string(buf, flexible)?;
-        this.error_code = read_i16(buf)?;
+        let f_group_id = read_string(buf, flexible)?;
+        let f_error_code = read_i16(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            group_id: f_group_id,
+            error_code: f_error_code,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DeletableGroupResult {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_string(buf, &self.group_id, flexible)?;
         write_i16(buf, self.error_code);

@@ -31,25 +31,29 @@ impl Decodable for DeleteShareGroupOffsetsRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.group_id = read_string(buf, flexible)?;
-        this.topics = read_array(buf, flexible, |buf| {
+        let f_group_id = read_string(buf, flexible)?;
+        let f_topics = read_array(buf, flexible, |buf| {
             DeleteShareGroupOffsetsRequestTopic::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            group_id: f_group_id,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DeleteShareGroupOffsetsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DeleteShareGroupOffsetsRequest",
@@ -113,22 +117,25 @@ impl Default for DeleteShareGroupOffsetsRequestTopic {
 impl Decodable for DeleteShareGroupOffsetsRequestTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.topic_name = read_string(buf, flexible)?;
+        let f_topic_name = read_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic_name: f_topic_name,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DeleteShareGroupOffsetsRequestTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.topic_name, flexible)?;
         if flexible {

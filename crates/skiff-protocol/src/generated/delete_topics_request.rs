@@ -33,28 +33,37 @@ impl Decodable for DeleteTopicsRequest {
             });
         }
         let flexible = version >= 4;
-        let mut this = Self::default();
-        if version >= 6 {
-            this.topics = read_array(buf, flexible, |buf| DeleteTopicState::decode(buf, version))?;
-        }
-        if version <= 5 {
-            this.topic_names = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
-        }
-        this.timeout_ms = read_i32(buf)?;
+        let f_topics = if version >= 6 {
+            read_array(buf, flexible, |buf| DeleteTopicState::decode(buf, version))?
+        } else {
+            Vec::new()
+        };
+        let f_topic_names = if version <= 5 {
+            read_array(buf, flexible, |buf| read_string(buf, flexible))?
+        } else {
+            Vec::new()
+        };
+        let f_timeout_ms = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topics: f_topics,
+            topic_names: f_topic_names,
+            timeout_ms: f_timeout_ms,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DeleteTopicsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DeleteTopicsRequest",
@@ -128,27 +137,35 @@ impl Default for DeleteTopicState {
 impl Decodable for DeleteTopicState {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 4;
-        let mut this = Self::default();
-        if version >= 6 {
-            this.name = read_nullable_string(buf, flexible)?;
-        }
-        if version >= 6 {
-            this.topic_id = read_uuid(buf)?;
-        }
+        let f_name = if version >= 6 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let f_topic_id = if version >= 6 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            topic_id: f_topic_id,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DeleteTopicState {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 4;
         if version >= 6 {
             write_nullable_string(buf, self.name.as_deref(), flexible)?;

@@ -31,25 +31,29 @@ impl Decodable for DeleteTopicsResponse {
             });
         }
         let flexible = version >= 4;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.responses = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_responses = read_array(buf, flexible, |buf| {
             DeletableTopicResult::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            responses: f_responses,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DeleteTopicsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DeleteTopicsResponse",
@@ -115,33 +119,43 @@ impl Default for DeletableTopicResult {
 impl Decodable for DeletableTopicResult {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 4;
-        let mut this = Self::default();
-        this.name = if version >= 6 {
+        let f_name = if version >= 6 {
             read_nullable_string(buf, flexible)?
         } else {
             Some(read_string(buf, flexible)?)
         };
-        if version >= 6 {
-            this.topic_id = read_uuid(buf)?;
-        }
-        this.error_code = read_i16(buf)?;
-        if version >= 5 {
-            this.error_message = read_nullable_string(buf, flexible)?;
-        }
+        let f_topic_id = if version >= 6 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = if version >= 5 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            topic_id: f_topic_id,
+            error_code: f_error_code,
+            error_message: f_error_message,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DeletableTopicResult {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 4;
         if version >= 6 {
             write_nullable_string(buf, self.name.as_deref(), flexible)?;

@@ -41,28 +41,37 @@ impl Decodable for DescribeAclsRequest {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.resource_type_filter = read_i8(buf)?;
-        this.resource_name_filter = read_nullable_string(buf, flexible)?;
-        this.pattern_type_filter = read_i8(buf)?;
-        this.principal_filter = read_nullable_string(buf, flexible)?;
-        this.host_filter = read_nullable_string(buf, flexible)?;
-        this.operation = read_i8(buf)?;
-        this.permission_type = read_i8(buf)?;
+        let f_resource_type_filter = read_i8(buf)?;
+        let f_resource_name_filter = read_nullable_string(buf, flexible)?;
+        let f_pattern_type_filter = read_i8(buf)?;
+        let f_principal_filter = read_nullable_string(buf, flexible)?;
+        let f_host_filter = read_nullable_string(buf, flexible)?;
+        let f_operation = read_i8(buf)?;
+        let f_permission_type = read_i8(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            resource_type_filter: f_resource_type_filter,
+            resource_name_filter: f_resource_name_filter,
+            pattern_type_filter: f_pattern_type_filter,
+            principal_filter: f_principal_filter,
+            host_filter: f_host_filter,
+            operation: f_operation,
+            permission_type: f_permission_type,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeAclsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeAclsRequest",

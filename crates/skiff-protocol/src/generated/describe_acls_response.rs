@@ -35,27 +35,33 @@ impl Decodable for DescribeAclsResponse {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
-        this.resources = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let f_resources = read_array(buf, flexible, |buf| {
             DescribeAclsResource::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            error_message: f_error_message,
+            resources: f_resources,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeAclsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeAclsResponse",
@@ -129,25 +135,31 @@ impl Default for AclDescription {
 impl Decodable for AclDescription {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.principal = read_string(buf, flexible)?;
-        this.host = read_string(buf, flexible)?;
-        this.operation = read_i8(buf)?;
-        this.permission_type = read_i8(buf)?;
+        let f_principal = read_string(buf, flexible)?;
+        let f_host = read_string(buf, flexible)?;
+        let f_operation = read_i8(buf)?;
+        let f_permission_type = read_i8(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            principal: f_principal,
+            host: f_host,
+            operation: f_operation,
+            permission_type: f_permission_type,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AclDescription {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_string(buf, &self.principal, flexible)?;
         write_string(buf, &self.host, flexible)?;
@@ -196,25 +208,31 @@ impl Default for DescribeAclsResource {
 impl Decodable for DescribeAclsResource {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.resource_type = read_i8(buf)?;
-        this.resource_name = read_string(buf, flexible)?;
-        this.pattern_type = read_i8(buf)?;
-        this.acls = read_array(buf, flexible, |buf| AclDescription::decode(buf, version))?;
+        let f_resource_type = read_i8(buf)?;
+        let f_resource_name = read_string(buf, flexible)?;
+        let f_pattern_type = read_i8(buf)?;
+        let f_acls = read_array(buf, flexible, |buf| AclDescription::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            resource_type: f_resource_type,
+            resource_name: f_resource_name,
+            pattern_type: f_pattern_type,
+            acls: f_acls,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeAclsResource {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_i8(buf, self.resource_type);
         write_string(buf, &self.resource_name, flexible)?;

@@ -31,23 +31,27 @@ impl Decodable for DescribeClientQuotasRequest {
             });
         }
         let flexible = version >= 1;
-        let mut this = Self::default();
-        this.components = read_array(buf, flexible, |buf| ComponentData::decode(buf, version))?;
-        this.strict = read_bool(buf)?;
+        let f_components = read_array(buf, flexible, |buf| ComponentData::decode(buf, version))?;
+        let f_strict = read_bool(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            components: f_components,
+            strict: f_strict,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeClientQuotasRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeClientQuotasRequest",
@@ -111,24 +115,29 @@ impl Default for ComponentData {
 impl Decodable for ComponentData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 1;
-        let mut this = Self::default();
-        this.entity_type = read_string(buf, flexible)?;
-        this.match_type = read_i8(buf)?;
-        this.r#match = read_nullable_string(buf, flexible)?;
+        let f_entity_type = read_string(buf, flexible)?;
+        let f_match_type = read_i8(buf)?;
+        let f_match = read_nullable_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            entity_type: f_entity_type,
+            match_type: f_match_type,
+            r#match: f_match,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ComponentData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 1;
         write_string(buf, &self.entity_type, flexible)?;
         write_i8(buf, self.match_type);

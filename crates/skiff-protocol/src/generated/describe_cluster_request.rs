@@ -33,28 +33,29 @@ impl Decodable for DescribeClusterRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.include_cluster_authorized_operations = read_bool(buf)?;
-        if version >= 1 {
-            this.endpoint_type = read_i8(buf)?;
-        }
-        if version >= 2 {
-            this.include_fenced_brokers = read_bool(buf)?;
-        }
+        let f_include_cluster_authorized_operations = read_bool(buf)?;
+        let f_endpoint_type = if version >= 1 { read_i8(buf)? } else { 1 };
+        let f_include_fenced_brokers = if version >= 2 { read_bool(buf)? } else { false };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            include_cluster_authorized_operations: f_include_cluster_authorized_operations,
+            endpoint_type: f_endpoint_type,
+            include_fenced_brokers: f_include_fenced_brokers,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeClusterRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeClusterRequest",

@@ -43,33 +43,41 @@ impl Decodable for DescribeClusterResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
-        if version >= 1 {
-            this.endpoint_type = read_i8(buf)?;
-        }
-        this.cluster_id = read_string(buf, flexible)?;
-        this.controller_id = read_i32(buf)?;
-        this.brokers = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let f_endpoint_type = if version >= 1 { read_i8(buf)? } else { 1 };
+        let f_cluster_id = read_string(buf, flexible)?;
+        let f_controller_id = read_i32(buf)?;
+        let f_brokers = read_array(buf, flexible, |buf| {
             DescribeClusterBroker::decode(buf, version)
         })?;
-        this.cluster_authorized_operations = read_i32(buf)?;
+        let f_cluster_authorized_operations = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            error_message: f_error_message,
+            endpoint_type: f_endpoint_type,
+            cluster_id: f_cluster_id,
+            controller_id: f_controller_id,
+            brokers: f_brokers,
+            cluster_authorized_operations: f_cluster_authorized_operations,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeClusterResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeClusterResponse",
@@ -157,28 +165,33 @@ impl Default for DescribeClusterBroker {
 impl Decodable for DescribeClusterBroker {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.broker_id = read_i32(buf)?;
-        this.host = read_string(buf, flexible)?;
-        this.port = read_i32(buf)?;
-        this.rack = read_nullable_string(buf, flexible)?;
-        if version >= 2 {
-            this.is_fenced = read_bool(buf)?;
-        }
+        let f_broker_id = read_i32(buf)?;
+        let f_host = read_string(buf, flexible)?;
+        let f_port = read_i32(buf)?;
+        let f_rack = read_nullable_string(buf, flexible)?;
+        let f_is_fenced = if version >= 2 { read_bool(buf)? } else { false };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            broker_id: f_broker_id,
+            host: f_host,
+            port: f_port,
+            rack: f_rack,
+            is_fenced: f_is_fenced,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeClusterBroker {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.broker_id);
         write_string(buf, &self.host, flexible)?;

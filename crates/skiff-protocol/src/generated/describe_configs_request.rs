@@ -33,28 +33,31 @@ impl Decodable for DescribeConfigsRequest {
             });
         }
         let flexible = version >= 4;
-        let mut this = Self::default();
-        this.resources = read_array(buf, flexible, |buf| {
+        let f_resources = read_array(buf, flexible, |buf| {
             DescribeConfigsResource::decode(buf, version)
         })?;
-        this.include_synonyms = read_bool(buf)?;
-        if version >= 3 {
-            this.include_documentation = read_bool(buf)?;
-        }
+        let f_include_synonyms = read_bool(buf)?;
+        let f_include_documentation = if version >= 3 { read_bool(buf)? } else { false };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            resources: f_resources,
+            include_synonyms: f_include_synonyms,
+            include_documentation: f_include_documentation,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeConfigsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeConfigsRequest",
@@ -124,25 +127,30 @@ impl Default for DescribeConfigsResource {
 impl Decodable for DescribeConfigsResource {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 4;
-        let mut this = Self::default();
-        this.resource_type = read_i8(buf)?;
-        this.resource_name = read_string(buf, flexible)?;
-        this.configuration_keys =
+        let f_resource_type = read_i8(buf)?;
+        let f_resource_name = read_string(buf, flexible)?;
+        let f_configuration_keys =
             read_nullable_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            resource_type: f_resource_type,
+            resource_name: f_resource_name,
+            configuration_keys: f_configuration_keys,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeConfigsResource {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 4;
         write_i8(buf, self.resource_type);
         write_string(buf, &self.resource_name, flexible)?;

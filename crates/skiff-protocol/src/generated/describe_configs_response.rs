@@ -31,25 +31,29 @@ impl Decodable for DescribeConfigsResponse {
             });
         }
         let flexible = version >= 4;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.results = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_results = read_array(buf, flexible, |buf| {
             DescribeConfigsResult::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            results: f_results,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeConfigsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeConfigsResponse",
@@ -113,24 +117,29 @@ impl Default for DescribeConfigsSynonym {
 impl Decodable for DescribeConfigsSynonym {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 4;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.value = read_nullable_string(buf, flexible)?;
-        this.source = read_i8(buf)?;
+        let f_name = read_string(buf, flexible)?;
+        let f_value = read_nullable_string(buf, flexible)?;
+        let f_source = read_i8(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            value: f_value,
+            source: f_source,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeConfigsSynonym {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 4;
         write_string(buf, &self.name, flexible)?;
         write_nullable_string(buf, self.value.as_deref(), flexible)?;
@@ -189,35 +198,45 @@ impl Default for DescribeConfigsResourceResult {
 impl Decodable for DescribeConfigsResourceResult {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 4;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.value = read_nullable_string(buf, flexible)?;
-        this.read_only = read_bool(buf)?;
-        this.config_source = read_i8(buf)?;
-        this.is_sensitive = read_bool(buf)?;
-        this.synonyms = read_array(buf, flexible, |buf| {
+        let f_name = read_string(buf, flexible)?;
+        let f_value = read_nullable_string(buf, flexible)?;
+        let f_read_only = read_bool(buf)?;
+        let f_config_source = read_i8(buf)?;
+        let f_is_sensitive = read_bool(buf)?;
+        let f_synonyms = read_array(buf, flexible, |buf| {
             DescribeConfigsSynonym::decode(buf, version)
         })?;
-        if version >= 3 {
-            this.config_type = read_i8(buf)?;
-        }
-        if version >= 3 {
-            this.documentation = read_nullable_string(buf, flexible)?;
-        }
+        let f_config_type = if version >= 3 { read_i8(buf)? } else { 0 };
+        let f_documentation = if version >= 3 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            Some(ByteString::from_static(""))
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            value: f_value,
+            read_only: f_read_only,
+            config_source: f_config_source,
+            is_sensitive: f_is_sensitive,
+            synonyms: f_synonyms,
+            config_type: f_config_type,
+            documentation: f_documentation,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeConfigsResourceResult {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 4;
         write_string(buf, &self.name, flexible)?;
         write_nullable_string(buf, self.value.as_deref(), flexible)?;
@@ -296,28 +315,35 @@ impl Default for DescribeConfigsResult {
 impl Decodable for DescribeConfigsResult {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 4;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
-        this.resource_type = read_i8(buf)?;
-        this.resource_name = read_string(buf, flexible)?;
-        this.configs = read_array(buf, flexible, |buf| {
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let f_resource_type = read_i8(buf)?;
+        let f_resource_name = read_string(buf, flexible)?;
+        let f_configs = read_array(buf, flexible, |buf| {
             DescribeConfigsResourceResult::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            error_message: f_error_message,
+            resource_type: f_resource_type,
+            resource_name: f_resource_name,
+            configs: f_configs,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeConfigsResult {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 4;
         write_i16(buf, self.error_code);
         write_nullable_string(buf, self.error_message.as_deref(), flexible)?;

@@ -29,24 +29,27 @@ impl Decodable for DescribeDelegationTokenRequest {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.owners = read_nullable_array(buf, flexible, |buf| {
+        let f_owners = read_nullable_array(buf, flexible, |buf| {
             DescribeDelegationTokenOwner::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            owners: f_owners,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeDelegationTokenRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeDelegationTokenRequest",
@@ -116,23 +119,27 @@ impl Default for DescribeDelegationTokenOwner {
 impl Decodable for DescribeDelegationTokenOwner {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.principal_type = read_string(buf, flexible)?;
-        this.principal_name = read_string(buf, flexible)?;
+        let f_principal_type = read_string(buf, flexible)?;
+        let f_principal_name = read_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            principal_type: f_principal_type,
+            principal_name: f_principal_name,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeDelegationTokenOwner {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_string(buf, &self.principal_type, flexible)?;
         write_string(buf, &self.principal_name, flexible)?;

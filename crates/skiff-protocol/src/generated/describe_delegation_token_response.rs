@@ -33,26 +33,31 @@ impl Decodable for DescribeDelegationTokenResponse {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.tokens = read_array(buf, flexible, |buf| {
+        let f_error_code = read_i16(buf)?;
+        let f_tokens = read_array(buf, flexible, |buf| {
             DescribedDelegationToken::decode(buf, version)
         })?;
-        this.throttle_time_ms = read_i32(buf)?;
+        let f_throttle_time_ms = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            tokens: f_tokens,
+            throttle_time_ms: f_throttle_time_ms,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeDelegationTokenResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeDelegationTokenResponse",
@@ -116,23 +121,27 @@ impl Default for DescribedDelegationTokenRenewer {
 impl Decodable for DescribedDelegationTokenRenewer {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.principal_type = read_string(buf, flexible)?;
-        this.principal_name = read_string(buf, flexible)?;
+        let f_principal_type = read_string(buf, flexible)?;
+        let f_principal_name = read_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            principal_type: f_principal_type,
+            principal_name: f_principal_name,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribedDelegationTokenRenewer {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_string(buf, &self.principal_type, flexible)?;
         write_string(buf, &self.principal_name, flexible)?;
@@ -189,37 +198,53 @@ impl Default for DescribedDelegationToken {
 impl Decodable for DescribedDelegationToken {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.principal_type = read_string(buf, flexible)?;
-        this.principal_name = read_string(buf, flexible)?;
-        if version >= 3 {
-            this.token_requester_principal_type = read_string(buf, flexible)?;
-        }
-        if version >= 3 {
-            this.token_requester_principal_name = read_string(buf, flexible)?;
-        }
-        this.issue_timestamp = read_i64(buf)?;
-        this.expiry_timestamp = read_i64(buf)?;
-        this.max_timestamp = read_i64(buf)?;
-        this.token_id = read_string(buf, flexible)?;
-        this.hmac = read_bytes(buf, flexible)?;
-        this.renewers = read_array(buf, flexible, |buf| {
+        let f_principal_type = read_string(buf, flexible)?;
+        let f_principal_name = read_string(buf, flexible)?;
+        let f_token_requester_principal_type = if version >= 3 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_token_requester_principal_name = if version >= 3 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_issue_timestamp = read_i64(buf)?;
+        let f_expiry_timestamp = read_i64(buf)?;
+        let f_max_timestamp = read_i64(buf)?;
+        let f_token_id = read_string(buf, flexible)?;
+        let f_hmac = read_bytes(buf, flexible)?;
+        let f_renewers = read_array(buf, flexible, |buf| {
             DescribedDelegationTokenRenewer::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            principal_type: f_principal_type,
+            principal_name: f_principal_name,
+            token_requester_principal_type: f_token_requester_principal_type,
+            token_requester_principal_name: f_token_requester_principal_name,
+            issue_timestamp: f_issue_timestamp,
+            expiry_timestamp: f_expiry_timestamp,
+            max_timestamp: f_max_timestamp,
+            token_id: f_token_id,
+            hmac: f_hmac,
+            renewers: f_renewers,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribedDelegationToken {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_string(buf, &self.principal_type, flexible)?;
         write_string(buf, &self.principal_name, flexible)?;
@@ -233,7 +258,7 @@ impl Encodable for DescribedDelegationToken {
         write_i64(buf, self.expiry_timestamp);
         write_i64(buf, self.max_timestamp);
         write_string(buf, &self.token_id, flexible)?;
-        write_bytes(buf, &self.hmac, flexible)?;
+        write_shared(buf, &self.hmac, flexible)?;
         write_array(buf, &self.renewers, flexible, |buf, item| {
             item.encode(buf, version)
         })?;

@@ -31,25 +31,27 @@ impl Decodable for DescribeGroupsRequest {
             });
         }
         let flexible = version >= 5;
-        let mut this = Self::default();
-        this.groups = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
-        if version >= 3 {
-            this.include_authorized_operations = read_bool(buf)?;
-        }
+        let f_groups = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let f_include_authorized_operations = if version >= 3 { read_bool(buf)? } else { false };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            groups: f_groups,
+            include_authorized_operations: f_include_authorized_operations,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeGroupsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeGroupsRequest",

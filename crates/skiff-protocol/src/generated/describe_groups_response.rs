@@ -31,25 +31,27 @@ impl Decodable for DescribeGroupsResponse {
             });
         }
         let flexible = version >= 5;
-        let mut this = Self::default();
-        if version >= 1 {
-            this.throttle_time_ms = read_i32(buf)?;
-        }
-        this.groups = read_array(buf, flexible, |buf| DescribedGroup::decode(buf, version))?;
+        let f_throttle_time_ms = if version >= 1 { read_i32(buf)? } else { 0 };
+        let f_groups = read_array(buf, flexible, |buf| DescribedGroup::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            groups: f_groups,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeGroupsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeGroupsResponse",
@@ -123,29 +125,39 @@ impl Default for DescribedGroupMember {
 impl Decodable for DescribedGroupMember {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 5;
-        let mut this = Self::default();
-        this.member_id = read_string(buf, flexible)?;
-        if version >= 4 {
-            this.group_instance_id = read_nullable_string(buf, flexible)?;
-        }
-        this.client_id = read_string(buf, flexible)?;
-        this.client_host = read_string(buf, flexible)?;
-        this.member_metadata = read_bytes(buf, flexible)?;
-        this.member_assignment = read_bytes(buf, flexible)?;
+        let f_member_id = read_string(buf, flexible)?;
+        let f_group_instance_id = if version >= 4 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let f_client_id = read_string(buf, flexible)?;
+        let f_client_host = read_string(buf, flexible)?;
+        let f_member_metadata = read_bytes(buf, flexible)?;
+        let f_member_assignment = read_bytes(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            member_id: f_member_id,
+            group_instance_id: f_group_instance_id,
+            client_id: f_client_id,
+            client_host: f_client_host,
+            member_metadata: f_member_metadata,
+            member_assignment: f_member_assignment,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribedGroupMember {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 5;
         write_string(buf, &self.member_id, flexible)?;
         if version >= 4 {
@@ -153,8 +165,8 @@ impl Encodable for DescribedGroupMember {
         }
         write_string(buf, &self.client_id, flexible)?;
         write_string(buf, &self.client_host, flexible)?;
-        write_bytes(buf, &self.member_metadata, flexible)?;
-        write_bytes(buf, &self.member_assignment, flexible)?;
+        write_shared(buf, &self.member_metadata, flexible)?;
+        write_shared(buf, &self.member_assignment, flexible)?;
         if flexible {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
@@ -214,35 +226,49 @@ impl Default for DescribedGroup {
 impl Decodable for DescribedGroup {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 5;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        if version >= 6 {
-            this.error_message = read_nullable_string(buf, flexible)?;
-        }
-        this.group_id = read_string(buf, flexible)?;
-        this.group_state = read_string(buf, flexible)?;
-        this.protocol_type = read_string(buf, flexible)?;
-        this.protocol_data = read_string(buf, flexible)?;
-        this.members = read_array(buf, flexible, |buf| {
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = if version >= 6 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let f_group_id = read_string(buf, flexible)?;
+        let f_group_state = read_string(buf, flexible)?;
+        let f_protocol_type = read_string(buf, flexible)?;
+        let f_protocol_data = read_string(buf, flexible)?;
+        let f_members = read_array(buf, flexible, |buf| {
             DescribedGroupMember::decode(buf, version)
         })?;
-        if version >= 3 {
-            this.authorized_operations = read_i32(buf)?;
-        }
+        let f_authorized_operations = if version >= 3 {
+            read_i32(buf)?
+        } else {
+            -2147483648
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            error_message: f_error_message,
+            group_id: f_group_id,
+            group_state: f_group_state,
+            protocol_type: f_protocol_type,
+            protocol_data: f_protocol_data,
+            members: f_members,
+            authorized_operations: f_authorized_operations,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribedGroup {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 5;
         write_i16(buf, self.error_code);
         if version >= 6 {

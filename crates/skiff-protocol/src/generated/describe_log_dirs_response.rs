@@ -33,28 +33,31 @@ impl Decodable for DescribeLogDirsResponse {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        if version >= 3 {
-            this.error_code = read_i16(buf)?;
-        }
-        this.results = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_error_code = if version >= 3 { read_i16(buf)? } else { 0 };
+        let f_results = read_array(buf, flexible, |buf| {
             DescribeLogDirsResult::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            results: f_results,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeLogDirsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeLogDirsResponse",
@@ -126,25 +129,31 @@ impl Default for DescribeLogDirsPartition {
 impl Decodable for DescribeLogDirsPartition {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        this.partition_size = read_i64(buf)?;
-        this.offset_lag = read_i64(buf)?;
-        this.is_future_key = read_bool(buf)?;
+        let f_partition_index = read_i32(buf)?;
+        let f_partition_size = read_i64(buf)?;
+        let f_offset_lag = read_i64(buf)?;
+        let f_is_future_key = read_bool(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            partition_size: f_partition_size,
+            offset_lag: f_offset_lag,
+            is_future_key: f_is_future_key,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeLogDirsPartition {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_i32(buf, self.partition_index);
         write_i64(buf, self.partition_size);
@@ -189,25 +198,29 @@ impl Default for DescribeLogDirsTopic {
 impl Decodable for DescribeLogDirsTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, |buf| {
+        let f_name = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, |buf| {
             DescribeLogDirsPartition::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeLogDirsTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_string(buf, &self.name, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {
@@ -258,32 +271,35 @@ impl Default for DescribeLogDirsResult {
 impl Decodable for DescribeLogDirsResult {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.log_dir = read_string(buf, flexible)?;
-        this.topics = read_array(buf, flexible, |buf| {
+        let f_error_code = read_i16(buf)?;
+        let f_log_dir = read_string(buf, flexible)?;
+        let f_topics = read_array(buf, flexible, |buf| {
             DescribeLogDirsTopic::decode(buf, version)
         })?;
-        if version >= 4 {
-            this.total_bytes = read_i64(buf)?;
-        }
-        if version >= 4 {
-            this.usable_bytes = read_i64(buf)?;
-        }
+        let f_total_bytes = if version >= 4 { read_i64(buf)? } else { -1 };
+        let f_usable_bytes = if version >= 4 { read_i64(buf)? } else { -1 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            log_dir: f_log_dir,
+            topics: f_topics,
+            total_bytes: f_total_bytes,
+            usable_bytes: f_usable_bytes,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeLogDirsResult {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_i16(buf, self.error_code);
         write_string(buf, &self.log_dir, flexible)?;

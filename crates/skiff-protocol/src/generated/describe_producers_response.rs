@@ -31,23 +31,27 @@ impl Decodable for DescribeProducersResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.topics = read_array(buf, flexible, |buf| TopicResponse::decode(buf, version))?;
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_topics = read_array(buf, flexible, |buf| TopicResponse::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeProducersResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeProducersResponse",
@@ -117,27 +121,35 @@ impl Default for ProducerState {
 impl Decodable for ProducerState {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.producer_id = read_i64(buf)?;
-        this.producer_epoch = read_i32(buf)?;
-        this.last_sequence = read_i32(buf)?;
-        this.last_timestamp = read_i64(buf)?;
-        this.coordinator_epoch = read_i32(buf)?;
-        this.current_txn_start_offset = read_i64(buf)?;
+        let f_producer_id = read_i64(buf)?;
+        let f_producer_epoch = read_i32(buf)?;
+        let f_last_sequence = read_i32(buf)?;
+        let f_last_timestamp = read_i64(buf)?;
+        let f_coordinator_epoch = read_i32(buf)?;
+        let f_current_txn_start_offset = read_i64(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            producer_id: f_producer_id,
+            producer_epoch: f_producer_epoch,
+            last_sequence: f_last_sequence,
+            last_timestamp: f_last_timestamp,
+            coordinator_epoch: f_coordinator_epoch,
+            current_txn_start_offset: f_current_txn_start_offset,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ProducerState {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i64(buf, self.producer_id);
         write_i32(buf, self.producer_epoch);
@@ -190,26 +202,32 @@ impl Default for PartitionResponse {
 impl Decodable for PartitionResponse {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
-        this.active_producers =
+        let f_partition_index = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let f_active_producers =
             read_array(buf, flexible, |buf| ProducerState::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            error_code: f_error_code,
+            error_message: f_error_message,
+            active_producers: f_active_producers,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for PartitionResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.partition_index);
         write_i16(buf, self.error_code);
@@ -262,23 +280,28 @@ impl Default for TopicResponse {
 impl Decodable for TopicResponse {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, |buf| PartitionResponse::decode(buf, version))?;
+        let f_name = read_string(buf, flexible)?;
+        let f_partitions =
+            read_array(buf, flexible, |buf| PartitionResponse::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.name, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {

@@ -35,29 +35,39 @@ impl Decodable for DescribeQuorumResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        if version >= 2 {
-            this.error_message = read_nullable_string(buf, flexible)?;
-        }
-        this.topics = read_array(buf, flexible, |buf| TopicData::decode(buf, version))?;
-        if version >= 2 {
-            this.nodes = read_array(buf, flexible, |buf| Node::decode(buf, version))?;
-        }
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = if version >= 2 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            Some(ByteString::from_static(""))
+        };
+        let f_topics = read_array(buf, flexible, |buf| TopicData::decode(buf, version))?;
+        let f_nodes = if version >= 2 {
+            read_array(buf, flexible, |buf| Node::decode(buf, version))?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            error_message: f_error_message,
+            topics: f_topics,
+            nodes: f_nodes,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeQuorumResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeQuorumResponse",
@@ -151,31 +161,43 @@ impl Default for PartitionData {
 impl Decodable for PartitionData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        if version >= 2 {
-            this.error_message = read_nullable_string(buf, flexible)?;
-        }
-        this.leader_id = read_i32(buf)?;
-        this.leader_epoch = read_i32(buf)?;
-        this.high_watermark = read_i64(buf)?;
-        this.current_voters = read_array(buf, flexible, |buf| ReplicaState::decode(buf, version))?;
-        this.observers = read_array(buf, flexible, |buf| ReplicaState::decode(buf, version))?;
+        let f_partition_index = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = if version >= 2 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            Some(ByteString::from_static(""))
+        };
+        let f_leader_id = read_i32(buf)?;
+        let f_leader_epoch = read_i32(buf)?;
+        let f_high_watermark = read_i64(buf)?;
+        let f_current_voters = read_array(buf, flexible, |buf| ReplicaState::decode(buf, version))?;
+        let f_observers = read_array(buf, flexible, |buf| ReplicaState::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            error_code: f_error_code,
+            error_message: f_error_message,
+            leader_id: f_leader_id,
+            leader_epoch: f_leader_epoch,
+            high_watermark: f_high_watermark,
+            current_voters: f_current_voters,
+            observers: f_observers,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for PartitionData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.partition_index);
         write_i16(buf, self.error_code);
@@ -244,23 +266,27 @@ impl Default for TopicData {
 impl Decodable for TopicData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.topic_name = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, |buf| PartitionData::decode(buf, version))?;
+        let f_topic_name = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, |buf| PartitionData::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic_name: f_topic_name,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.topic_name, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {
@@ -307,30 +333,37 @@ impl Default for Listener {
 impl Decodable for Listener {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        if version >= 2 {
-            this.name = read_string(buf, flexible)?;
-        }
-        if version >= 2 {
-            this.host = read_string(buf, flexible)?;
-        }
-        if version >= 2 {
-            this.port = read_u16(buf)?;
-        }
+        let f_name = if version >= 2 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_host = if version >= 2 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_port = if version >= 2 { read_u16(buf)? } else { 0 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            host: f_host,
+            port: f_port,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Listener {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         if version >= 2 {
             write_string(buf, &self.name, flexible)?;
@@ -385,27 +418,31 @@ impl Default for Node {
 impl Decodable for Node {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        if version >= 2 {
-            this.node_id = read_i32(buf)?;
-        }
-        if version >= 2 {
-            this.listeners = read_array(buf, flexible, |buf| Listener::decode(buf, version))?;
-        }
+        let f_node_id = if version >= 2 { read_i32(buf)? } else { 0 };
+        let f_listeners = if version >= 2 {
+            read_array(buf, flexible, |buf| Listener::decode(buf, version))?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            node_id: f_node_id,
+            listeners: f_listeners,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Node {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         if version >= 2 {
             write_i32(buf, self.node_id);
@@ -464,32 +501,37 @@ impl Default for ReplicaState {
 impl Decodable for ReplicaState {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.replica_id = read_i32(buf)?;
-        if version >= 2 {
-            this.replica_directory_id = read_uuid(buf)?;
-        }
-        this.log_end_offset = read_i64(buf)?;
-        if version >= 1 {
-            this.last_fetch_timestamp = read_i64(buf)?;
-        }
-        if version >= 1 {
-            this.last_caught_up_timestamp = read_i64(buf)?;
-        }
+        let f_replica_id = read_i32(buf)?;
+        let f_replica_directory_id = if version >= 2 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let f_log_end_offset = read_i64(buf)?;
+        let f_last_fetch_timestamp = if version >= 1 { read_i64(buf)? } else { -1 };
+        let f_last_caught_up_timestamp = if version >= 1 { read_i64(buf)? } else { -1 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            replica_id: f_replica_id,
+            replica_directory_id: f_replica_directory_id,
+            log_end_offset: f_log_end_offset,
+            last_fetch_timestamp: f_last_fetch_timestamp,
+            last_caught_up_timestamp: f_last_caught_up_timestamp,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ReplicaState {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.replica_id);
         if version >= 2 {

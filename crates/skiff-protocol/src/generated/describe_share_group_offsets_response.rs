@@ -31,25 +31,29 @@ impl Decodable for DescribeShareGroupOffsetsResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.groups = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_groups = read_array(buf, flexible, |buf| {
             DescribeShareGroupOffsetsResponseGroup::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            groups: f_groups,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeShareGroupOffsetsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeShareGroupOffsetsResponse",
@@ -123,29 +127,35 @@ impl Default for DescribeShareGroupOffsetsResponsePartition {
 impl Decodable for DescribeShareGroupOffsetsResponsePartition {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        this.start_offset = read_i64(buf)?;
-        this.leader_epoch = read_i32(buf)?;
-        if version >= 1 {
-            this.lag = read_i64(buf)?;
-        }
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
+        let f_partition_index = read_i32(buf)?;
+        let f_start_offset = read_i64(buf)?;
+        let f_leader_epoch = read_i32(buf)?;
+        let f_lag = if version >= 1 { read_i64(buf)? } else { -1 };
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            start_offset: f_start_offset,
+            leader_epoch: f_leader_epoch,
+            lag: f_lag,
+            error_code: f_error_code,
+            error_message: f_error_message,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeShareGroupOffsetsResponsePartition {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.partition_index);
         write_i64(buf, self.start_offset);
@@ -204,26 +214,31 @@ impl Default for DescribeShareGroupOffsetsResponseTopic {
 impl Decodable for DescribeShareGroupOffsetsResponseTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.topic_name = read_string(buf, flexible)?;
-        this.topic_id = read_uuid(buf)?;
-        this.partitions = read_array(buf, flexible, |buf| {
+        let f_topic_name = read_string(buf, flexible)?;
+        let f_topic_id = read_uuid(buf)?;
+        let f_partitions = read_array(buf, flexible, |buf| {
             DescribeShareGroupOffsetsResponsePartition::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic_name: f_topic_name,
+            topic_id: f_topic_id,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeShareGroupOffsetsResponseTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.topic_name, flexible)?;
         write_uuid(buf, self.topic_id);
@@ -278,27 +293,33 @@ impl Default for DescribeShareGroupOffsetsResponseGroup {
 impl Decodable for DescribeShareGroupOffsetsResponseGroup {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.group_id = read_string(buf, flexible)?;
-        this.topics = read_array(buf, flexible, |buf| {
+        let f_group_id = read_string(buf, flexible)?;
+        let f_topics = read_array(buf, flexible, |buf| {
             DescribeShareGroupOffsetsResponseTopic::decode(buf, version)
         })?;
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            group_id: f_group_id,
+            topics: f_topics,
+            error_code: f_error_code,
+            error_message: f_error_message,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeShareGroupOffsetsResponseGroup {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.group_id, flexible)?;
         write_array(buf, &self.topics, flexible, |buf, item| {

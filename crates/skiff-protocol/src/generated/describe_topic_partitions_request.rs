@@ -33,24 +33,29 @@ impl Decodable for DescribeTopicPartitionsRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.topics = read_array(buf, flexible, |buf| TopicRequest::decode(buf, version))?;
-        this.response_partition_limit = read_i32(buf)?;
-        this.cursor = read_nullable_struct(buf, |buf| Cursor::decode(buf, version))?;
+        let f_topics = read_array(buf, flexible, |buf| TopicRequest::decode(buf, version))?;
+        let f_response_partition_limit = read_i32(buf)?;
+        let f_cursor = read_nullable_struct(buf, |buf| Cursor::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topics: f_topics,
+            response_partition_limit: f_response_partition_limit,
+            cursor: f_cursor,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeTopicPartitionsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeTopicPartitionsRequest",
@@ -116,22 +121,25 @@ impl Default for TopicRequest {
 impl Decodable for TopicRequest {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
+        let f_name = read_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.name, flexible)?;
         if flexible {
@@ -170,23 +178,27 @@ impl Default for Cursor {
 impl Decodable for Cursor {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.topic_name = read_string(buf, flexible)?;
-        this.partition_index = read_i32(buf)?;
+        let f_topic_name = read_string(buf, flexible)?;
+        let f_partition_index = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic_name: f_topic_name,
+            partition_index: f_partition_index,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Cursor {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.topic_name, flexible)?;
         write_i32(buf, self.partition_index);

@@ -33,26 +33,31 @@ impl Decodable for DescribeTopicPartitionsResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.topics = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_topics = read_array(buf, flexible, |buf| {
             DescribeTopicPartitionsResponseTopic::decode(buf, version)
         })?;
-        this.next_cursor = read_nullable_struct(buf, |buf| Cursor::decode(buf, version))?;
+        let f_next_cursor = read_nullable_struct(buf, |buf| Cursor::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            topics: f_topics,
+            next_cursor: f_next_cursor,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeTopicPartitionsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeTopicPartitionsResponse",
@@ -140,30 +145,41 @@ impl Default for DescribeTopicPartitionsResponsePartition {
 impl Decodable for DescribeTopicPartitionsResponsePartition {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.partition_index = read_i32(buf)?;
-        this.leader_id = read_i32(buf)?;
-        this.leader_epoch = read_i32(buf)?;
-        this.replica_nodes = read_array(buf, flexible, read_i32)?;
-        this.isr_nodes = read_array(buf, flexible, read_i32)?;
-        this.eligible_leader_replicas = read_nullable_array(buf, flexible, read_i32)?;
-        this.last_known_elr = read_nullable_array(buf, flexible, read_i32)?;
-        this.offline_replicas = read_array(buf, flexible, read_i32)?;
+        let f_error_code = read_i16(buf)?;
+        let f_partition_index = read_i32(buf)?;
+        let f_leader_id = read_i32(buf)?;
+        let f_leader_epoch = read_i32(buf)?;
+        let f_replica_nodes = read_array(buf, flexible, read_i32)?;
+        let f_isr_nodes = read_array(buf, flexible, read_i32)?;
+        let f_eligible_leader_replicas = read_nullable_array(buf, flexible, read_i32)?;
+        let f_last_known_elr = read_nullable_array(buf, flexible, read_i32)?;
+        let f_offline_replicas = read_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            partition_index: f_partition_index,
+            leader_id: f_leader_id,
+            leader_epoch: f_leader_epoch,
+            replica_nodes: f_replica_nodes,
+            isr_nodes: f_isr_nodes,
+            eligible_leader_replicas: f_eligible_leader_replicas,
+            last_known_elr: f_last_known_elr,
+            offline_replicas: f_offline_replicas,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeTopicPartitionsResponsePartition {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i16(buf, self.error_code);
         write_i32(buf, self.partition_index);
@@ -259,29 +275,37 @@ impl Default for DescribeTopicPartitionsResponseTopic {
 impl Decodable for DescribeTopicPartitionsResponseTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.name = read_nullable_string(buf, flexible)?;
-        this.topic_id = read_uuid(buf)?;
-        this.is_internal = read_bool(buf)?;
-        this.partitions = read_array(buf, flexible, |buf| {
+        let f_error_code = read_i16(buf)?;
+        let f_name = read_nullable_string(buf, flexible)?;
+        let f_topic_id = read_uuid(buf)?;
+        let f_is_internal = read_bool(buf)?;
+        let f_partitions = read_array(buf, flexible, |buf| {
             DescribeTopicPartitionsResponsePartition::decode(buf, version)
         })?;
-        this.topic_authorized_operations = read_i32(buf)?;
+        let f_topic_authorized_operations = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            name: f_name,
+            topic_id: f_topic_id,
+            is_internal: f_is_internal,
+            partitions: f_partitions,
+            topic_authorized_operations: f_topic_authorized_operations,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeTopicPartitionsResponseTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i16(buf, self.error_code);
         write_nullable_string(buf, self.name.as_deref(), flexible)?;
@@ -342,23 +366,27 @@ impl Default for Cursor {
 impl Decodable for Cursor {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.topic_name = read_string(buf, flexible)?;
-        this.partition_index = read_i32(buf)?;
+        let f_topic_name = read_string(buf, flexible)?;
+        let f_partition_index = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic_name: f_topic_name,
+            partition_index: f_partition_index,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Cursor {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.topic_name, flexible)?;
         write_i32(buf, self.partition_index);

@@ -29,22 +29,25 @@ impl Decodable for DescribeTransactionsRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.transactional_ids = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let f_transactional_ids = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            transactional_ids: f_transactional_ids,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeTransactionsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeTransactionsRequest",

@@ -31,24 +31,28 @@ impl Decodable for DescribeTransactionsResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.transaction_states =
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_transaction_states =
             read_array(buf, flexible, |buf| TransactionState::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            transaction_states: f_transaction_states,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeTransactionsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeTransactionsResponse",
@@ -110,23 +114,27 @@ impl Default for TopicData {
 impl Decodable for TopicData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.topic = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, read_i32)?;
+        let f_topic = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic: f_topic,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.topic, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {
@@ -182,29 +190,39 @@ impl Default for TransactionState {
 impl Decodable for TransactionState {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.transactional_id = read_string(buf, flexible)?;
-        this.transaction_state = read_string(buf, flexible)?;
-        this.transaction_timeout_ms = read_i32(buf)?;
-        this.transaction_start_time_ms = read_i64(buf)?;
-        this.producer_id = read_i64(buf)?;
-        this.producer_epoch = read_i16(buf)?;
-        this.topics = read_array(buf, flexible, |buf| TopicData::decode(buf, version))?;
+        let f_error_code = read_i16(buf)?;
+        let f_transactional_id = read_string(buf, flexible)?;
+        let f_transaction_state = read_string(buf, flexible)?;
+        let f_transaction_timeout_ms = read_i32(buf)?;
+        let f_transaction_start_time_ms = read_i64(buf)?;
+        let f_producer_id = read_i64(buf)?;
+        let f_producer_epoch = read_i16(buf)?;
+        let f_topics = read_array(buf, flexible, |buf| TopicData::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            transactional_id: f_transactional_id,
+            transaction_state: f_transaction_state,
+            transaction_timeout_ms: f_transaction_timeout_ms,
+            transaction_start_time_ms: f_transaction_start_time_ms,
+            producer_id: f_producer_id,
+            producer_epoch: f_producer_epoch,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TransactionState {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i16(buf, self.error_code);
         write_string(buf, &self.transactional_id, flexible)?;

@@ -35,27 +35,33 @@ impl Decodable for DescribeUserScramCredentialsResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
-        this.results = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let f_results = read_array(buf, flexible, |buf| {
             DescribeUserScramCredentialsResult::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            error_message: f_error_message,
+            results: f_results,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeUserScramCredentialsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "DescribeUserScramCredentialsResponse",
@@ -127,23 +133,27 @@ impl Default for CredentialInfo {
 impl Decodable for CredentialInfo {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.mechanism = read_i8(buf)?;
-        this.iterations = read_i32(buf)?;
+        let f_mechanism = read_i8(buf)?;
+        let f_iterations = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            mechanism: f_mechanism,
+            iterations: f_iterations,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for CredentialInfo {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i8(buf, self.mechanism);
         write_i32(buf, self.iterations);
@@ -188,26 +198,32 @@ impl Default for DescribeUserScramCredentialsResult {
 impl Decodable for DescribeUserScramCredentialsResult {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.user = read_string(buf, flexible)?;
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
-        this.credential_infos =
+        let f_user = read_string(buf, flexible)?;
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let f_credential_infos =
             read_array(buf, flexible, |buf| CredentialInfo::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            user: f_user,
+            error_code: f_error_code,
+            error_message: f_error_message,
+            credential_infos: f_credential_infos,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribeUserScramCredentialsResult {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.user, flexible)?;
         write_i16(buf, self.error_code);

@@ -33,27 +33,30 @@ impl Decodable for ElectLeadersRequest {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        if version >= 1 {
-            this.election_type = read_i8(buf)?;
-        }
-        this.topic_partitions =
+        let f_election_type = if version >= 1 { read_i8(buf)? } else { 0 };
+        let f_topic_partitions =
             read_nullable_array(buf, flexible, |buf| TopicPartitions::decode(buf, version))?;
-        this.timeout_ms = read_i32(buf)?;
+        let f_timeout_ms = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            election_type: f_election_type,
+            topic_partitions: f_topic_partitions,
+            timeout_ms: f_timeout_ms,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ElectLeadersRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ElectLeadersRequest",
@@ -130,23 +133,27 @@ impl Default for TopicPartitions {
 impl Decodable for TopicPartitions {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.topic = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, read_i32)?;
+        let f_topic = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic: f_topic,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicPartitions {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 2;
         write_string(buf, &self.topic, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {

@@ -33,27 +33,33 @@ impl Decodable for EndQuorumEpochRequest {
             });
         }
         let flexible = version >= 1;
-        let mut this = Self::default();
-        this.cluster_id = read_nullable_string(buf, flexible)?;
-        this.topics = read_array(buf, flexible, |buf| TopicData::decode(buf, version))?;
-        if version >= 1 {
-            this.leader_endpoints =
-                read_array(buf, flexible, |buf| LeaderEndpoint::decode(buf, version))?;
-        }
+        let f_cluster_id = read_nullable_string(buf, flexible)?;
+        let f_topics = read_array(buf, flexible, |buf| TopicData::decode(buf, version))?;
+        let f_leader_endpoints = if version >= 1 {
+            read_array(buf, flexible, |buf| LeaderEndpoint::decode(buf, version))?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            cluster_id: f_cluster_id,
+            topics: f_topics,
+            leader_endpoints: f_leader_endpoints,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for EndQuorumEpochRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "EndQuorumEpochRequest",
@@ -129,27 +135,31 @@ impl Default for ReplicaInfo {
 impl Decodable for ReplicaInfo {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 1;
-        let mut this = Self::default();
-        if version >= 1 {
-            this.candidate_id = read_i32(buf)?;
-        }
-        if version >= 1 {
-            this.candidate_directory_id = read_uuid(buf)?;
-        }
+        let f_candidate_id = if version >= 1 { read_i32(buf)? } else { 0 };
+        let f_candidate_directory_id = if version >= 1 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            candidate_id: f_candidate_id,
+            candidate_directory_id: f_candidate_directory_id,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ReplicaInfo {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 1;
         if version >= 1 {
             write_i32(buf, self.candidate_id);
@@ -204,31 +214,41 @@ impl Default for PartitionData {
 impl Decodable for PartitionData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 1;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        this.leader_id = read_i32(buf)?;
-        this.leader_epoch = read_i32(buf)?;
-        if version <= 0 {
-            this.preferred_successors = read_array(buf, flexible, read_i32)?;
-        }
-        if version >= 1 {
-            this.preferred_candidates =
-                read_array(buf, flexible, |buf| ReplicaInfo::decode(buf, version))?;
-        }
+        let f_partition_index = read_i32(buf)?;
+        let f_leader_id = read_i32(buf)?;
+        let f_leader_epoch = read_i32(buf)?;
+        let f_preferred_successors = if version <= 0 {
+            read_array(buf, flexible, read_i32)?
+        } else {
+            Vec::new()
+        };
+        let f_preferred_candidates = if version >= 1 {
+            read_array(buf, flexible, |buf| ReplicaInfo::decode(buf, version))?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            leader_id: f_leader_id,
+            leader_epoch: f_leader_epoch,
+            preferred_successors: f_preferred_successors,
+            preferred_candidates: f_preferred_candidates,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for PartitionData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 1;
         write_i32(buf, self.partition_index);
         write_i32(buf, self.leader_id);
@@ -290,23 +310,27 @@ impl Default for TopicData {
 impl Decodable for TopicData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 1;
-        let mut this = Self::default();
-        this.topic_name = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, |buf| PartitionData::decode(buf, version))?;
+        let f_topic_name = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, |buf| PartitionData::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic_name: f_topic_name,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 1;
         write_string(buf, &self.topic_name, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {
@@ -353,30 +377,37 @@ impl Default for LeaderEndpoint {
 impl Decodable for LeaderEndpoint {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 1;
-        let mut this = Self::default();
-        if version >= 1 {
-            this.name = read_string(buf, flexible)?;
-        }
-        if version >= 1 {
-            this.host = read_string(buf, flexible)?;
-        }
-        if version >= 1 {
-            this.port = read_u16(buf)?;
-        }
+        let f_name = if version >= 1 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_host = if version >= 1 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_port = if version >= 1 { read_u16(buf)? } else { 0 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            host: f_host,
+            port: f_port,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for LeaderEndpoint {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 1;
         if version >= 1 {
             write_string(buf, &self.name, flexible)?;

@@ -33,24 +33,29 @@ impl Decodable for EnvelopeRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.request_data = read_bytes(buf, flexible)?;
-        this.request_principal = read_nullable_bytes(buf, flexible)?;
-        this.client_host_address = read_bytes(buf, flexible)?;
+        let f_request_data = read_bytes(buf, flexible)?;
+        let f_request_principal = read_nullable_bytes(buf, flexible)?;
+        let f_client_host_address = read_bytes(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            request_data: f_request_data,
+            request_principal: f_request_principal,
+            client_host_address: f_client_host_address,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for EnvelopeRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "EnvelopeRequest",
@@ -58,9 +63,9 @@ impl Encodable for EnvelopeRequest {
             });
         }
         let flexible = true;
-        write_bytes(buf, &self.request_data, flexible)?;
-        write_nullable_bytes(buf, self.request_principal.as_deref(), flexible)?;
-        write_bytes(buf, &self.client_host_address, flexible)?;
+        write_shared(buf, &self.request_data, flexible)?;
+        write_nullable_shared(buf, self.request_principal.as_ref(), flexible)?;
+        write_shared(buf, &self.client_host_address, flexible)?;
         if flexible {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }

@@ -31,23 +31,27 @@ impl Decodable for EnvelopeResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.response_data = read_nullable_bytes(buf, flexible)?;
-        this.error_code = read_i16(buf)?;
+        let f_response_data = read_nullable_bytes(buf, flexible)?;
+        let f_error_code = read_i16(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            response_data: f_response_data,
+            error_code: f_error_code,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for EnvelopeResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "EnvelopeResponse",
@@ -55,7 +59,7 @@ impl Encodable for EnvelopeResponse {
             });
         }
         let flexible = true;
-        write_nullable_bytes(buf, self.response_data.as_deref(), flexible)?;
+        write_nullable_shared(buf, self.response_data.as_ref(), flexible)?;
         write_i16(buf, self.error_code);
         if flexible {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;

@@ -31,23 +31,27 @@ impl Decodable for ExpireDelegationTokenRequest {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.hmac = read_bytes(buf, flexible)?;
-        this.expiry_time_period_ms = read_i64(buf)?;
+        let f_hmac = read_bytes(buf, flexible)?;
+        let f_expiry_time_period_ms = read_i64(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            hmac: f_hmac,
+            expiry_time_period_ms: f_expiry_time_period_ms,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ExpireDelegationTokenRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ExpireDelegationTokenRequest",
@@ -55,7 +59,7 @@ impl Encodable for ExpireDelegationTokenRequest {
             });
         }
         let flexible = version >= 2;
-        write_bytes(buf, &self.hmac, flexible)?;
+        write_shared(buf, &self.hmac, flexible)?;
         write_i64(buf, self.expiry_time_period_ms);
         if flexible {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;

@@ -33,24 +33,29 @@ impl Decodable for ExpireDelegationTokenResponse {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.expiry_timestamp_ms = read_i64(buf)?;
-        this.throttle_time_ms = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_expiry_timestamp_ms = read_i64(buf)?;
+        let f_throttle_time_ms = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            expiry_timestamp_ms: f_expiry_timestamp_ms,
+            throttle_time_ms: f_throttle_time_ms,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ExpireDelegationTokenResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ExpireDelegationTokenResponse",

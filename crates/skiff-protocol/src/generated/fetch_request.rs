@@ -51,52 +51,65 @@ impl Decodable for FetchRequest {
             });
         }
         let flexible = version >= 12;
-        let mut this = Self::default();
-        if version <= 14 {
-            this.replica_id = read_i32(buf)?;
-        }
-        this.max_wait_ms = read_i32(buf)?;
-        this.min_bytes = read_i32(buf)?;
-        this.max_bytes = read_i32(buf)?;
-        this.isolation_level = read_i8(buf)?;
-        if version >= 7 {
-            this.session_id = read_i32(buf)?;
-        }
-        if version >= 7 {
-            this.session_epoch = read_i32(buf)?;
-        }
-        this.topics = read_array(buf, flexible, |buf| FetchTopic::decode(buf, version))?;
-        if version >= 7 {
-            this.forgotten_topics_data =
-                read_array(buf, flexible, |buf| ForgottenTopic::decode(buf, version))?;
-        }
-        if version >= 11 {
-            this.rack_id = read_string(buf, flexible)?;
-        }
+        let mut f_cluster_id = None;
+        let f_replica_id = if version <= 14 { read_i32(buf)? } else { -1 };
+        let mut f_replica_state = ReplicaState::default();
+        let f_max_wait_ms = read_i32(buf)?;
+        let f_min_bytes = read_i32(buf)?;
+        let f_max_bytes = read_i32(buf)?;
+        let f_isolation_level = read_i8(buf)?;
+        let f_session_id = if version >= 7 { read_i32(buf)? } else { 0 };
+        let f_session_epoch = if version >= 7 { read_i32(buf)? } else { -1 };
+        let f_topics = read_array(buf, flexible, |buf| FetchTopic::decode(buf, version))?;
+        let f_forgotten_topics_data = if version >= 7 {
+            read_array(buf, flexible, |buf| ForgottenTopic::decode(buf, version))?
+        } else {
+            Vec::new()
+        };
+        let f_rack_id = if version >= 11 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
                     0 if version >= 12 => {
-                        this.cluster_id = decode_tagged(tag, data, |buf| {
+                        f_cluster_id = decode_tagged(tag, data, |buf| {
                             Ok(read_nullable_string(buf, flexible)?)
                         })?;
                     }
                     1 if version >= 15 => {
-                        this.replica_state = decode_tagged(tag, data, |buf| {
+                        f_replica_state = decode_tagged(tag, data, |buf| {
                             Ok(ReplicaState::decode(buf, version)?)
                         })?;
                     }
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            cluster_id: f_cluster_id,
+            replica_id: f_replica_id,
+            replica_state: f_replica_state,
+            max_wait_ms: f_max_wait_ms,
+            min_bytes: f_min_bytes,
+            max_bytes: f_max_bytes,
+            isolation_level: f_isolation_level,
+            session_id: f_session_id,
+            session_epoch: f_session_epoch,
+            topics: f_topics,
+            forgotten_topics_data: f_forgotten_topics_data,
+            rack_id: f_rack_id,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for FetchRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "FetchRequest",
@@ -221,27 +234,27 @@ impl Default for ReplicaState {
 impl Decodable for ReplicaState {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 12;
-        let mut this = Self::default();
-        if version >= 15 {
-            this.replica_id = read_i32(buf)?;
-        }
-        if version >= 15 {
-            this.replica_epoch = read_i64(buf)?;
-        }
+        let f_replica_id = if version >= 15 { read_i32(buf)? } else { -1 };
+        let f_replica_epoch = if version >= 15 { read_i64(buf)? } else { -1 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            replica_id: f_replica_id,
+            replica_epoch: f_replica_epoch,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ReplicaState {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 12;
         if version >= 15 {
             write_i32(buf, self.replica_id);
@@ -302,40 +315,46 @@ impl Default for FetchPartition {
 impl Decodable for FetchPartition {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 12;
-        let mut this = Self::default();
-        this.partition = read_i32(buf)?;
-        if version >= 9 {
-            this.current_leader_epoch = read_i32(buf)?;
-        }
-        this.fetch_offset = read_i64(buf)?;
-        if version >= 12 {
-            this.last_fetched_epoch = read_i32(buf)?;
-        }
-        if version >= 5 {
-            this.log_start_offset = read_i64(buf)?;
-        }
-        this.partition_max_bytes = read_i32(buf)?;
+        let f_partition = read_i32(buf)?;
+        let f_current_leader_epoch = if version >= 9 { read_i32(buf)? } else { -1 };
+        let f_fetch_offset = read_i64(buf)?;
+        let f_last_fetched_epoch = if version >= 12 { read_i32(buf)? } else { -1 };
+        let f_log_start_offset = if version >= 5 { read_i64(buf)? } else { -1 };
+        let f_partition_max_bytes = read_i32(buf)?;
+        let mut f_replica_directory_id = Uuid::ZERO;
+        let mut f_high_watermark = 9223372036854775807;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
                     0 if version >= 17 => {
-                        this.replica_directory_id =
+                        f_replica_directory_id =
                             decode_tagged(tag, data, |buf| Ok(read_uuid(buf)?))?;
                     }
                     1 if version >= 18 => {
-                        this.high_watermark = decode_tagged(tag, data, |buf| Ok(read_i64(buf)?))?;
+                        f_high_watermark = decode_tagged(tag, data, |buf| Ok(read_i64(buf)?))?;
                     }
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition: f_partition,
+            current_leader_epoch: f_current_leader_epoch,
+            fetch_offset: f_fetch_offset,
+            last_fetched_epoch: f_last_fetched_epoch,
+            log_start_offset: f_log_start_offset,
+            partition_max_bytes: f_partition_max_bytes,
+            replica_directory_id: f_replica_directory_id,
+            high_watermark: f_high_watermark,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for FetchPartition {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 12;
         write_i32(buf, self.partition);
         if version >= 9 {
@@ -417,28 +436,37 @@ impl Default for FetchTopic {
 impl Decodable for FetchTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 12;
-        let mut this = Self::default();
-        if version <= 12 {
-            this.topic = read_string(buf, flexible)?;
-        }
-        if version >= 13 {
-            this.topic_id = read_uuid(buf)?;
-        }
-        this.partitions = read_array(buf, flexible, |buf| FetchPartition::decode(buf, version))?;
+        let f_topic = if version <= 12 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_topic_id = if version >= 13 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let f_partitions = read_array(buf, flexible, |buf| FetchPartition::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic: f_topic,
+            topic_id: f_topic_id,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for FetchTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 12;
         if version <= 12 {
             write_string(buf, &self.topic, flexible)?;
@@ -495,30 +523,41 @@ impl Default for ForgottenTopic {
 impl Decodable for ForgottenTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 12;
-        let mut this = Self::default();
-        if (7..=12).contains(&version) {
-            this.topic = read_string(buf, flexible)?;
-        }
-        if version >= 13 {
-            this.topic_id = read_uuid(buf)?;
-        }
-        if version >= 7 {
-            this.partitions = read_array(buf, flexible, read_i32)?;
-        }
+        let f_topic = if (7..=12).contains(&version) {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_topic_id = if version >= 13 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let f_partitions = if version >= 7 {
+            read_array(buf, flexible, read_i32)?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic: f_topic,
+            topic_id: f_topic_id,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ForgottenTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 12;
         if (7..=12).contains(&version) {
             write_string(buf, &self.topic, flexible)?;

@@ -37,38 +37,42 @@ impl Decodable for FetchResponse {
             });
         }
         let flexible = version >= 12;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        if version >= 7 {
-            this.error_code = read_i16(buf)?;
-        }
-        if version >= 7 {
-            this.session_id = read_i32(buf)?;
-        }
-        this.responses = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_error_code = if version >= 7 { read_i16(buf)? } else { 0 };
+        let f_session_id = if version >= 7 { read_i32(buf)? } else { 0 };
+        let f_responses = read_array(buf, flexible, |buf| {
             FetchableTopicResponse::decode(buf, version)
         })?;
+        let mut f_node_endpoints = Vec::new();
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
                     0 if version >= 16 => {
-                        this.node_endpoints = decode_tagged(tag, data, |buf| {
+                        f_node_endpoints = decode_tagged(tag, data, |buf| {
                             Ok(read_array(buf, flexible, |buf| {
                                 NodeEndpoint::decode(buf, version)
                             })?)
                         })?;
                     }
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            session_id: f_session_id,
+            responses: f_responses,
+            node_endpoints: f_node_endpoints,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for FetchResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "FetchResponse",
@@ -156,27 +160,27 @@ impl Default for EpochEndOffset {
 impl Decodable for EpochEndOffset {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 12;
-        let mut this = Self::default();
-        if version >= 12 {
-            this.epoch = read_i32(buf)?;
-        }
-        if version >= 12 {
-            this.end_offset = read_i64(buf)?;
-        }
+        let f_epoch = if version >= 12 { read_i32(buf)? } else { -1 };
+        let f_end_offset = if version >= 12 { read_i64(buf)? } else { -1 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            epoch: f_epoch,
+            end_offset: f_end_offset,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for EpochEndOffset {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 12;
         if version >= 12 {
             write_i32(buf, self.epoch);
@@ -225,27 +229,27 @@ impl Default for LeaderIdAndEpoch {
 impl Decodable for LeaderIdAndEpoch {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 12;
-        let mut this = Self::default();
-        if version >= 12 {
-            this.leader_id = read_i32(buf)?;
-        }
-        if version >= 12 {
-            this.leader_epoch = read_i32(buf)?;
-        }
+        let f_leader_id = if version >= 12 { read_i32(buf)? } else { -1 };
+        let f_leader_epoch = if version >= 12 { read_i32(buf)? } else { -1 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            leader_id: f_leader_id,
+            leader_epoch: f_leader_epoch,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for LeaderIdAndEpoch {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 12;
         if version >= 12 {
             write_i32(buf, self.leader_id);
@@ -294,23 +298,27 @@ impl Default for SnapshotId {
 impl Decodable for SnapshotId {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 12;
-        let mut this = Self::default();
-        this.end_offset = read_i64(buf)?;
-        this.epoch = read_i32(buf)?;
+        let f_end_offset = read_i64(buf)?;
+        let f_epoch = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            end_offset: f_end_offset,
+            epoch: f_epoch,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for SnapshotId {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 12;
         write_i64(buf, self.end_offset);
         write_i32(buf, self.epoch);
@@ -351,23 +359,27 @@ impl Default for AbortedTransaction {
 impl Decodable for AbortedTransaction {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 12;
-        let mut this = Self::default();
-        this.producer_id = read_i64(buf)?;
-        this.first_offset = read_i64(buf)?;
+        let f_producer_id = read_i64(buf)?;
+        let f_first_offset = read_i64(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            producer_id: f_producer_id,
+            first_offset: f_first_offset,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AbortedTransaction {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 12;
         write_i64(buf, self.producer_id);
         write_i64(buf, self.first_offset);
@@ -426,49 +438,61 @@ impl Default for PartitionData {
 impl Decodable for PartitionData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 12;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.high_watermark = read_i64(buf)?;
-        this.last_stable_offset = read_i64(buf)?;
-        if version >= 5 {
-            this.log_start_offset = read_i64(buf)?;
-        }
-        this.aborted_transactions = read_nullable_array(buf, flexible, |buf| {
+        let f_partition_index = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_high_watermark = read_i64(buf)?;
+        let f_last_stable_offset = read_i64(buf)?;
+        let f_log_start_offset = if version >= 5 { read_i64(buf)? } else { -1 };
+        let mut f_diverging_epoch = EpochEndOffset::default();
+        let mut f_current_leader = LeaderIdAndEpoch::default();
+        let mut f_snapshot_id = SnapshotId::default();
+        let f_aborted_transactions = read_nullable_array(buf, flexible, |buf| {
             AbortedTransaction::decode(buf, version)
         })?;
-        if version >= 11 {
-            this.preferred_read_replica = read_i32(buf)?;
-        }
-        this.records = read_nullable_bytes(buf, flexible)?;
+        let f_preferred_read_replica = if version >= 11 { read_i32(buf)? } else { -1 };
+        let f_records = read_nullable_bytes(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
                     0 if version >= 12 => {
-                        this.diverging_epoch = decode_tagged(tag, data, |buf| {
+                        f_diverging_epoch = decode_tagged(tag, data, |buf| {
                             Ok(EpochEndOffset::decode(buf, version)?)
                         })?;
                     }
                     1 if version >= 12 => {
-                        this.current_leader = decode_tagged(tag, data, |buf| {
+                        f_current_leader = decode_tagged(tag, data, |buf| {
                             Ok(LeaderIdAndEpoch::decode(buf, version)?)
                         })?;
                     }
                     2 if version >= 12 => {
-                        this.snapshot_id =
+                        f_snapshot_id =
                             decode_tagged(tag, data, |buf| Ok(SnapshotId::decode(buf, version)?))?;
                     }
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            error_code: f_error_code,
+            high_watermark: f_high_watermark,
+            last_stable_offset: f_last_stable_offset,
+            log_start_offset: f_log_start_offset,
+            diverging_epoch: f_diverging_epoch,
+            current_leader: f_current_leader,
+            snapshot_id: f_snapshot_id,
+            aborted_transactions: f_aborted_transactions,
+            preferred_read_replica: f_preferred_read_replica,
+            records: f_records,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for PartitionData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 12;
         write_i32(buf, self.partition_index);
         write_i16(buf, self.error_code);
@@ -486,7 +510,7 @@ impl Encodable for PartitionData {
         if version >= 11 {
             write_i32(buf, self.preferred_read_replica);
         }
-        write_nullable_bytes(buf, self.records.as_deref(), flexible)?;
+        write_nullable_shared(buf, self.records.as_ref(), flexible)?;
         if flexible {
             let mut tagged = TaggedFieldsWriter::new();
             if version >= 12 && self.diverging_epoch != EpochEndOffset::default() {
@@ -577,28 +601,37 @@ impl Default for FetchableTopicResponse {
 impl Decodable for FetchableTopicResponse {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 12;
-        let mut this = Self::default();
-        if version <= 12 {
-            this.topic = read_string(buf, flexible)?;
-        }
-        if version >= 13 {
-            this.topic_id = read_uuid(buf)?;
-        }
-        this.partitions = read_array(buf, flexible, |buf| PartitionData::decode(buf, version))?;
+        let f_topic = if version <= 12 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_topic_id = if version >= 13 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let f_partitions = read_array(buf, flexible, |buf| PartitionData::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic: f_topic,
+            topic_id: f_topic_id,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for FetchableTopicResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 12;
         if version <= 12 {
             write_string(buf, &self.topic, flexible)?;
@@ -657,33 +690,39 @@ impl Default for NodeEndpoint {
 impl Decodable for NodeEndpoint {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 12;
-        let mut this = Self::default();
-        if version >= 16 {
-            this.node_id = read_i32(buf)?;
-        }
-        if version >= 16 {
-            this.host = read_string(buf, flexible)?;
-        }
-        if version >= 16 {
-            this.port = read_i32(buf)?;
-        }
-        if version >= 16 {
-            this.rack = read_nullable_string(buf, flexible)?;
-        }
+        let f_node_id = if version >= 16 { read_i32(buf)? } else { 0 };
+        let f_host = if version >= 16 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_port = if version >= 16 { read_i32(buf)? } else { 0 };
+        let f_rack = if version >= 16 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            node_id: f_node_id,
+            host: f_host,
+            port: f_port,
+            rack: f_rack,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for NodeEndpoint {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 12;
         if version >= 16 {
             write_i32(buf, self.node_id);

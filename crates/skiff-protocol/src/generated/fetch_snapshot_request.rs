@@ -35,29 +35,36 @@ impl Decodable for FetchSnapshotRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.replica_id = read_i32(buf)?;
-        this.max_bytes = read_i32(buf)?;
-        this.topics = read_array(buf, flexible, |buf| TopicSnapshot::decode(buf, version))?;
+        let mut f_cluster_id = None;
+        let f_replica_id = read_i32(buf)?;
+        let f_max_bytes = read_i32(buf)?;
+        let f_topics = read_array(buf, flexible, |buf| TopicSnapshot::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
                     0 => {
-                        this.cluster_id = decode_tagged(tag, data, |buf| {
+                        f_cluster_id = decode_tagged(tag, data, |buf| {
                             Ok(read_nullable_string(buf, flexible)?)
                         })?;
                     }
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            cluster_id: f_cluster_id,
+            replica_id: f_replica_id,
+            max_bytes: f_max_bytes,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for FetchSnapshotRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "FetchSnapshotRequest",
@@ -133,23 +140,27 @@ impl Default for SnapshotId {
 impl Decodable for SnapshotId {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.end_offset = read_i64(buf)?;
-        this.epoch = read_i32(buf)?;
+        let f_end_offset = read_i64(buf)?;
+        let f_epoch = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            end_offset: f_end_offset,
+            epoch: f_epoch,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for SnapshotId {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i64(buf, self.end_offset);
         write_i32(buf, self.epoch);
@@ -196,29 +207,37 @@ impl Default for PartitionSnapshot {
 impl Decodable for PartitionSnapshot {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.partition = read_i32(buf)?;
-        this.current_leader_epoch = read_i32(buf)?;
-        this.snapshot_id = SnapshotId::decode(buf, version)?;
-        this.position = read_i64(buf)?;
+        let f_partition = read_i32(buf)?;
+        let f_current_leader_epoch = read_i32(buf)?;
+        let f_snapshot_id = SnapshotId::decode(buf, version)?;
+        let f_position = read_i64(buf)?;
+        let mut f_replica_directory_id = Uuid::ZERO;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
                     0 if version >= 1 => {
-                        this.replica_directory_id =
+                        f_replica_directory_id =
                             decode_tagged(tag, data, |buf| Ok(read_uuid(buf)?))?;
                     }
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition: f_partition,
+            current_leader_epoch: f_current_leader_epoch,
+            snapshot_id: f_snapshot_id,
+            position: f_position,
+            replica_directory_id: f_replica_directory_id,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for PartitionSnapshot {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.partition);
         write_i32(buf, self.current_leader_epoch);
@@ -273,23 +292,28 @@ impl Default for TopicSnapshot {
 impl Decodable for TopicSnapshot {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, |buf| PartitionSnapshot::decode(buf, version))?;
+        let f_name = read_string(buf, flexible)?;
+        let f_partitions =
+            read_array(buf, flexible, |buf| PartitionSnapshot::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicSnapshot {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.name, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {

@@ -35,31 +35,38 @@ impl Decodable for FetchSnapshotResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.topics = read_array(buf, flexible, |buf| TopicSnapshot::decode(buf, version))?;
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_topics = read_array(buf, flexible, |buf| TopicSnapshot::decode(buf, version))?;
+        let mut f_node_endpoints = Vec::new();
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
                     0 if version >= 1 => {
-                        this.node_endpoints = decode_tagged(tag, data, |buf| {
+                        f_node_endpoints = decode_tagged(tag, data, |buf| {
                             Ok(read_array(buf, flexible, |buf| {
                                 NodeEndpoint::decode(buf, version)
                             })?)
                         })?;
                     }
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            topics: f_topics,
+            node_endpoints: f_node_endpoints,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for FetchSnapshotResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "FetchSnapshotResponse",
@@ -137,23 +144,27 @@ impl Default for SnapshotId {
 impl Decodable for SnapshotId {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.end_offset = read_i64(buf)?;
-        this.epoch = read_i32(buf)?;
+        let f_end_offset = read_i64(buf)?;
+        let f_epoch = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            end_offset: f_end_offset,
+            epoch: f_epoch,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for SnapshotId {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i64(buf, self.end_offset);
         write_i32(buf, self.epoch);
@@ -194,23 +205,27 @@ impl Default for LeaderIdAndEpoch {
 impl Decodable for LeaderIdAndEpoch {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.leader_id = read_i32(buf)?;
-        this.leader_epoch = read_i32(buf)?;
+        let f_leader_id = read_i32(buf)?;
+        let f_leader_epoch = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            leader_id: f_leader_id,
+            leader_epoch: f_leader_epoch,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for LeaderIdAndEpoch {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.leader_id);
         write_i32(buf, self.leader_epoch);
@@ -261,42 +276,52 @@ impl Default for PartitionSnapshot {
 impl Decodable for PartitionSnapshot {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.index = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.snapshot_id = SnapshotId::decode(buf, version)?;
-        this.size = read_i64(buf)?;
-        this.position = read_i64(buf)?;
-        this.unaligned_records = Some(read_bytes(buf, flexible)?);
+        let f_index = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_snapshot_id = SnapshotId::decode(buf, version)?;
+        let mut f_current_leader = LeaderIdAndEpoch::default();
+        let f_size = read_i64(buf)?;
+        let f_position = read_i64(buf)?;
+        let f_unaligned_records = Some(read_bytes(buf, flexible)?);
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
                     0 => {
-                        this.current_leader = decode_tagged(tag, data, |buf| {
+                        f_current_leader = decode_tagged(tag, data, |buf| {
                             Ok(LeaderIdAndEpoch::decode(buf, version)?)
                         })?;
                     }
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            index: f_index,
+            error_code: f_error_code,
+            snapshot_id: f_snapshot_id,
+            current_leader: f_current_leader,
+            size: f_size,
+            position: f_position,
+            unaligned_records: f_unaligned_records,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for PartitionSnapshot {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.index);
         write_i16(buf, self.error_code);
         (&self.snapshot_id).encode(buf, version)?;
         write_i64(buf, self.size);
         write_i64(buf, self.position);
-        write_bytes(
+        write_shared(
             buf,
             self.unaligned_records
-                .as_deref()
+                .as_ref()
                 .ok_or(EncodeError::NullNotAllowed("UnalignedRecords"))?,
             flexible,
         )?;
@@ -349,23 +374,28 @@ impl Default for TopicSnapshot {
 impl Decodable for TopicSnapshot {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, |buf| PartitionSnapshot::decode(buf, version))?;
+        let f_name = read_string(buf, flexible)?;
+        let f_partitions =
+            read_array(buf, flexible, |buf| PartitionSnapshot::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicSnapshot {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.name, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {
@@ -412,30 +442,33 @@ impl Default for NodeEndpoint {
 impl Decodable for NodeEndpoint {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        if version >= 1 {
-            this.node_id = read_i32(buf)?;
-        }
-        if version >= 1 {
-            this.host = read_string(buf, flexible)?;
-        }
-        if version >= 1 {
-            this.port = read_u16(buf)?;
-        }
+        let f_node_id = if version >= 1 { read_i32(buf)? } else { 0 };
+        let f_host = if version >= 1 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_port = if version >= 1 { read_u16(buf)? } else { 0 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            node_id: f_node_id,
+            host: f_host,
+            port: f_port,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for NodeEndpoint {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         if version >= 1 {
             write_i32(buf, self.node_id);

@@ -33,30 +33,37 @@ impl Decodable for FindCoordinatorRequest {
             });
         }
         let flexible = version >= 3;
-        let mut this = Self::default();
-        if version <= 3 {
-            this.key = read_string(buf, flexible)?;
-        }
-        if version >= 1 {
-            this.key_type = read_i8(buf)?;
-        }
-        if version >= 4 {
-            this.coordinator_keys = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
-        }
+        let f_key = if version <= 3 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_key_type = if version >= 1 { read_i8(buf)? } else { 0 };
+        let f_coordinator_keys = if version >= 4 {
+            read_array(buf, flexible, |buf| read_string(buf, flexible))?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            key: f_key,
+            key_type: f_key_type,
+            coordinator_keys: f_coordinator_keys,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for FindCoordinatorRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "FindCoordinatorRequest",

@@ -41,42 +41,49 @@ impl Decodable for FindCoordinatorResponse {
             });
         }
         let flexible = version >= 3;
-        let mut this = Self::default();
-        if version >= 1 {
-            this.throttle_time_ms = read_i32(buf)?;
-        }
-        if version <= 3 {
-            this.error_code = read_i16(buf)?;
-        }
-        if (1..=3).contains(&version) {
-            this.error_message = read_nullable_string(buf, flexible)?;
-        }
-        if version <= 3 {
-            this.node_id = read_i32(buf)?;
-        }
-        if version <= 3 {
-            this.host = read_string(buf, flexible)?;
-        }
-        if version <= 3 {
-            this.port = read_i32(buf)?;
-        }
-        if version >= 4 {
-            this.coordinators = read_array(buf, flexible, |buf| Coordinator::decode(buf, version))?;
-        }
+        let f_throttle_time_ms = if version >= 1 { read_i32(buf)? } else { 0 };
+        let f_error_code = if version <= 3 { read_i16(buf)? } else { 0 };
+        let f_error_message = if (1..=3).contains(&version) {
+            read_nullable_string(buf, flexible)?
+        } else {
+            Some(ByteString::from_static(""))
+        };
+        let f_node_id = if version <= 3 { read_i32(buf)? } else { 0 };
+        let f_host = if version <= 3 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_port = if version <= 3 { read_i32(buf)? } else { 0 };
+        let f_coordinators = if version >= 4 {
+            read_array(buf, flexible, |buf| Coordinator::decode(buf, version))?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            error_message: f_error_message,
+            node_id: f_node_id,
+            host: f_host,
+            port: f_port,
+            coordinators: f_coordinators,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for FindCoordinatorResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "FindCoordinatorResponse",
@@ -188,39 +195,47 @@ impl Default for Coordinator {
 impl Decodable for Coordinator {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 3;
-        let mut this = Self::default();
-        if version >= 4 {
-            this.key = read_string(buf, flexible)?;
-        }
-        if version >= 4 {
-            this.node_id = read_i32(buf)?;
-        }
-        if version >= 4 {
-            this.host = read_string(buf, flexible)?;
-        }
-        if version >= 4 {
-            this.port = read_i32(buf)?;
-        }
-        if version >= 4 {
-            this.error_code = read_i16(buf)?;
-        }
-        if version >= 4 {
-            this.error_message = read_nullable_string(buf, flexible)?;
-        }
+        let f_key = if version >= 4 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_node_id = if version >= 4 { read_i32(buf)? } else { 0 };
+        let f_host = if version >= 4 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_port = if version >= 4 { read_i32(buf)? } else { 0 };
+        let f_error_code = if version >= 4 { read_i16(buf)? } else { 0 };
+        let f_error_message = if version >= 4 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            Some(ByteString::from_static(""))
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            key: f_key,
+            node_id: f_node_id,
+            host: f_host,
+            port: f_port,
+            error_code: f_error_code,
+            error_message: f_error_message,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Coordinator {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 3;
         if version >= 4 {
             write_string(buf, &self.key, flexible)?;

@@ -29,22 +29,25 @@ impl Decodable for GetTelemetrySubscriptionsRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.client_instance_id = read_uuid(buf)?;
+        let f_client_instance_id = read_uuid(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            client_instance_id: f_client_instance_id,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for GetTelemetrySubscriptionsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "GetTelemetrySubscriptionsRequest",

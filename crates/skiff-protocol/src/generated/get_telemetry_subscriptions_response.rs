@@ -45,30 +45,41 @@ impl Decodable for GetTelemetrySubscriptionsResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.client_instance_id = read_uuid(buf)?;
-        this.subscription_id = read_i32(buf)?;
-        this.accepted_compression_types = read_array(buf, flexible, read_i8)?;
-        this.push_interval_ms = read_i32(buf)?;
-        this.telemetry_max_bytes = read_i32(buf)?;
-        this.delta_temporality = read_bool(buf)?;
-        this.requested_metrics = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_client_instance_id = read_uuid(buf)?;
+        let f_subscription_id = read_i32(buf)?;
+        let f_accepted_compression_types = read_array(buf, flexible, read_i8)?;
+        let f_push_interval_ms = read_i32(buf)?;
+        let f_telemetry_max_bytes = read_i32(buf)?;
+        let f_delta_temporality = read_bool(buf)?;
+        let f_requested_metrics = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            client_instance_id: f_client_instance_id,
+            subscription_id: f_subscription_id,
+            accepted_compression_types: f_accepted_compression_types,
+            push_interval_ms: f_push_interval_ms,
+            telemetry_max_bytes: f_telemetry_max_bytes,
+            delta_temporality: f_delta_temporality,
+            requested_metrics: f_requested_metrics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for GetTelemetrySubscriptionsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "GetTelemetrySubscriptionsResponse",

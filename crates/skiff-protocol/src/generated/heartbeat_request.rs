@@ -35,27 +35,35 @@ impl Decodable for HeartbeatRequest {
             });
         }
         let flexible = version >= 4;
-        let mut this = Self::default();
-        this.group_id = read_string(buf, flexible)?;
-        this.generation_id = read_i32(buf)?;
-        this.member_id = read_string(buf, flexible)?;
-        if version >= 3 {
-            this.group_instance_id = read_nullable_string(buf, flexible)?;
-        }
+        let f_group_id = read_string(buf, flexible)?;
+        let f_generation_id = read_i32(buf)?;
+        let f_member_id = read_string(buf, flexible)?;
+        let f_group_instance_id = if version >= 3 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            group_id: f_group_id,
+            generation_id: f_generation_id,
+            member_id: f_member_id,
+            group_instance_id: f_group_instance_id,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for HeartbeatRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "HeartbeatRequest",

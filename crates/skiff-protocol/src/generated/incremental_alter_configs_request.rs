@@ -31,25 +31,29 @@ impl Decodable for IncrementalAlterConfigsRequest {
             });
         }
         let flexible = version >= 1;
-        let mut this = Self::default();
-        this.resources = read_array(buf, flexible, |buf| {
+        let f_resources = read_array(buf, flexible, |buf| {
             AlterConfigsResource::decode(buf, version)
         })?;
-        this.validate_only = read_bool(buf)?;
+        let f_validate_only = read_bool(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            resources: f_resources,
+            validate_only: f_validate_only,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for IncrementalAlterConfigsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "IncrementalAlterConfigsRequest",
@@ -113,24 +117,29 @@ impl Default for AlterableConfig {
 impl Decodable for AlterableConfig {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 1;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.config_operation = read_i8(buf)?;
-        this.value = read_nullable_string(buf, flexible)?;
+        let f_name = read_string(buf, flexible)?;
+        let f_config_operation = read_i8(buf)?;
+        let f_value = read_nullable_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            config_operation: f_config_operation,
+            value: f_value,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AlterableConfig {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 1;
         write_string(buf, &self.name, flexible)?;
         write_i8(buf, self.config_operation);
@@ -179,24 +188,29 @@ impl Default for AlterConfigsResource {
 impl Decodable for AlterConfigsResource {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 1;
-        let mut this = Self::default();
-        this.resource_type = read_i8(buf)?;
-        this.resource_name = read_string(buf, flexible)?;
-        this.configs = read_array(buf, flexible, |buf| AlterableConfig::decode(buf, version))?;
+        let f_resource_type = read_i8(buf)?;
+        let f_resource_name = read_string(buf, flexible)?;
+        let f_configs = read_array(buf, flexible, |buf| AlterableConfig::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            resource_type: f_resource_type,
+            resource_name: f_resource_name,
+            configs: f_configs,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AlterConfigsResource {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 1;
         write_i8(buf, self.resource_type);
         write_string(buf, &self.resource_name, flexible)?;

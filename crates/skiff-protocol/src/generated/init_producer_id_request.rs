@@ -39,35 +39,35 @@ impl Decodable for InitProducerIdRequest {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.transactional_id = read_nullable_string(buf, flexible)?;
-        this.transaction_timeout_ms = read_i32(buf)?;
-        if version >= 3 {
-            this.producer_id = read_i64(buf)?;
-        }
-        if version >= 3 {
-            this.producer_epoch = read_i16(buf)?;
-        }
-        if version >= 6 {
-            this.enable2_pc = read_bool(buf)?;
-        }
-        if version >= 6 {
-            this.keep_prepared_txn = read_bool(buf)?;
-        }
+        let f_transactional_id = read_nullable_string(buf, flexible)?;
+        let f_transaction_timeout_ms = read_i32(buf)?;
+        let f_producer_id = if version >= 3 { read_i64(buf)? } else { -1 };
+        let f_producer_epoch = if version >= 3 { read_i16(buf)? } else { -1 };
+        let f_enable2_pc = if version >= 6 { read_bool(buf)? } else { false };
+        let f_keep_prepared_txn = if version >= 6 { read_bool(buf)? } else { false };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            transactional_id: f_transactional_id,
+            transaction_timeout_ms: f_transaction_timeout_ms,
+            producer_id: f_producer_id,
+            producer_epoch: f_producer_epoch,
+            enable2_pc: f_enable2_pc,
+            keep_prepared_txn: f_keep_prepared_txn,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for InitProducerIdRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "InitProducerIdRequest",

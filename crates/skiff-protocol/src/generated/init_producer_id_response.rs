@@ -39,31 +39,35 @@ impl Decodable for InitProducerIdResponse {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.producer_id = read_i64(buf)?;
-        this.producer_epoch = read_i16(buf)?;
-        if version >= 6 {
-            this.ongoing_txn_producer_id = read_i64(buf)?;
-        }
-        if version >= 6 {
-            this.ongoing_txn_producer_epoch = read_i16(buf)?;
-        }
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_producer_id = read_i64(buf)?;
+        let f_producer_epoch = read_i16(buf)?;
+        let f_ongoing_txn_producer_id = if version >= 6 { read_i64(buf)? } else { -1 };
+        let f_ongoing_txn_producer_epoch = if version >= 6 { read_i16(buf)? } else { -1 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            producer_id: f_producer_id,
+            producer_epoch: f_producer_epoch,
+            ongoing_txn_producer_id: f_ongoing_txn_producer_id,
+            ongoing_txn_producer_epoch: f_ongoing_txn_producer_epoch,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for InitProducerIdResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "InitProducerIdResponse",

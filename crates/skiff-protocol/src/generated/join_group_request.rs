@@ -43,37 +43,49 @@ impl Decodable for JoinGroupRequest {
             });
         }
         let flexible = version >= 6;
-        let mut this = Self::default();
-        this.group_id = read_string(buf, flexible)?;
-        this.session_timeout_ms = read_i32(buf)?;
-        if version >= 1 {
-            this.rebalance_timeout_ms = read_i32(buf)?;
-        }
-        this.member_id = read_string(buf, flexible)?;
-        if version >= 5 {
-            this.group_instance_id = read_nullable_string(buf, flexible)?;
-        }
-        this.protocol_type = read_string(buf, flexible)?;
-        this.protocols = read_array(buf, flexible, |buf| {
+        let f_group_id = read_string(buf, flexible)?;
+        let f_session_timeout_ms = read_i32(buf)?;
+        let f_rebalance_timeout_ms = if version >= 1 { read_i32(buf)? } else { -1 };
+        let f_member_id = read_string(buf, flexible)?;
+        let f_group_instance_id = if version >= 5 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let f_protocol_type = read_string(buf, flexible)?;
+        let f_protocols = read_array(buf, flexible, |buf| {
             JoinGroupRequestProtocol::decode(buf, version)
         })?;
-        if version >= 8 {
-            this.reason = read_nullable_string(buf, flexible)?;
-        }
+        let f_reason = if version >= 8 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            group_id: f_group_id,
+            session_timeout_ms: f_session_timeout_ms,
+            rebalance_timeout_ms: f_rebalance_timeout_ms,
+            member_id: f_member_id,
+            group_instance_id: f_group_instance_id,
+            protocol_type: f_protocol_type,
+            protocols: f_protocols,
+            reason: f_reason,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for JoinGroupRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "JoinGroupRequest",
@@ -167,26 +179,30 @@ impl Default for JoinGroupRequestProtocol {
 impl Decodable for JoinGroupRequestProtocol {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 6;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.metadata = read_bytes(buf, flexible)?;
+        let f_name = read_string(buf, flexible)?;
+        let f_metadata = read_bytes(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            metadata: f_metadata,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for JoinGroupRequestProtocol {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 6;
         write_string(buf, &self.name, flexible)?;
-        write_bytes(buf, &self.metadata, flexible)?;
+        write_shared(buf, &self.metadata, flexible)?;
         if flexible {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }

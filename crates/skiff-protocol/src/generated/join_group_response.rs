@@ -45,42 +45,51 @@ impl Decodable for JoinGroupResponse {
             });
         }
         let flexible = version >= 6;
-        let mut this = Self::default();
-        if version >= 2 {
-            this.throttle_time_ms = read_i32(buf)?;
-        }
-        this.error_code = read_i16(buf)?;
-        this.generation_id = read_i32(buf)?;
-        if version >= 7 {
-            this.protocol_type = read_nullable_string(buf, flexible)?;
-        }
-        this.protocol_name = if version >= 7 {
+        let f_throttle_time_ms = if version >= 2 { read_i32(buf)? } else { 0 };
+        let f_error_code = read_i16(buf)?;
+        let f_generation_id = read_i32(buf)?;
+        let f_protocol_type = if version >= 7 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let f_protocol_name = if version >= 7 {
             read_nullable_string(buf, flexible)?
         } else {
             Some(read_string(buf, flexible)?)
         };
-        this.leader = read_string(buf, flexible)?;
-        if version >= 9 {
-            this.skip_assignment = read_bool(buf)?;
-        }
-        this.member_id = read_string(buf, flexible)?;
-        this.members = read_array(buf, flexible, |buf| {
+        let f_leader = read_string(buf, flexible)?;
+        let f_skip_assignment = if version >= 9 { read_bool(buf)? } else { false };
+        let f_member_id = read_string(buf, flexible)?;
+        let f_members = read_array(buf, flexible, |buf| {
             JoinGroupResponseMember::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            generation_id: f_generation_id,
+            protocol_type: f_protocol_type,
+            protocol_name: f_protocol_name,
+            leader: f_leader,
+            skip_assignment: f_skip_assignment,
+            member_id: f_member_id,
+            members: f_members,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for JoinGroupResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "JoinGroupResponse",
@@ -188,32 +197,39 @@ impl Default for JoinGroupResponseMember {
 impl Decodable for JoinGroupResponseMember {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 6;
-        let mut this = Self::default();
-        this.member_id = read_string(buf, flexible)?;
-        if version >= 5 {
-            this.group_instance_id = read_nullable_string(buf, flexible)?;
-        }
-        this.metadata = read_bytes(buf, flexible)?;
+        let f_member_id = read_string(buf, flexible)?;
+        let f_group_instance_id = if version >= 5 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let f_metadata = read_bytes(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            member_id: f_member_id,
+            group_instance_id: f_group_instance_id,
+            metadata: f_metadata,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for JoinGroupResponseMember {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 6;
         write_string(buf, &self.member_id, flexible)?;
         if version >= 5 {
             write_nullable_string(buf, self.group_instance_id.as_deref(), flexible)?;
         }
-        write_bytes(buf, &self.metadata, flexible)?;
+        write_shared(buf, &self.metadata, flexible)?;
         if flexible {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }

@@ -35,25 +35,31 @@ impl Decodable for LeaderChangeMessage {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.version = read_i16(buf)?;
-        this.leader_id = read_i32(buf)?;
-        this.voters = read_array(buf, flexible, |buf| Voter::decode(buf, version))?;
-        this.granting_voters = read_array(buf, flexible, |buf| Voter::decode(buf, version))?;
+        let f_version = read_i16(buf)?;
+        let f_leader_id = read_i32(buf)?;
+        let f_voters = read_array(buf, flexible, |buf| Voter::decode(buf, version))?;
+        let f_granting_voters = read_array(buf, flexible, |buf| Voter::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            version: f_version,
+            leader_id: f_leader_id,
+            voters: f_voters,
+            granting_voters: f_granting_voters,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for LeaderChangeMessage {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "LeaderChangeMessage",
@@ -119,25 +125,31 @@ impl Default for Voter {
 impl Decodable for Voter {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.voter_id = read_i32(buf)?;
-        if version >= 1 {
-            this.voter_directory_id = read_uuid(buf)?;
-        }
+        let f_voter_id = read_i32(buf)?;
+        let f_voter_directory_id = if version >= 1 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            voter_id: f_voter_id,
+            voter_directory_id: f_voter_directory_id,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Voter {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.voter_id);
         if version >= 1 {

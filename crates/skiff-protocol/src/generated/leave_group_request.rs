@@ -33,28 +33,37 @@ impl Decodable for LeaveGroupRequest {
             });
         }
         let flexible = version >= 4;
-        let mut this = Self::default();
-        this.group_id = read_string(buf, flexible)?;
-        if version <= 2 {
-            this.member_id = read_string(buf, flexible)?;
-        }
-        if version >= 3 {
-            this.members = read_array(buf, flexible, |buf| MemberIdentity::decode(buf, version))?;
-        }
+        let f_group_id = read_string(buf, flexible)?;
+        let f_member_id = if version <= 2 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_members = if version >= 3 {
+            read_array(buf, flexible, |buf| MemberIdentity::decode(buf, version))?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            group_id: f_group_id,
+            member_id: f_member_id,
+            members: f_members,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for LeaveGroupRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "LeaveGroupRequest",
@@ -128,30 +137,41 @@ impl Default for MemberIdentity {
 impl Decodable for MemberIdentity {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 4;
-        let mut this = Self::default();
-        if version >= 3 {
-            this.member_id = read_string(buf, flexible)?;
-        }
-        if version >= 3 {
-            this.group_instance_id = read_nullable_string(buf, flexible)?;
-        }
-        if version >= 5 {
-            this.reason = read_nullable_string(buf, flexible)?;
-        }
+        let f_member_id = if version >= 3 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_group_instance_id = if version >= 3 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let f_reason = if version >= 5 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            member_id: f_member_id,
+            group_instance_id: f_group_instance_id,
+            reason: f_reason,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for MemberIdentity {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 4;
         if version >= 3 {
             write_string(buf, &self.member_id, flexible)?;

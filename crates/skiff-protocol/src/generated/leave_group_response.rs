@@ -33,28 +33,33 @@ impl Decodable for LeaveGroupResponse {
             });
         }
         let flexible = version >= 4;
-        let mut this = Self::default();
-        if version >= 1 {
-            this.throttle_time_ms = read_i32(buf)?;
-        }
-        this.error_code = read_i16(buf)?;
-        if version >= 3 {
-            this.members = read_array(buf, flexible, |buf| MemberResponse::decode(buf, version))?;
-        }
+        let f_throttle_time_ms = if version >= 1 { read_i32(buf)? } else { 0 };
+        let f_error_code = read_i16(buf)?;
+        let f_members = if version >= 3 {
+            read_array(buf, flexible, |buf| MemberResponse::decode(buf, version))?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            members: f_members,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for LeaveGroupResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "LeaveGroupResponse",
@@ -128,30 +133,37 @@ impl Default for MemberResponse {
 impl Decodable for MemberResponse {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 4;
-        let mut this = Self::default();
-        if version >= 3 {
-            this.member_id = read_string(buf, flexible)?;
-        }
-        if version >= 3 {
-            this.group_instance_id = read_nullable_string(buf, flexible)?;
-        }
-        if version >= 3 {
-            this.error_code = read_i16(buf)?;
-        }
+        let f_member_id = if version >= 3 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_group_instance_id = if version >= 3 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            Some(ByteString::from_static(""))
+        };
+        let f_error_code = if version >= 3 { read_i16(buf)? } else { 0 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            member_id: f_member_id,
+            group_instance_id: f_group_instance_id,
+            error_code: f_error_code,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for MemberResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 4;
         if version >= 3 {
             write_string(buf, &self.member_id, flexible)?;

@@ -29,24 +29,29 @@ impl Decodable for ListConfigResourcesRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        if version >= 1 {
-            this.resource_types = read_array(buf, flexible, read_i8)?;
-        }
+        let f_resource_types = if version >= 1 {
+            read_array(buf, flexible, read_i8)?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            resource_types: f_resource_types,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ListConfigResourcesRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ListConfigResourcesRequest",

@@ -33,25 +33,30 @@ impl Decodable for ListConfigResourcesResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.config_resources =
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_config_resources =
             read_array(buf, flexible, |buf| ConfigResource::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            config_resources: f_config_resources,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ListConfigResourcesResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ListConfigResourcesResponse",
@@ -115,25 +120,27 @@ impl Default for ConfigResource {
 impl Decodable for ConfigResource {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.resource_name = read_string(buf, flexible)?;
-        if version >= 1 {
-            this.resource_type = read_i8(buf)?;
-        }
+        let f_resource_name = read_string(buf, flexible)?;
+        let f_resource_type = if version >= 1 { read_i8(buf)? } else { 16 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            resource_name: f_resource_name,
+            resource_type: f_resource_type,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ConfigResource {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.resource_name, flexible)?;
         if version >= 1 {

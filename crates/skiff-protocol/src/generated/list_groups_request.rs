@@ -31,27 +31,35 @@ impl Decodable for ListGroupsRequest {
             });
         }
         let flexible = version >= 3;
-        let mut this = Self::default();
-        if version >= 4 {
-            this.states_filter = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
-        }
-        if version >= 5 {
-            this.types_filter = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
-        }
+        let f_states_filter = if version >= 4 {
+            read_array(buf, flexible, |buf| read_string(buf, flexible))?
+        } else {
+            Vec::new()
+        };
+        let f_types_filter = if version >= 5 {
+            read_array(buf, flexible, |buf| read_string(buf, flexible))?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            states_filter: f_states_filter,
+            types_filter: f_types_filter,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ListGroupsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ListGroupsRequest",

@@ -33,26 +33,29 @@ impl Decodable for ListGroupsResponse {
             });
         }
         let flexible = version >= 3;
-        let mut this = Self::default();
-        if version >= 1 {
-            this.throttle_time_ms = read_i32(buf)?;
-        }
-        this.error_code = read_i16(buf)?;
-        this.groups = read_array(buf, flexible, |buf| ListedGroup::decode(buf, version))?;
+        let f_throttle_time_ms = if version >= 1 { read_i32(buf)? } else { 0 };
+        let f_error_code = read_i16(buf)?;
+        let f_groups = read_array(buf, flexible, |buf| ListedGroup::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            groups: f_groups,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ListGroupsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ListGroupsResponse",
@@ -124,29 +127,39 @@ impl Default for ListedGroup {
 impl Decodable for ListedGroup {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 3;
-        let mut this = Self::default();
-        this.group_id = read_string(buf, flexible)?;
-        this.protocol_type = read_string(buf, flexible)?;
-        if version >= 4 {
-            this.group_state = read_string(buf, flexible)?;
-        }
-        if version >= 5 {
-            this.group_type = read_string(buf, flexible)?;
-        }
+        let f_group_id = read_string(buf, flexible)?;
+        let f_protocol_type = read_string(buf, flexible)?;
+        let f_group_state = if version >= 4 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_group_type = if version >= 5 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            group_id: f_group_id,
+            protocol_type: f_protocol_type,
+            group_state: f_group_state,
+            group_type: f_group_type,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ListedGroup {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 3;
         write_string(buf, &self.group_id, flexible)?;
         write_string(buf, &self.protocol_type, flexible)?;

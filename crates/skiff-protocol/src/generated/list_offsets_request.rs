@@ -35,29 +35,31 @@ impl Decodable for ListOffsetsRequest {
             });
         }
         let flexible = version >= 6;
-        let mut this = Self::default();
-        this.replica_id = read_i32(buf)?;
-        if version >= 2 {
-            this.isolation_level = read_i8(buf)?;
-        }
-        this.topics = read_array(buf, flexible, |buf| ListOffsetsTopic::decode(buf, version))?;
-        if version >= 10 {
-            this.timeout_ms = read_i32(buf)?;
-        }
+        let f_replica_id = read_i32(buf)?;
+        let f_isolation_level = if version >= 2 { read_i8(buf)? } else { 0 };
+        let f_topics = read_array(buf, flexible, |buf| ListOffsetsTopic::decode(buf, version))?;
+        let f_timeout_ms = if version >= 10 { read_i32(buf)? } else { 0 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            replica_id: f_replica_id,
+            isolation_level: f_isolation_level,
+            topics: f_topics,
+            timeout_ms: f_timeout_ms,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ListOffsetsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ListOffsetsRequest",
@@ -133,26 +135,29 @@ impl Default for ListOffsetsPartition {
 impl Decodable for ListOffsetsPartition {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 6;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        if version >= 4 {
-            this.current_leader_epoch = read_i32(buf)?;
-        }
-        this.timestamp = read_i64(buf)?;
+        let f_partition_index = read_i32(buf)?;
+        let f_current_leader_epoch = if version >= 4 { read_i32(buf)? } else { -1 };
+        let f_timestamp = read_i64(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            current_leader_epoch: f_current_leader_epoch,
+            timestamp: f_timestamp,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ListOffsetsPartition {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 6;
         write_i32(buf, self.partition_index);
         if version >= 4 {
@@ -199,25 +204,29 @@ impl Default for ListOffsetsTopic {
 impl Decodable for ListOffsetsTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 6;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, |buf| {
+        let f_name = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, |buf| {
             ListOffsetsPartition::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ListOffsetsTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 6;
         write_string(buf, &self.name, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {

@@ -31,27 +31,29 @@ impl Decodable for ListOffsetsResponse {
             });
         }
         let flexible = version >= 6;
-        let mut this = Self::default();
-        if version >= 2 {
-            this.throttle_time_ms = read_i32(buf)?;
-        }
-        this.topics = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = if version >= 2 { read_i32(buf)? } else { 0 };
+        let f_topics = read_array(buf, flexible, |buf| {
             ListOffsetsTopicResponse::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ListOffsetsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ListOffsetsResponse",
@@ -123,28 +125,33 @@ impl Default for ListOffsetsPartitionResponse {
 impl Decodable for ListOffsetsPartitionResponse {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 6;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.timestamp = read_i64(buf)?;
-        this.offset = read_i64(buf)?;
-        if version >= 4 {
-            this.leader_epoch = read_i32(buf)?;
-        }
+        let f_partition_index = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_timestamp = read_i64(buf)?;
+        let f_offset = read_i64(buf)?;
+        let f_leader_epoch = if version >= 4 { read_i32(buf)? } else { -1 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            error_code: f_error_code,
+            timestamp: f_timestamp,
+            offset: f_offset,
+            leader_epoch: f_leader_epoch,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ListOffsetsPartitionResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 6;
         write_i32(buf, self.partition_index);
         write_i16(buf, self.error_code);
@@ -195,25 +202,29 @@ impl Default for ListOffsetsTopicResponse {
 impl Decodable for ListOffsetsTopicResponse {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 6;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, |buf| {
+        let f_name = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, |buf| {
             ListOffsetsPartitionResponse::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ListOffsetsTopicResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 6;
         write_string(buf, &self.name, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {

@@ -31,25 +31,29 @@ impl Decodable for ListPartitionReassignmentsRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.timeout_ms = read_i32(buf)?;
-        this.topics = read_nullable_array(buf, flexible, |buf| {
+        let f_timeout_ms = read_i32(buf)?;
+        let f_topics = read_nullable_array(buf, flexible, |buf| {
             ListPartitionReassignmentsTopics::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            timeout_ms: f_timeout_ms,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ListPartitionReassignmentsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ListPartitionReassignmentsRequest",
@@ -121,23 +125,27 @@ impl Default for ListPartitionReassignmentsTopics {
 impl Decodable for ListPartitionReassignmentsTopics {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.partition_indexes = read_array(buf, flexible, read_i32)?;
+        let f_name = read_string(buf, flexible)?;
+        let f_partition_indexes = read_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            partition_indexes: f_partition_indexes,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ListPartitionReassignmentsTopics {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.name, flexible)?;
         write_array(buf, &self.partition_indexes, flexible, |buf, item| {

@@ -35,27 +35,33 @@ impl Decodable for ListPartitionReassignmentsResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
-        this.topics = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let f_topics = read_array(buf, flexible, |buf| {
             OngoingTopicReassignment::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            error_message: f_error_message,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ListPartitionReassignmentsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ListPartitionReassignmentsResponse",
@@ -129,25 +135,31 @@ impl Default for OngoingPartitionReassignment {
 impl Decodable for OngoingPartitionReassignment {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        this.replicas = read_array(buf, flexible, read_i32)?;
-        this.adding_replicas = read_array(buf, flexible, read_i32)?;
-        this.removing_replicas = read_array(buf, flexible, read_i32)?;
+        let f_partition_index = read_i32(buf)?;
+        let f_replicas = read_array(buf, flexible, read_i32)?;
+        let f_adding_replicas = read_array(buf, flexible, read_i32)?;
+        let f_removing_replicas = read_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            replicas: f_replicas,
+            adding_replicas: f_adding_replicas,
+            removing_replicas: f_removing_replicas,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OngoingPartitionReassignment {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.partition_index);
         write_array(buf, &self.replicas, flexible, |buf, item| {
@@ -201,25 +213,29 @@ impl Default for OngoingTopicReassignment {
 impl Decodable for OngoingTopicReassignment {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, |buf| {
+        let f_name = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, |buf| {
             OngoingPartitionReassignment::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OngoingTopicReassignment {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.name, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {

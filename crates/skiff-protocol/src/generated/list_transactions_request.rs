@@ -35,29 +35,35 @@ impl Decodable for ListTransactionsRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.state_filters = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
-        this.producer_id_filters = read_array(buf, flexible, read_i64)?;
-        if version >= 1 {
-            this.duration_filter = read_i64(buf)?;
-        }
-        if version >= 2 {
-            this.transactional_id_pattern = read_nullable_string(buf, flexible)?;
-        }
+        let f_state_filters = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let f_producer_id_filters = read_array(buf, flexible, read_i64)?;
+        let f_duration_filter = if version >= 1 { read_i64(buf)? } else { -1 };
+        let f_transactional_id_pattern = if version >= 2 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            state_filters: f_state_filters,
+            producer_id_filters: f_producer_id_filters,
+            duration_filter: f_duration_filter,
+            transactional_id_pattern: f_transactional_id_pattern,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ListTransactionsRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ListTransactionsRequest",

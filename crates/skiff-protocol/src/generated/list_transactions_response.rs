@@ -35,26 +35,32 @@ impl Decodable for ListTransactionsResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.unknown_state_filters = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
-        this.transaction_states =
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_unknown_state_filters = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let f_transaction_states =
             read_array(buf, flexible, |buf| TransactionState::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            unknown_state_filters: f_unknown_state_filters,
+            transaction_states: f_transaction_states,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ListTransactionsResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ListTransactionsResponse",
@@ -124,24 +130,29 @@ impl Default for TransactionState {
 impl Decodable for TransactionState {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.transactional_id = read_string(buf, flexible)?;
-        this.producer_id = read_i64(buf)?;
-        this.transaction_state = read_string(buf, flexible)?;
+        let f_transactional_id = read_string(buf, flexible)?;
+        let f_producer_id = read_i64(buf)?;
+        let f_transaction_state = read_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            transactional_id: f_transactional_id,
+            producer_id: f_producer_id,
+            transaction_state: f_transaction_state,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TransactionState {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.transactional_id, flexible)?;
         write_i64(buf, self.producer_id);

@@ -35,8 +35,7 @@ impl Decodable for MetadataRequest {
             });
         }
         let flexible = version >= 9;
-        let mut this = Self::default();
-        this.topics = if version >= 1 {
+        let f_topics = if version >= 1 {
             read_nullable_array(buf, flexible, |buf| {
                 MetadataRequestTopic::decode(buf, version)
             })?
@@ -45,29 +44,35 @@ impl Decodable for MetadataRequest {
                 MetadataRequestTopic::decode(buf, version)
             })?)
         };
-        if version >= 4 {
-            this.allow_auto_topic_creation = read_bool(buf)?;
-        }
-        if (8..=10).contains(&version) {
-            this.include_cluster_authorized_operations = read_bool(buf)?;
-        }
-        if version >= 8 {
-            this.include_topic_authorized_operations = read_bool(buf)?;
-        }
+        let f_allow_auto_topic_creation = if version >= 4 { read_bool(buf)? } else { true };
+        let f_include_cluster_authorized_operations = if (8..=10).contains(&version) {
+            read_bool(buf)?
+        } else {
+            false
+        };
+        let f_include_topic_authorized_operations =
+            if version >= 8 { read_bool(buf)? } else { false };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topics: f_topics,
+            allow_auto_topic_creation: f_allow_auto_topic_creation,
+            include_cluster_authorized_operations: f_include_cluster_authorized_operations,
+            include_topic_authorized_operations: f_include_topic_authorized_operations,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for MetadataRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "MetadataRequest",
@@ -162,29 +167,35 @@ impl Default for MetadataRequestTopic {
 impl Decodable for MetadataRequestTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 9;
-        let mut this = Self::default();
-        if version >= 10 {
-            this.topic_id = read_uuid(buf)?;
-        }
-        this.name = if version >= 10 {
+        let f_topic_id = if version >= 10 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let f_name = if version >= 10 {
             read_nullable_string(buf, flexible)?
         } else {
             Some(read_string(buf, flexible)?)
         };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic_id: f_topic_id,
+            name: f_name,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for MetadataRequestTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 9;
         if version >= 10 {
             write_uuid(buf, self.topic_id);

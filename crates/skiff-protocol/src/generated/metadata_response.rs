@@ -41,42 +41,49 @@ impl Decodable for MetadataResponse {
             });
         }
         let flexible = version >= 9;
-        let mut this = Self::default();
-        if version >= 3 {
-            this.throttle_time_ms = read_i32(buf)?;
-        }
-        this.brokers = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = if version >= 3 { read_i32(buf)? } else { 0 };
+        let f_brokers = read_array(buf, flexible, |buf| {
             MetadataResponseBroker::decode(buf, version)
         })?;
-        if version >= 2 {
-            this.cluster_id = read_nullable_string(buf, flexible)?;
-        }
-        if version >= 1 {
-            this.controller_id = read_i32(buf)?;
-        }
-        this.topics = read_array(buf, flexible, |buf| {
+        let f_cluster_id = if version >= 2 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let f_controller_id = if version >= 1 { read_i32(buf)? } else { -1 };
+        let f_topics = read_array(buf, flexible, |buf| {
             MetadataResponseTopic::decode(buf, version)
         })?;
-        if (8..=10).contains(&version) {
-            this.cluster_authorized_operations = read_i32(buf)?;
-        }
-        if version >= 13 {
-            this.error_code = read_i16(buf)?;
-        }
+        let f_cluster_authorized_operations = if (8..=10).contains(&version) {
+            read_i32(buf)?
+        } else {
+            -2147483648
+        };
+        let f_error_code = if version >= 13 { read_i16(buf)? } else { 0 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            brokers: f_brokers,
+            cluster_id: f_cluster_id,
+            controller_id: f_controller_id,
+            topics: f_topics,
+            cluster_authorized_operations: f_cluster_authorized_operations,
+            error_code: f_error_code,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for MetadataResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "MetadataResponse",
@@ -180,27 +187,35 @@ impl Default for MetadataResponseBroker {
 impl Decodable for MetadataResponseBroker {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 9;
-        let mut this = Self::default();
-        this.node_id = read_i32(buf)?;
-        this.host = read_string(buf, flexible)?;
-        this.port = read_i32(buf)?;
-        if version >= 1 {
-            this.rack = read_nullable_string(buf, flexible)?;
-        }
+        let f_node_id = read_i32(buf)?;
+        let f_host = read_string(buf, flexible)?;
+        let f_port = read_i32(buf)?;
+        let f_rack = if version >= 1 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            node_id: f_node_id,
+            host: f_host,
+            port: f_port,
+            rack: f_rack,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for MetadataResponseBroker {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 9;
         write_i32(buf, self.node_id);
         write_string(buf, &self.host, flexible)?;
@@ -263,32 +278,41 @@ impl Default for MetadataResponsePartition {
 impl Decodable for MetadataResponsePartition {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 9;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.partition_index = read_i32(buf)?;
-        this.leader_id = read_i32(buf)?;
-        if version >= 7 {
-            this.leader_epoch = read_i32(buf)?;
-        }
-        this.replica_nodes = read_array(buf, flexible, read_i32)?;
-        this.isr_nodes = read_array(buf, flexible, read_i32)?;
-        if version >= 5 {
-            this.offline_replicas = read_array(buf, flexible, read_i32)?;
-        }
+        let f_error_code = read_i16(buf)?;
+        let f_partition_index = read_i32(buf)?;
+        let f_leader_id = read_i32(buf)?;
+        let f_leader_epoch = if version >= 7 { read_i32(buf)? } else { -1 };
+        let f_replica_nodes = read_array(buf, flexible, read_i32)?;
+        let f_isr_nodes = read_array(buf, flexible, read_i32)?;
+        let f_offline_replicas = if version >= 5 {
+            read_array(buf, flexible, read_i32)?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            partition_index: f_partition_index,
+            leader_id: f_leader_id,
+            leader_epoch: f_leader_epoch,
+            replica_nodes: f_replica_nodes,
+            isr_nodes: f_isr_nodes,
+            offline_replicas: f_offline_replicas,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for MetadataResponsePartition {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 9;
         write_i16(buf, self.error_code);
         write_i32(buf, self.partition_index);
@@ -364,39 +388,49 @@ impl Default for MetadataResponseTopic {
 impl Decodable for MetadataResponseTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 9;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.name = if version >= 12 {
+        let f_error_code = read_i16(buf)?;
+        let f_name = if version >= 12 {
             read_nullable_string(buf, flexible)?
         } else {
             Some(read_string(buf, flexible)?)
         };
-        if version >= 10 {
-            this.topic_id = read_uuid(buf)?;
-        }
-        if version >= 1 {
-            this.is_internal = read_bool(buf)?;
-        }
-        this.partitions = read_array(buf, flexible, |buf| {
+        let f_topic_id = if version >= 10 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let f_is_internal = if version >= 1 { read_bool(buf)? } else { false };
+        let f_partitions = read_array(buf, flexible, |buf| {
             MetadataResponsePartition::decode(buf, version)
         })?;
-        if version >= 8 {
-            this.topic_authorized_operations = read_i32(buf)?;
-        }
+        let f_topic_authorized_operations = if version >= 8 {
+            read_i32(buf)?
+        } else {
+            -2147483648
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            name: f_name,
+            topic_id: f_topic_id,
+            is_internal: f_is_internal,
+            partitions: f_partitions,
+            topic_authorized_operations: f_topic_authorized_operations,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for MetadataResponseTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 9;
         write_i16(buf, self.error_code);
         if version >= 12 {

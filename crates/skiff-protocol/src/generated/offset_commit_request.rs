@@ -39,33 +39,41 @@ impl Decodable for OffsetCommitRequest {
             });
         }
         let flexible = version >= 8;
-        let mut this = Self::default();
-        this.group_id = read_string(buf, flexible)?;
-        this.generation_id_or_member_epoch = read_i32(buf)?;
-        this.member_id = read_string(buf, flexible)?;
-        if version >= 7 {
-            this.group_instance_id = read_nullable_string(buf, flexible)?;
-        }
-        if version <= 4 {
-            this.retention_time_ms = read_i64(buf)?;
-        }
-        this.topics = read_array(buf, flexible, |buf| {
+        let f_group_id = read_string(buf, flexible)?;
+        let f_generation_id_or_member_epoch = read_i32(buf)?;
+        let f_member_id = read_string(buf, flexible)?;
+        let f_group_instance_id = if version >= 7 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let f_retention_time_ms = if version <= 4 { read_i64(buf)? } else { -1 };
+        let f_topics = read_array(buf, flexible, |buf| {
             OffsetCommitRequestTopic::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            group_id: f_group_id,
+            generation_id_or_member_epoch: f_generation_id_or_member_epoch,
+            member_id: f_member_id,
+            group_instance_id: f_group_instance_id,
+            retention_time_ms: f_retention_time_ms,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetCommitRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "OffsetCommitRequest",
@@ -151,27 +159,31 @@ impl Default for OffsetCommitRequestPartition {
 impl Decodable for OffsetCommitRequestPartition {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 8;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        this.committed_offset = read_i64(buf)?;
-        if version >= 6 {
-            this.committed_leader_epoch = read_i32(buf)?;
-        }
-        this.committed_metadata = read_nullable_string(buf, flexible)?;
+        let f_partition_index = read_i32(buf)?;
+        let f_committed_offset = read_i64(buf)?;
+        let f_committed_leader_epoch = if version >= 6 { read_i32(buf)? } else { -1 };
+        let f_committed_metadata = read_nullable_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            committed_offset: f_committed_offset,
+            committed_leader_epoch: f_committed_leader_epoch,
+            committed_metadata: f_committed_metadata,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetCommitRequestPartition {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 8;
         write_i32(buf, self.partition_index);
         write_i64(buf, self.committed_offset);
@@ -226,30 +238,39 @@ impl Default for OffsetCommitRequestTopic {
 impl Decodable for OffsetCommitRequestTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 8;
-        let mut this = Self::default();
-        if version <= 9 {
-            this.name = read_string(buf, flexible)?;
-        }
-        if version >= 10 {
-            this.topic_id = read_uuid(buf)?;
-        }
-        this.partitions = read_array(buf, flexible, |buf| {
+        let f_name = if version <= 9 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_topic_id = if version >= 10 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let f_partitions = read_array(buf, flexible, |buf| {
             OffsetCommitRequestPartition::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            topic_id: f_topic_id,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetCommitRequestTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 8;
         if version <= 9 {
             write_string(buf, &self.name, flexible)?;

@@ -31,27 +31,29 @@ impl Decodable for OffsetCommitResponse {
             });
         }
         let flexible = version >= 8;
-        let mut this = Self::default();
-        if version >= 3 {
-            this.throttle_time_ms = read_i32(buf)?;
-        }
-        this.topics = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = if version >= 3 { read_i32(buf)? } else { 0 };
+        let f_topics = read_array(buf, flexible, |buf| {
             OffsetCommitResponseTopic::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetCommitResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "OffsetCommitResponse",
@@ -117,23 +119,27 @@ impl Default for OffsetCommitResponsePartition {
 impl Decodable for OffsetCommitResponsePartition {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 8;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
+        let f_partition_index = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            error_code: f_error_code,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetCommitResponsePartition {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 8;
         write_i32(buf, self.partition_index);
         write_i16(buf, self.error_code);
@@ -176,30 +182,39 @@ impl Default for OffsetCommitResponseTopic {
 impl Decodable for OffsetCommitResponseTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 8;
-        let mut this = Self::default();
-        if version <= 9 {
-            this.name = read_string(buf, flexible)?;
-        }
-        if version >= 10 {
-            this.topic_id = read_uuid(buf)?;
-        }
-        this.partitions = read_array(buf, flexible, |buf| {
+        let f_name = if version <= 9 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_topic_id = if version >= 10 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let f_partitions = read_array(buf, flexible, |buf| {
             OffsetCommitResponsePartition::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            topic_id: f_topic_id,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetCommitResponseTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 8;
         if version <= 9 {
             write_string(buf, &self.name, flexible)?;

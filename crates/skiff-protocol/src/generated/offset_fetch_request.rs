@@ -35,12 +35,13 @@ impl Decodable for OffsetFetchRequest {
             });
         }
         let flexible = version >= 6;
-        let mut this = Self::default();
-        if version <= 7 {
-            this.group_id = read_string(buf, flexible)?;
-        }
-        if version <= 7 {
-            this.topics = if version >= 2 {
+        let f_group_id = if version <= 7 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_topics = if version <= 7 {
+            if version >= 2 {
                 read_nullable_array(buf, flexible, |buf| {
                     OffsetFetchRequestTopic::decode(buf, version)
                 })?
@@ -48,30 +49,39 @@ impl Decodable for OffsetFetchRequest {
                 Some(read_array(buf, flexible, |buf| {
                     OffsetFetchRequestTopic::decode(buf, version)
                 })?)
-            };
-        }
-        if version >= 8 {
-            this.groups = read_array(buf, flexible, |buf| {
+            }
+        } else {
+            Some(Vec::new())
+        };
+        let f_groups = if version >= 8 {
+            read_array(buf, flexible, |buf| {
                 OffsetFetchRequestGroup::decode(buf, version)
-            })?;
-        }
-        if version >= 7 {
-            this.require_stable = read_bool(buf)?;
-        }
+            })?
+        } else {
+            Vec::new()
+        };
+        let f_require_stable = if version >= 7 { read_bool(buf)? } else { false };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            group_id: f_group_id,
+            topics: f_topics,
+            groups: f_groups,
+            require_stable: f_require_stable,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetFetchRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "OffsetFetchRequest",
@@ -178,27 +188,35 @@ impl Default for OffsetFetchRequestTopic {
 impl Decodable for OffsetFetchRequestTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 6;
-        let mut this = Self::default();
-        if version <= 7 {
-            this.name = read_string(buf, flexible)?;
-        }
-        if version <= 7 {
-            this.partition_indexes = read_array(buf, flexible, read_i32)?;
-        }
+        let f_name = if version <= 7 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_partition_indexes = if version <= 7 {
+            read_array(buf, flexible, read_i32)?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            partition_indexes: f_partition_indexes,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetFetchRequestTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 6;
         if version <= 7 {
             write_string(buf, &self.name, flexible)?;
@@ -252,30 +270,41 @@ impl Default for OffsetFetchRequestTopics {
 impl Decodable for OffsetFetchRequestTopics {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 6;
-        let mut this = Self::default();
-        if (8..=9).contains(&version) {
-            this.name = read_string(buf, flexible)?;
-        }
-        if version >= 10 {
-            this.topic_id = read_uuid(buf)?;
-        }
-        if version >= 8 {
-            this.partition_indexes = read_array(buf, flexible, read_i32)?;
-        }
+        let f_name = if (8..=9).contains(&version) {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_topic_id = if version >= 10 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let f_partition_indexes = if version >= 8 {
+            read_array(buf, flexible, read_i32)?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            topic_id: f_topic_id,
+            partition_indexes: f_partition_indexes,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetFetchRequestTopics {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 6;
         if (8..=9).contains(&version) {
             write_string(buf, &self.name, flexible)?;
@@ -337,35 +366,45 @@ impl Default for OffsetFetchRequestGroup {
 impl Decodable for OffsetFetchRequestGroup {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 6;
-        let mut this = Self::default();
-        if version >= 8 {
-            this.group_id = read_string(buf, flexible)?;
-        }
-        if version >= 9 {
-            this.member_id = read_nullable_string(buf, flexible)?;
-        }
-        if version >= 9 {
-            this.member_epoch = read_i32(buf)?;
-        }
-        if version >= 8 {
-            this.topics = read_nullable_array(buf, flexible, |buf| {
+        let f_group_id = if version >= 8 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_member_id = if version >= 9 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let f_member_epoch = if version >= 9 { read_i32(buf)? } else { -1 };
+        let f_topics = if version >= 8 {
+            read_nullable_array(buf, flexible, |buf| {
                 OffsetFetchRequestTopics::decode(buf, version)
-            })?;
-        }
+            })?
+        } else {
+            Some(Vec::new())
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            group_id: f_group_id,
+            member_id: f_member_id,
+            member_epoch: f_member_epoch,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetFetchRequestGroup {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 6;
         if version >= 8 {
             write_string(buf, &self.group_id, flexible)?;

@@ -35,37 +35,47 @@ impl Decodable for OffsetFetchResponse {
             });
         }
         let flexible = version >= 6;
-        let mut this = Self::default();
-        if version >= 3 {
-            this.throttle_time_ms = read_i32(buf)?;
-        }
-        if version <= 7 {
-            this.topics = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = if version >= 3 { read_i32(buf)? } else { 0 };
+        let f_topics = if version <= 7 {
+            read_array(buf, flexible, |buf| {
                 OffsetFetchResponseTopic::decode(buf, version)
-            })?;
-        }
-        if (2..=7).contains(&version) {
-            this.error_code = read_i16(buf)?;
-        }
-        if version >= 8 {
-            this.groups = read_array(buf, flexible, |buf| {
+            })?
+        } else {
+            Vec::new()
+        };
+        let f_error_code = if (2..=7).contains(&version) {
+            read_i16(buf)?
+        } else {
+            0
+        };
+        let f_groups = if version >= 8 {
+            read_array(buf, flexible, |buf| {
                 OffsetFetchResponseGroup::decode(buf, version)
-            })?;
-        }
+            })?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            topics: f_topics,
+            error_code: f_error_code,
+            groups: f_groups,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetFetchResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "OffsetFetchResponse",
@@ -157,36 +167,41 @@ impl Default for OffsetFetchResponsePartition {
 impl Decodable for OffsetFetchResponsePartition {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 6;
-        let mut this = Self::default();
-        if version <= 7 {
-            this.partition_index = read_i32(buf)?;
-        }
-        if version <= 7 {
-            this.committed_offset = read_i64(buf)?;
-        }
-        if (5..=7).contains(&version) {
-            this.committed_leader_epoch = read_i32(buf)?;
-        }
-        if version <= 7 {
-            this.metadata = read_nullable_string(buf, flexible)?;
-        }
-        if version <= 7 {
-            this.error_code = read_i16(buf)?;
-        }
+        let f_partition_index = if version <= 7 { read_i32(buf)? } else { 0 };
+        let f_committed_offset = if version <= 7 { read_i64(buf)? } else { 0 };
+        let f_committed_leader_epoch = if (5..=7).contains(&version) {
+            read_i32(buf)?
+        } else {
+            -1
+        };
+        let f_metadata = if version <= 7 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            Some(ByteString::from_static(""))
+        };
+        let f_error_code = if version <= 7 { read_i16(buf)? } else { 0 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            committed_offset: f_committed_offset,
+            committed_leader_epoch: f_committed_leader_epoch,
+            metadata: f_metadata,
+            error_code: f_error_code,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetFetchResponsePartition {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 6;
         if version <= 7 {
             write_i32(buf, self.partition_index);
@@ -257,29 +272,37 @@ impl Default for OffsetFetchResponseTopic {
 impl Decodable for OffsetFetchResponseTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 6;
-        let mut this = Self::default();
-        if version <= 7 {
-            this.name = read_string(buf, flexible)?;
-        }
-        if version <= 7 {
-            this.partitions = read_array(buf, flexible, |buf| {
+        let f_name = if version <= 7 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_partitions = if version <= 7 {
+            read_array(buf, flexible, |buf| {
                 OffsetFetchResponsePartition::decode(buf, version)
-            })?;
-        }
+            })?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetFetchResponseTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 6;
         if version <= 7 {
             write_string(buf, &self.name, flexible)?;
@@ -340,36 +363,37 @@ impl Default for OffsetFetchResponsePartitions {
 impl Decodable for OffsetFetchResponsePartitions {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 6;
-        let mut this = Self::default();
-        if version >= 8 {
-            this.partition_index = read_i32(buf)?;
-        }
-        if version >= 8 {
-            this.committed_offset = read_i64(buf)?;
-        }
-        if version >= 8 {
-            this.committed_leader_epoch = read_i32(buf)?;
-        }
-        if version >= 8 {
-            this.metadata = read_nullable_string(buf, flexible)?;
-        }
-        if version >= 8 {
-            this.error_code = read_i16(buf)?;
-        }
+        let f_partition_index = if version >= 8 { read_i32(buf)? } else { 0 };
+        let f_committed_offset = if version >= 8 { read_i64(buf)? } else { 0 };
+        let f_committed_leader_epoch = if version >= 8 { read_i32(buf)? } else { -1 };
+        let f_metadata = if version >= 8 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            Some(ByteString::from_static(""))
+        };
+        let f_error_code = if version >= 8 { read_i16(buf)? } else { 0 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            committed_offset: f_committed_offset,
+            committed_leader_epoch: f_committed_leader_epoch,
+            metadata: f_metadata,
+            error_code: f_error_code,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetFetchResponsePartitions {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 6;
         if version >= 8 {
             write_i32(buf, self.partition_index);
@@ -442,32 +466,43 @@ impl Default for OffsetFetchResponseTopics {
 impl Decodable for OffsetFetchResponseTopics {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 6;
-        let mut this = Self::default();
-        if (8..=9).contains(&version) {
-            this.name = read_string(buf, flexible)?;
-        }
-        if version >= 10 {
-            this.topic_id = read_uuid(buf)?;
-        }
-        if version >= 8 {
-            this.partitions = read_array(buf, flexible, |buf| {
+        let f_name = if (8..=9).contains(&version) {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_topic_id = if version >= 10 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let f_partitions = if version >= 8 {
+            read_array(buf, flexible, |buf| {
                 OffsetFetchResponsePartitions::decode(buf, version)
-            })?;
-        }
+            })?
+        } else {
+            Vec::new()
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            topic_id: f_topic_id,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetFetchResponseTopics {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 6;
         if (8..=9).contains(&version) {
             write_string(buf, &self.name, flexible)?;
@@ -530,32 +565,39 @@ impl Default for OffsetFetchResponseGroup {
 impl Decodable for OffsetFetchResponseGroup {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 6;
-        let mut this = Self::default();
-        if version >= 8 {
-            this.group_id = read_string(buf, flexible)?;
-        }
-        if version >= 8 {
-            this.topics = read_array(buf, flexible, |buf| {
+        let f_group_id = if version >= 8 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_topics = if version >= 8 {
+            read_array(buf, flexible, |buf| {
                 OffsetFetchResponseTopics::decode(buf, version)
-            })?;
-        }
-        if version >= 8 {
-            this.error_code = read_i16(buf)?;
-        }
+            })?
+        } else {
+            Vec::new()
+        };
+        let f_error_code = if version >= 8 { read_i16(buf)? } else { 0 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            group_id: f_group_id,
+            topics: f_topics,
+            error_code: f_error_code,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetFetchResponseGroup {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 6;
         if version >= 8 {
             write_string(buf, &self.group_id, flexible)?;

@@ -31,27 +31,29 @@ impl Decodable for OffsetForLeaderEpochRequest {
             });
         }
         let flexible = version >= 4;
-        let mut this = Self::default();
-        if version >= 3 {
-            this.replica_id = read_i32(buf)?;
-        }
-        this.topics = read_array(buf, flexible, |buf| {
+        let f_replica_id = if version >= 3 { read_i32(buf)? } else { -2 };
+        let f_topics = read_array(buf, flexible, |buf| {
             OffsetForLeaderTopic::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            replica_id: f_replica_id,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetForLeaderEpochRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "OffsetForLeaderEpochRequest",
@@ -119,24 +121,29 @@ impl Default for OffsetForLeaderPartition {
 impl Decodable for OffsetForLeaderPartition {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 4;
-        let mut this = Self::default();
-        this.partition = read_i32(buf)?;
-        this.current_leader_epoch = read_i32(buf)?;
-        this.leader_epoch = read_i32(buf)?;
+        let f_partition = read_i32(buf)?;
+        let f_current_leader_epoch = read_i32(buf)?;
+        let f_leader_epoch = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition: f_partition,
+            current_leader_epoch: f_current_leader_epoch,
+            leader_epoch: f_leader_epoch,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetForLeaderPartition {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 4;
         write_i32(buf, self.partition);
         write_i32(buf, self.current_leader_epoch);
@@ -179,25 +186,29 @@ impl Default for OffsetForLeaderTopic {
 impl Decodable for OffsetForLeaderTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 4;
-        let mut this = Self::default();
-        this.topic = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, |buf| {
+        let f_topic = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, |buf| {
             OffsetForLeaderPartition::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic: f_topic,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetForLeaderTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 4;
         write_string(buf, &self.topic, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {

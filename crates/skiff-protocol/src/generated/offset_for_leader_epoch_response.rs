@@ -31,25 +31,29 @@ impl Decodable for OffsetForLeaderEpochResponse {
             });
         }
         let flexible = version >= 4;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.topics = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_topics = read_array(buf, flexible, |buf| {
             OffsetForLeaderTopicResult::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetForLeaderEpochResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "OffsetForLeaderEpochResponse",
@@ -115,25 +119,31 @@ impl Default for EpochEndOffset {
 impl Decodable for EpochEndOffset {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 4;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.partition = read_i32(buf)?;
-        this.leader_epoch = read_i32(buf)?;
-        this.end_offset = read_i64(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_partition = read_i32(buf)?;
+        let f_leader_epoch = read_i32(buf)?;
+        let f_end_offset = read_i64(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            partition: f_partition,
+            leader_epoch: f_leader_epoch,
+            end_offset: f_end_offset,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for EpochEndOffset {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 4;
         write_i16(buf, self.error_code);
         write_i32(buf, self.partition);
@@ -178,23 +188,27 @@ impl Default for OffsetForLeaderTopicResult {
 impl Decodable for OffsetForLeaderTopicResult {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 4;
-        let mut this = Self::default();
-        this.topic = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, |buf| EpochEndOffset::decode(buf, version))?;
+        let f_topic = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, |buf| EpochEndOffset::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic: f_topic,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for OffsetForLeaderTopicResult {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 4;
         write_string(buf, &self.topic, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {

@@ -35,25 +35,31 @@ impl Decodable for ProduceRequest {
             });
         }
         let flexible = version >= 9;
-        let mut this = Self::default();
-        this.transactional_id = read_nullable_string(buf, flexible)?;
-        this.acks = read_i16(buf)?;
-        this.timeout_ms = read_i32(buf)?;
-        this.topic_data = read_array(buf, flexible, |buf| TopicProduceData::decode(buf, version))?;
+        let f_transactional_id = read_nullable_string(buf, flexible)?;
+        let f_acks = read_i16(buf)?;
+        let f_timeout_ms = read_i32(buf)?;
+        let f_topic_data = read_array(buf, flexible, |buf| TopicProduceData::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            transactional_id: f_transactional_id,
+            acks: f_acks,
+            timeout_ms: f_timeout_ms,
+            topic_data: f_topic_data,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ProduceRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ProduceRequest",
@@ -123,26 +129,30 @@ impl Default for PartitionProduceData {
 impl Decodable for PartitionProduceData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 9;
-        let mut this = Self::default();
-        this.index = read_i32(buf)?;
-        this.records = read_nullable_bytes(buf, flexible)?;
+        let f_index = read_i32(buf)?;
+        let f_records = read_nullable_bytes(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            index: f_index,
+            records: f_records,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for PartitionProduceData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 9;
         write_i32(buf, self.index);
-        write_nullable_bytes(buf, self.records.as_deref(), flexible)?;
+        write_nullable_shared(buf, self.records.as_ref(), flexible)?;
         if flexible {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }
@@ -186,30 +196,39 @@ impl Default for TopicProduceData {
 impl Decodable for TopicProduceData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 9;
-        let mut this = Self::default();
-        if version <= 12 {
-            this.name = read_string(buf, flexible)?;
-        }
-        if version >= 13 {
-            this.topic_id = read_uuid(buf)?;
-        }
-        this.partition_data = read_array(buf, flexible, |buf| {
+        let f_name = if version <= 12 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_topic_id = if version >= 13 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let f_partition_data = read_array(buf, flexible, |buf| {
             PartitionProduceData::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            topic_id: f_topic_id,
+            partition_data: f_partition_data,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicProduceData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 9;
         if version <= 12 {
             write_string(buf, &self.name, flexible)?;

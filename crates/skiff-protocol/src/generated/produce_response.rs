@@ -33,32 +33,38 @@ impl Decodable for ProduceResponse {
             });
         }
         let flexible = version >= 9;
-        let mut this = Self::default();
-        this.responses = read_array(buf, flexible, |buf| {
+        let f_responses = read_array(buf, flexible, |buf| {
             TopicProduceResponse::decode(buf, version)
         })?;
-        this.throttle_time_ms = read_i32(buf)?;
+        let f_throttle_time_ms = read_i32(buf)?;
+        let mut f_node_endpoints = Vec::new();
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
                     0 if version >= 10 => {
-                        this.node_endpoints = decode_tagged(tag, data, |buf| {
+                        f_node_endpoints = decode_tagged(tag, data, |buf| {
                             Ok(read_array(buf, flexible, |buf| {
                                 NodeEndpoint::decode(buf, version)
                             })?)
                         })?;
                     }
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            responses: f_responses,
+            throttle_time_ms: f_throttle_time_ms,
+            node_endpoints: f_node_endpoints,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ProduceResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ProduceResponse",
@@ -134,27 +140,31 @@ impl Default for BatchIndexAndErrorMessage {
 impl Decodable for BatchIndexAndErrorMessage {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 9;
-        let mut this = Self::default();
-        if version >= 8 {
-            this.batch_index = read_i32(buf)?;
-        }
-        if version >= 8 {
-            this.batch_index_error_message = read_nullable_string(buf, flexible)?;
-        }
+        let f_batch_index = if version >= 8 { read_i32(buf)? } else { 0 };
+        let f_batch_index_error_message = if version >= 8 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            batch_index: f_batch_index,
+            batch_index_error_message: f_batch_index_error_message,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for BatchIndexAndErrorMessage {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 9;
         if version >= 8 {
             write_i32(buf, self.batch_index);
@@ -207,27 +217,27 @@ impl Default for LeaderIdAndEpoch {
 impl Decodable for LeaderIdAndEpoch {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 9;
-        let mut this = Self::default();
-        if version >= 10 {
-            this.leader_id = read_i32(buf)?;
-        }
-        if version >= 10 {
-            this.leader_epoch = read_i32(buf)?;
-        }
+        let f_leader_id = if version >= 10 { read_i32(buf)? } else { -1 };
+        let f_leader_epoch = if version >= 10 { read_i32(buf)? } else { -1 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            leader_id: f_leader_id,
+            leader_epoch: f_leader_epoch,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for LeaderIdAndEpoch {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 9;
         if version >= 10 {
             write_i32(buf, self.leader_id);
@@ -288,41 +298,54 @@ impl Default for PartitionProduceResponse {
 impl Decodable for PartitionProduceResponse {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 9;
-        let mut this = Self::default();
-        this.index = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.base_offset = read_i64(buf)?;
-        this.log_append_time_ms = read_i64(buf)?;
-        if version >= 5 {
-            this.log_start_offset = read_i64(buf)?;
-        }
-        if version >= 8 {
-            this.record_errors = read_array(buf, flexible, |buf| {
+        let f_index = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_base_offset = read_i64(buf)?;
+        let f_log_append_time_ms = read_i64(buf)?;
+        let f_log_start_offset = if version >= 5 { read_i64(buf)? } else { -1 };
+        let f_record_errors = if version >= 8 {
+            read_array(buf, flexible, |buf| {
                 BatchIndexAndErrorMessage::decode(buf, version)
-            })?;
-        }
-        if version >= 8 {
-            this.error_message = read_nullable_string(buf, flexible)?;
-        }
+            })?
+        } else {
+            Vec::new()
+        };
+        let f_error_message = if version >= 8 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let mut f_current_leader = LeaderIdAndEpoch::default();
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
                     0 if version >= 10 => {
-                        this.current_leader = decode_tagged(tag, data, |buf| {
+                        f_current_leader = decode_tagged(tag, data, |buf| {
                             Ok(LeaderIdAndEpoch::decode(buf, version)?)
                         })?;
                     }
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            index: f_index,
+            error_code: f_error_code,
+            base_offset: f_base_offset,
+            log_append_time_ms: f_log_append_time_ms,
+            log_start_offset: f_log_start_offset,
+            record_errors: f_record_errors,
+            error_message: f_error_message,
+            current_leader: f_current_leader,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for PartitionProduceResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 9;
         write_i32(buf, self.index);
         write_i16(buf, self.error_code);
@@ -408,30 +431,39 @@ impl Default for TopicProduceResponse {
 impl Decodable for TopicProduceResponse {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 9;
-        let mut this = Self::default();
-        if version <= 12 {
-            this.name = read_string(buf, flexible)?;
-        }
-        if version >= 13 {
-            this.topic_id = read_uuid(buf)?;
-        }
-        this.partition_responses = read_array(buf, flexible, |buf| {
+        let f_name = if version <= 12 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_topic_id = if version >= 13 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let f_partition_responses = read_array(buf, flexible, |buf| {
             PartitionProduceResponse::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            topic_id: f_topic_id,
+            partition_responses: f_partition_responses,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicProduceResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 9;
         if version <= 12 {
             write_string(buf, &self.name, flexible)?;
@@ -490,33 +522,39 @@ impl Default for NodeEndpoint {
 impl Decodable for NodeEndpoint {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 9;
-        let mut this = Self::default();
-        if version >= 10 {
-            this.node_id = read_i32(buf)?;
-        }
-        if version >= 10 {
-            this.host = read_string(buf, flexible)?;
-        }
-        if version >= 10 {
-            this.port = read_i32(buf)?;
-        }
-        if version >= 10 {
-            this.rack = read_nullable_string(buf, flexible)?;
-        }
+        let f_node_id = if version >= 10 { read_i32(buf)? } else { 0 };
+        let f_host = if version >= 10 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_port = if version >= 10 { read_i32(buf)? } else { 0 };
+        let f_rack = if version >= 10 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            node_id: f_node_id,
+            host: f_host,
+            port: f_port,
+            rack: f_rack,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for NodeEndpoint {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 9;
         if version >= 10 {
             write_i32(buf, self.node_id);

@@ -37,26 +37,33 @@ impl Decodable for PushTelemetryRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.client_instance_id = read_uuid(buf)?;
-        this.subscription_id = read_i32(buf)?;
-        this.terminating = read_bool(buf)?;
-        this.compression_type = read_i8(buf)?;
-        this.metrics = read_bytes(buf, flexible)?;
+        let f_client_instance_id = read_uuid(buf)?;
+        let f_subscription_id = read_i32(buf)?;
+        let f_terminating = read_bool(buf)?;
+        let f_compression_type = read_i8(buf)?;
+        let f_metrics = read_bytes(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            client_instance_id: f_client_instance_id,
+            subscription_id: f_subscription_id,
+            terminating: f_terminating,
+            compression_type: f_compression_type,
+            metrics: f_metrics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for PushTelemetryRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "PushTelemetryRequest",
@@ -68,7 +75,7 @@ impl Encodable for PushTelemetryRequest {
         write_i32(buf, self.subscription_id);
         write_bool(buf, self.terminating);
         write_i8(buf, self.compression_type);
-        write_bytes(buf, &self.metrics, flexible)?;
+        write_shared(buf, &self.metrics, flexible)?;
         if flexible {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }

@@ -29,24 +29,27 @@ impl Decodable for ReadShareGroupStateSummaryResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.results = read_array(buf, flexible, |buf| {
+        let f_results = read_array(buf, flexible, |buf| {
             ReadStateSummaryResult::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            results: f_results,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ReadShareGroupStateSummaryResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ReadShareGroupStateSummaryResponse",
@@ -116,30 +119,37 @@ impl Default for PartitionResult {
 impl Decodable for PartitionResult {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.partition = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
-        this.state_epoch = read_i32(buf)?;
-        this.leader_epoch = read_i32(buf)?;
-        this.start_offset = read_i64(buf)?;
-        if version >= 1 {
-            this.delivery_complete_count = read_i32(buf)?;
-        }
+        let f_partition = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let f_state_epoch = read_i32(buf)?;
+        let f_leader_epoch = read_i32(buf)?;
+        let f_start_offset = read_i64(buf)?;
+        let f_delivery_complete_count = if version >= 1 { read_i32(buf)? } else { -1 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition: f_partition,
+            error_code: f_error_code,
+            error_message: f_error_message,
+            state_epoch: f_state_epoch,
+            leader_epoch: f_leader_epoch,
+            start_offset: f_start_offset,
+            delivery_complete_count: f_delivery_complete_count,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for PartitionResult {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.partition);
         write_i16(buf, self.error_code);
@@ -198,23 +208,27 @@ impl Default for ReadStateSummaryResult {
 impl Decodable for ReadStateSummaryResult {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.topic_id = read_uuid(buf)?;
-        this.partitions = read_array(buf, flexible, |buf| PartitionResult::decode(buf, version))?;
+        let f_topic_id = read_uuid(buf)?;
+        let f_partitions = read_array(buf, flexible, |buf| PartitionResult::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic_id: f_topic_id,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ReadStateSummaryResult {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_uuid(buf, self.topic_id);
         write_array(buf, &self.partitions, flexible, |buf, item| {

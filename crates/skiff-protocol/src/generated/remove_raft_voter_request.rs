@@ -33,24 +33,29 @@ impl Decodable for RemoveRaftVoterRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.cluster_id = read_nullable_string(buf, flexible)?;
-        this.voter_id = read_i32(buf)?;
-        this.voter_directory_id = read_uuid(buf)?;
+        let f_cluster_id = read_nullable_string(buf, flexible)?;
+        let f_voter_id = read_i32(buf)?;
+        let f_voter_directory_id = read_uuid(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            cluster_id: f_cluster_id,
+            voter_id: f_voter_id,
+            voter_directory_id: f_voter_directory_id,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for RemoveRaftVoterRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "RemoveRaftVoterRequest",

@@ -37,29 +37,36 @@ impl Decodable for RequestHeader {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.request_api_key = read_i16(buf)?;
-        this.request_api_version = read_i16(buf)?;
-        this.correlation_id = read_i32(buf)?;
-        this.client_id = read_nullable_string(buf, false)?;
+        let f_request_api_key = read_i16(buf)?;
+        let f_request_api_version = read_i16(buf)?;
+        let f_correlation_id = read_i32(buf)?;
+        let f_client_id = read_nullable_string(buf, false)?;
+        let mut f_client_instance_id = Uuid::ZERO;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
                     0 if version >= 2 => {
-                        this.client_instance_id =
-                            decode_tagged(tag, data, |buf| Ok(read_uuid(buf)?))?;
+                        f_client_instance_id = decode_tagged(tag, data, |buf| Ok(read_uuid(buf)?))?;
                     }
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            request_api_key: f_request_api_key,
+            request_api_version: f_request_api_version,
+            correlation_id: f_correlation_id,
+            client_id: f_client_id,
+            client_instance_id: f_client_instance_id,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for RequestHeader {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "RequestHeader",

@@ -29,22 +29,25 @@ impl Decodable for ResponseHeader {
             });
         }
         let flexible = version >= 1;
-        let mut this = Self::default();
-        this.correlation_id = read_i32(buf)?;
+        let f_correlation_id = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            correlation_id: f_correlation_id,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ResponseHeader {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ResponseHeader",

@@ -29,22 +29,25 @@ impl Decodable for SaslAuthenticateRequest {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.auth_bytes = read_bytes(buf, flexible)?;
+        let f_auth_bytes = read_bytes(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            auth_bytes: f_auth_bytes,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for SaslAuthenticateRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "SaslAuthenticateRequest",
@@ -52,7 +55,7 @@ impl Encodable for SaslAuthenticateRequest {
             });
         }
         let flexible = version >= 2;
-        write_bytes(buf, &self.auth_bytes, flexible)?;
+        write_shared(buf, &self.auth_bytes, flexible)?;
         if flexible {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }

@@ -35,27 +35,31 @@ impl Decodable for SaslAuthenticateResponse {
             });
         }
         let flexible = version >= 2;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
-        this.auth_bytes = read_bytes(buf, flexible)?;
-        if version >= 1 {
-            this.session_lifetime_ms = read_i64(buf)?;
-        }
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let f_auth_bytes = read_bytes(buf, flexible)?;
+        let f_session_lifetime_ms = if version >= 1 { read_i64(buf)? } else { 0 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            error_message: f_error_message,
+            auth_bytes: f_auth_bytes,
+            session_lifetime_ms: f_session_lifetime_ms,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for SaslAuthenticateResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "SaslAuthenticateResponse",
@@ -65,7 +69,7 @@ impl Encodable for SaslAuthenticateResponse {
         let flexible = version >= 2;
         write_i16(buf, self.error_code);
         write_nullable_string(buf, self.error_message.as_deref(), flexible)?;
-        write_bytes(buf, &self.auth_bytes, flexible)?;
+        write_shared(buf, &self.auth_bytes, flexible)?;
         if version >= 1 {
             write_i64(buf, self.session_lifetime_ms);
         }

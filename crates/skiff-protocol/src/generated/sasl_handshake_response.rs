@@ -31,23 +31,27 @@ impl Decodable for SaslHandshakeResponse {
             });
         }
         let flexible = false;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.mechanisms = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let f_error_code = read_i16(buf)?;
+        let f_mechanisms = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            mechanisms: f_mechanisms,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for SaslHandshakeResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "SaslHandshakeResponse",

@@ -51,38 +51,48 @@ impl Decodable for ShareFetchRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.group_id = read_nullable_string(buf, flexible)?;
-        this.member_id = read_nullable_string(buf, flexible)?;
-        this.share_session_epoch = read_i32(buf)?;
-        this.max_wait_ms = read_i32(buf)?;
-        this.min_bytes = read_i32(buf)?;
-        this.max_bytes = read_i32(buf)?;
-        this.max_records = read_i32(buf)?;
-        this.batch_size = read_i32(buf)?;
-        if version >= 2 {
-            this.share_acquire_mode = read_i8(buf)?;
-        }
-        if version >= 2 {
-            this.is_renew_ack = read_bool(buf)?;
-        }
-        this.topics = read_array(buf, flexible, |buf| FetchTopic::decode(buf, version))?;
-        this.forgotten_topics_data =
+        let f_group_id = read_nullable_string(buf, flexible)?;
+        let f_member_id = read_nullable_string(buf, flexible)?;
+        let f_share_session_epoch = read_i32(buf)?;
+        let f_max_wait_ms = read_i32(buf)?;
+        let f_min_bytes = read_i32(buf)?;
+        let f_max_bytes = read_i32(buf)?;
+        let f_max_records = read_i32(buf)?;
+        let f_batch_size = read_i32(buf)?;
+        let f_share_acquire_mode = if version >= 2 { read_i8(buf)? } else { 0 };
+        let f_is_renew_ack = if version >= 2 { read_bool(buf)? } else { false };
+        let f_topics = read_array(buf, flexible, |buf| FetchTopic::decode(buf, version))?;
+        let f_forgotten_topics_data =
             read_array(buf, flexible, |buf| ForgottenTopic::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            group_id: f_group_id,
+            member_id: f_member_id,
+            share_session_epoch: f_share_session_epoch,
+            max_wait_ms: f_max_wait_ms,
+            min_bytes: f_min_bytes,
+            max_bytes: f_max_bytes,
+            max_records: f_max_records,
+            batch_size: f_batch_size,
+            share_acquire_mode: f_share_acquire_mode,
+            is_renew_ack: f_is_renew_ack,
+            topics: f_topics,
+            forgotten_topics_data: f_forgotten_topics_data,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ShareFetchRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ShareFetchRequest",
@@ -186,24 +196,29 @@ impl Default for AcknowledgementBatch {
 impl Decodable for AcknowledgementBatch {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.first_offset = read_i64(buf)?;
-        this.last_offset = read_i64(buf)?;
-        this.acknowledge_types = read_array(buf, flexible, read_i8)?;
+        let f_first_offset = read_i64(buf)?;
+        let f_last_offset = read_i64(buf)?;
+        let f_acknowledge_types = read_array(buf, flexible, read_i8)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            first_offset: f_first_offset,
+            last_offset: f_last_offset,
+            acknowledge_types: f_acknowledge_types,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AcknowledgementBatch {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i64(buf, self.first_offset);
         write_i64(buf, self.last_offset);
@@ -249,25 +264,29 @@ impl Default for FetchPartition {
 impl Decodable for FetchPartition {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        this.acknowledgement_batches = read_array(buf, flexible, |buf| {
+        let f_partition_index = read_i32(buf)?;
+        let f_acknowledgement_batches = read_array(buf, flexible, |buf| {
             AcknowledgementBatch::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            acknowledgement_batches: f_acknowledgement_batches,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for FetchPartition {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.partition_index);
         write_array(buf, &self.acknowledgement_batches, flexible, |buf, item| {
@@ -312,23 +331,27 @@ impl Default for FetchTopic {
 impl Decodable for FetchTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.topic_id = read_uuid(buf)?;
-        this.partitions = read_array(buf, flexible, |buf| FetchPartition::decode(buf, version))?;
+        let f_topic_id = read_uuid(buf)?;
+        let f_partitions = read_array(buf, flexible, |buf| FetchPartition::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic_id: f_topic_id,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for FetchTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_uuid(buf, self.topic_id);
         write_array(buf, &self.partitions, flexible, |buf, item| {
@@ -373,23 +396,27 @@ impl Default for ForgottenTopic {
 impl Decodable for ForgottenTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.topic_id = read_uuid(buf)?;
-        this.partitions = read_array(buf, flexible, read_i32)?;
+        let f_topic_id = read_uuid(buf)?;
+        let f_partitions = read_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic_id: f_topic_id,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ForgottenTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_uuid(buf, self.topic_id);
         write_array(buf, &self.partitions, flexible, |buf, item| {

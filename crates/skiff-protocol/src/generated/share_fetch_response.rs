@@ -39,29 +39,37 @@ impl Decodable for ShareFetchResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
-        this.acquisition_lock_timeout_ms = read_i32(buf)?;
-        this.responses = read_array(buf, flexible, |buf| {
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let f_acquisition_lock_timeout_ms = read_i32(buf)?;
+        let f_responses = read_array(buf, flexible, |buf| {
             ShareFetchableTopicResponse::decode(buf, version)
         })?;
-        this.node_endpoints = read_array(buf, flexible, |buf| NodeEndpoint::decode(buf, version))?;
+        let f_node_endpoints = read_array(buf, flexible, |buf| NodeEndpoint::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            error_message: f_error_message,
+            acquisition_lock_timeout_ms: f_acquisition_lock_timeout_ms,
+            responses: f_responses,
+            node_endpoints: f_node_endpoints,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ShareFetchResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ShareFetchResponse",
@@ -139,23 +147,27 @@ impl Default for LeaderIdAndEpoch {
 impl Decodable for LeaderIdAndEpoch {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.leader_id = read_i32(buf)?;
-        this.leader_epoch = read_i32(buf)?;
+        let f_leader_id = read_i32(buf)?;
+        let f_leader_epoch = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            leader_id: f_leader_id,
+            leader_epoch: f_leader_epoch,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for LeaderIdAndEpoch {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.leader_id);
         write_i32(buf, self.leader_epoch);
@@ -198,24 +210,29 @@ impl Default for AcquiredRecords {
 impl Decodable for AcquiredRecords {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.first_offset = read_i64(buf)?;
-        this.last_offset = read_i64(buf)?;
-        this.delivery_count = read_i16(buf)?;
+        let f_first_offset = read_i64(buf)?;
+        let f_last_offset = read_i64(buf)?;
+        let f_delivery_count = read_i16(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            first_offset: f_first_offset,
+            last_offset: f_last_offset,
+            delivery_count: f_delivery_count,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for AcquiredRecords {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i64(buf, self.first_offset);
         write_i64(buf, self.last_offset);
@@ -270,30 +287,40 @@ impl Default for PartitionData {
 impl Decodable for PartitionData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
-        this.acknowledge_error_code = read_i16(buf)?;
-        this.acknowledge_error_message = read_nullable_string(buf, flexible)?;
-        this.current_leader = LeaderIdAndEpoch::decode(buf, version)?;
-        this.records = Some(read_bytes(buf, flexible)?);
-        this.acquired_records =
+        let f_partition_index = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let f_acknowledge_error_code = read_i16(buf)?;
+        let f_acknowledge_error_message = read_nullable_string(buf, flexible)?;
+        let f_current_leader = LeaderIdAndEpoch::decode(buf, version)?;
+        let f_records = Some(read_bytes(buf, flexible)?);
+        let f_acquired_records =
             read_array(buf, flexible, |buf| AcquiredRecords::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            error_code: f_error_code,
+            error_message: f_error_message,
+            acknowledge_error_code: f_acknowledge_error_code,
+            acknowledge_error_message: f_acknowledge_error_message,
+            current_leader: f_current_leader,
+            records: f_records,
+            acquired_records: f_acquired_records,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for PartitionData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.partition_index);
         write_i16(buf, self.error_code);
@@ -301,10 +328,10 @@ impl Encodable for PartitionData {
         write_i16(buf, self.acknowledge_error_code);
         write_nullable_string(buf, self.acknowledge_error_message.as_deref(), flexible)?;
         (&self.current_leader).encode(buf, version)?;
-        write_bytes(
+        write_shared(
             buf,
             self.records
-                .as_deref()
+                .as_ref()
                 .ok_or(EncodeError::NullNotAllowed("Records"))?,
             flexible,
         )?;
@@ -364,23 +391,27 @@ impl Default for ShareFetchableTopicResponse {
 impl Decodable for ShareFetchableTopicResponse {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.topic_id = read_uuid(buf)?;
-        this.partitions = read_array(buf, flexible, |buf| PartitionData::decode(buf, version))?;
+        let f_topic_id = read_uuid(buf)?;
+        let f_partitions = read_array(buf, flexible, |buf| PartitionData::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic_id: f_topic_id,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ShareFetchableTopicResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_uuid(buf, self.topic_id);
         write_array(buf, &self.partitions, flexible, |buf, item| {
@@ -429,25 +460,31 @@ impl Default for NodeEndpoint {
 impl Decodable for NodeEndpoint {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.node_id = read_i32(buf)?;
-        this.host = read_string(buf, flexible)?;
-        this.port = read_i32(buf)?;
-        this.rack = read_nullable_string(buf, flexible)?;
+        let f_node_id = read_i32(buf)?;
+        let f_host = read_string(buf, flexible)?;
+        let f_port = read_i32(buf)?;
+        let f_rack = read_nullable_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            node_id: f_node_id,
+            host: f_host,
+            port: f_port,
+            rack: f_rack,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for NodeEndpoint {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.node_id);
         write_string(buf, &self.host, flexible)?;

@@ -31,23 +31,27 @@ impl Decodable for ShareGroupDescribeRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.group_ids = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
-        this.include_authorized_operations = read_bool(buf)?;
+        let f_group_ids = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let f_include_authorized_operations = read_bool(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            group_ids: f_group_ids,
+            include_authorized_operations: f_include_authorized_operations,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ShareGroupDescribeRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ShareGroupDescribeRequest",

@@ -37,27 +37,34 @@ impl Decodable for ShareGroupHeartbeatRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.group_id = read_string(buf, flexible)?;
-        this.member_id = read_string(buf, flexible)?;
-        this.member_epoch = read_i32(buf)?;
-        this.rack_id = read_nullable_string(buf, flexible)?;
-        this.subscribed_topic_names =
+        let f_group_id = read_string(buf, flexible)?;
+        let f_member_id = read_string(buf, flexible)?;
+        let f_member_epoch = read_i32(buf)?;
+        let f_rack_id = read_nullable_string(buf, flexible)?;
+        let f_subscribed_topic_names =
             read_nullable_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            group_id: f_group_id,
+            member_id: f_member_id,
+            member_epoch: f_member_epoch,
+            rack_id: f_rack_id,
+            subscribed_topic_names: f_subscribed_topic_names,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for ShareGroupHeartbeatRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "ShareGroupHeartbeatRequest",

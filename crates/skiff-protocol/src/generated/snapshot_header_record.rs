@@ -31,23 +31,27 @@ impl Decodable for SnapshotHeaderRecord {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.version = read_i16(buf)?;
-        this.last_contained_log_timestamp = read_i64(buf)?;
+        let f_version = read_i16(buf)?;
+        let f_last_contained_log_timestamp = read_i64(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            version: f_version,
+            last_contained_log_timestamp: f_last_contained_log_timestamp,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for SnapshotHeaderRecord {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "SnapshotHeaderRecord",

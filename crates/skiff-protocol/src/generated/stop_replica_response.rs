@@ -27,21 +27,23 @@ impl Decodable for StopReplicaResponse {
             });
         }
         let flexible = false;
-        let mut this = Self::default();
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for StopReplicaResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "StopReplicaResponse",

@@ -31,23 +31,27 @@ impl Decodable for StreamsGroupDescribeResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.groups = read_array(buf, flexible, |buf| DescribedGroup::decode(buf, version))?;
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_groups = read_array(buf, flexible, |buf| DescribedGroup::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            groups: f_groups,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for StreamsGroupDescribeResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "StreamsGroupDescribeResponse",
@@ -115,28 +119,36 @@ impl Default for Subtopology {
 impl Decodable for Subtopology {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.subtopology_id = read_string(buf, flexible)?;
-        this.source_topics = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
-        this.repartition_sink_topics = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
-        this.state_changelog_topics =
+        let f_subtopology_id = read_string(buf, flexible)?;
+        let f_source_topics = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let f_repartition_sink_topics =
+            read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let f_state_changelog_topics =
             read_array(buf, flexible, |buf| TopicInfo::decode(buf, version))?;
-        this.repartition_source_topics =
+        let f_repartition_source_topics =
             read_array(buf, flexible, |buf| TopicInfo::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            subtopology_id: f_subtopology_id,
+            source_topics: f_source_topics,
+            repartition_sink_topics: f_repartition_sink_topics,
+            state_changelog_topics: f_state_changelog_topics,
+            repartition_source_topics: f_repartition_source_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Subtopology {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.subtopology_id, flexible)?;
         write_array(buf, &self.source_topics, flexible, |buf, item| {
@@ -198,24 +210,28 @@ impl Default for Topology {
 impl Decodable for Topology {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.epoch = read_i32(buf)?;
-        this.subtopologies =
+        let f_epoch = read_i32(buf)?;
+        let f_subtopologies =
             read_nullable_array(buf, flexible, |buf| Subtopology::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            epoch: f_epoch,
+            subtopologies: f_subtopologies,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Topology {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.epoch);
         write_nullable_array(buf, self.subtopologies.as_deref(), flexible, |buf, item| {
@@ -292,36 +308,53 @@ impl Default for Member {
 impl Decodable for Member {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.member_id = read_string(buf, flexible)?;
-        this.member_epoch = read_i32(buf)?;
-        this.instance_id = read_nullable_string(buf, flexible)?;
-        this.rack_id = read_nullable_string(buf, flexible)?;
-        this.client_id = read_string(buf, flexible)?;
-        this.client_host = read_string(buf, flexible)?;
-        this.topology_epoch = read_i32(buf)?;
-        this.process_id = read_string(buf, flexible)?;
-        this.user_endpoint = read_nullable_struct(buf, |buf| Endpoint::decode(buf, version))?;
-        this.client_tags = read_array(buf, flexible, |buf| KeyValue::decode(buf, version))?;
-        this.task_offsets = read_array(buf, flexible, |buf| TaskOffset::decode(buf, version))?;
-        this.task_end_offsets = read_array(buf, flexible, |buf| TaskOffset::decode(buf, version))?;
-        this.assignment = Assignment::decode(buf, version)?;
-        this.target_assignment = Assignment::decode(buf, version)?;
-        this.is_classic = read_bool(buf)?;
+        let f_member_id = read_string(buf, flexible)?;
+        let f_member_epoch = read_i32(buf)?;
+        let f_instance_id = read_nullable_string(buf, flexible)?;
+        let f_rack_id = read_nullable_string(buf, flexible)?;
+        let f_client_id = read_string(buf, flexible)?;
+        let f_client_host = read_string(buf, flexible)?;
+        let f_topology_epoch = read_i32(buf)?;
+        let f_process_id = read_string(buf, flexible)?;
+        let f_user_endpoint = read_nullable_struct(buf, |buf| Endpoint::decode(buf, version))?;
+        let f_client_tags = read_array(buf, flexible, |buf| KeyValue::decode(buf, version))?;
+        let f_task_offsets = read_array(buf, flexible, |buf| TaskOffset::decode(buf, version))?;
+        let f_task_end_offsets = read_array(buf, flexible, |buf| TaskOffset::decode(buf, version))?;
+        let f_assignment = Assignment::decode(buf, version)?;
+        let f_target_assignment = Assignment::decode(buf, version)?;
+        let f_is_classic = read_bool(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            member_id: f_member_id,
+            member_epoch: f_member_epoch,
+            instance_id: f_instance_id,
+            rack_id: f_rack_id,
+            client_id: f_client_id,
+            client_host: f_client_host,
+            topology_epoch: f_topology_epoch,
+            process_id: f_process_id,
+            user_endpoint: f_user_endpoint,
+            client_tags: f_client_tags,
+            task_offsets: f_task_offsets,
+            task_end_offsets: f_task_end_offsets,
+            assignment: f_assignment,
+            target_assignment: f_target_assignment,
+            is_classic: f_is_classic,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Member {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.member_id, flexible)?;
         write_i32(buf, self.member_epoch);
@@ -428,30 +461,41 @@ impl Default for DescribedGroup {
 impl Decodable for DescribedGroup {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
-        this.group_id = read_string(buf, flexible)?;
-        this.group_state = read_string(buf, flexible)?;
-        this.group_epoch = read_i32(buf)?;
-        this.assignment_epoch = read_i32(buf)?;
-        this.topology = read_nullable_struct(buf, |buf| Topology::decode(buf, version))?;
-        this.members = read_array(buf, flexible, |buf| Member::decode(buf, version))?;
-        this.authorized_operations = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let f_group_id = read_string(buf, flexible)?;
+        let f_group_state = read_string(buf, flexible)?;
+        let f_group_epoch = read_i32(buf)?;
+        let f_assignment_epoch = read_i32(buf)?;
+        let f_topology = read_nullable_struct(buf, |buf| Topology::decode(buf, version))?;
+        let f_members = read_array(buf, flexible, |buf| Member::decode(buf, version))?;
+        let f_authorized_operations = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            error_code: f_error_code,
+            error_message: f_error_message,
+            group_id: f_group_id,
+            group_state: f_group_state,
+            group_epoch: f_group_epoch,
+            assignment_epoch: f_assignment_epoch,
+            topology: f_topology,
+            members: f_members,
+            authorized_operations: f_authorized_operations,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for DescribedGroup {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i16(buf, self.error_code);
         write_nullable_string(buf, self.error_message.as_deref(), flexible)?;
@@ -518,23 +562,27 @@ impl Default for Endpoint {
 impl Decodable for Endpoint {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.host = read_string(buf, flexible)?;
-        this.port = read_u16(buf)?;
+        let f_host = read_string(buf, flexible)?;
+        let f_port = read_u16(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            host: f_host,
+            port: f_port,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Endpoint {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.host, flexible)?;
         write_u16(buf, self.port);
@@ -577,24 +625,29 @@ impl Default for TaskOffset {
 impl Decodable for TaskOffset {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.subtopology_id = read_string(buf, flexible)?;
-        this.partition = read_i32(buf)?;
-        this.offset = read_i64(buf)?;
+        let f_subtopology_id = read_string(buf, flexible)?;
+        let f_partition = read_i32(buf)?;
+        let f_offset = read_i64(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            subtopology_id: f_subtopology_id,
+            partition: f_partition,
+            offset: f_offset,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TaskOffset {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.subtopology_id, flexible)?;
         write_i32(buf, self.partition);
@@ -639,24 +692,29 @@ impl Default for Assignment {
 impl Decodable for Assignment {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.active_tasks = read_array(buf, flexible, |buf| TaskIds::decode(buf, version))?;
-        this.standby_tasks = read_array(buf, flexible, |buf| TaskIds::decode(buf, version))?;
-        this.warmup_tasks = read_array(buf, flexible, |buf| TaskIds::decode(buf, version))?;
+        let f_active_tasks = read_array(buf, flexible, |buf| TaskIds::decode(buf, version))?;
+        let f_standby_tasks = read_array(buf, flexible, |buf| TaskIds::decode(buf, version))?;
+        let f_warmup_tasks = read_array(buf, flexible, |buf| TaskIds::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            active_tasks: f_active_tasks,
+            standby_tasks: f_standby_tasks,
+            warmup_tasks: f_warmup_tasks,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Assignment {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_array(buf, &self.active_tasks, flexible, |buf, item| {
             item.encode(buf, version)
@@ -711,23 +769,27 @@ impl Default for TaskIds {
 impl Decodable for TaskIds {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.subtopology_id = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, read_i32)?;
+        let f_subtopology_id = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            subtopology_id: f_subtopology_id,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TaskIds {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.subtopology_id, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {
@@ -771,23 +833,27 @@ impl Default for KeyValue {
 impl Decodable for KeyValue {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.key = read_string(buf, flexible)?;
-        this.value = read_string(buf, flexible)?;
+        let f_key = read_string(buf, flexible)?;
+        let f_value = read_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            key: f_key,
+            value: f_value,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for KeyValue {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.key, flexible)?;
         write_string(buf, &self.value, flexible)?;
@@ -832,25 +898,31 @@ impl Default for TopicInfo {
 impl Decodable for TopicInfo {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.partitions = read_i32(buf)?;
-        this.replication_factor = read_i16(buf)?;
-        this.topic_configs = read_array(buf, flexible, |buf| KeyValue::decode(buf, version))?;
+        let f_name = read_string(buf, flexible)?;
+        let f_partitions = read_i32(buf)?;
+        let f_replication_factor = read_i16(buf)?;
+        let f_topic_configs = read_array(buf, flexible, |buf| KeyValue::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            partitions: f_partitions,
+            replication_factor: f_replication_factor,
+            topic_configs: f_topic_configs,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicInfo {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.name, flexible)?;
         write_i32(buf, self.partitions);

@@ -61,44 +61,63 @@ impl Decodable for StreamsGroupHeartbeatRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.group_id = read_string(buf, flexible)?;
-        this.member_id = read_string(buf, flexible)?;
-        this.member_epoch = read_i32(buf)?;
-        this.endpoint_information_epoch = read_i32(buf)?;
-        this.instance_id = read_nullable_string(buf, flexible)?;
-        this.rack_id = read_nullable_string(buf, flexible)?;
-        this.rebalance_timeout_ms = read_i32(buf)?;
-        this.topology = read_nullable_struct(buf, |buf| Topology::decode(buf, version))?;
-        this.active_tasks =
+        let f_group_id = read_string(buf, flexible)?;
+        let f_member_id = read_string(buf, flexible)?;
+        let f_member_epoch = read_i32(buf)?;
+        let f_endpoint_information_epoch = read_i32(buf)?;
+        let f_instance_id = read_nullable_string(buf, flexible)?;
+        let f_rack_id = read_nullable_string(buf, flexible)?;
+        let f_rebalance_timeout_ms = read_i32(buf)?;
+        let f_topology = read_nullable_struct(buf, |buf| Topology::decode(buf, version))?;
+        let f_active_tasks =
             read_nullable_array(buf, flexible, |buf| TaskIds::decode(buf, version))?;
-        this.standby_tasks =
+        let f_standby_tasks =
             read_nullable_array(buf, flexible, |buf| TaskIds::decode(buf, version))?;
-        this.warmup_tasks =
+        let f_warmup_tasks =
             read_nullable_array(buf, flexible, |buf| TaskIds::decode(buf, version))?;
-        this.process_id = read_nullable_string(buf, flexible)?;
-        this.user_endpoint = read_nullable_struct(buf, |buf| Endpoint::decode(buf, version))?;
-        this.client_tags =
+        let f_process_id = read_nullable_string(buf, flexible)?;
+        let f_user_endpoint = read_nullable_struct(buf, |buf| Endpoint::decode(buf, version))?;
+        let f_client_tags =
             read_nullable_array(buf, flexible, |buf| KeyValue::decode(buf, version))?;
-        this.task_offsets =
+        let f_task_offsets =
             read_nullable_array(buf, flexible, |buf| TaskOffset::decode(buf, version))?;
-        this.task_end_offsets =
+        let f_task_end_offsets =
             read_nullable_array(buf, flexible, |buf| TaskOffset::decode(buf, version))?;
-        this.shutdown_application = read_bool(buf)?;
+        let f_shutdown_application = read_bool(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            group_id: f_group_id,
+            member_id: f_member_id,
+            member_epoch: f_member_epoch,
+            endpoint_information_epoch: f_endpoint_information_epoch,
+            instance_id: f_instance_id,
+            rack_id: f_rack_id,
+            rebalance_timeout_ms: f_rebalance_timeout_ms,
+            topology: f_topology,
+            active_tasks: f_active_tasks,
+            standby_tasks: f_standby_tasks,
+            warmup_tasks: f_warmup_tasks,
+            process_id: f_process_id,
+            user_endpoint: f_user_endpoint,
+            client_tags: f_client_tags,
+            task_offsets: f_task_offsets,
+            task_end_offsets: f_task_end_offsets,
+            shutdown_application: f_shutdown_application,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for StreamsGroupHeartbeatRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "StreamsGroupHeartbeatRequest",
@@ -273,24 +292,29 @@ impl Default for CopartitionGroup {
 impl Decodable for CopartitionGroup {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.source_topics = read_array(buf, flexible, read_i16)?;
-        this.source_topic_regex = read_array(buf, flexible, read_i16)?;
-        this.repartition_source_topics = read_array(buf, flexible, read_i16)?;
+        let f_source_topics = read_array(buf, flexible, read_i16)?;
+        let f_source_topic_regex = read_array(buf, flexible, read_i16)?;
+        let f_repartition_source_topics = read_array(buf, flexible, read_i16)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            source_topics: f_source_topics,
+            source_topic_regex: f_source_topic_regex,
+            repartition_source_topics: f_repartition_source_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for CopartitionGroup {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_array(buf, &self.source_topics, flexible, |buf, item| {
             write_i16(buf, *item);
@@ -357,31 +381,41 @@ impl Default for Subtopology {
 impl Decodable for Subtopology {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.subtopology_id = read_string(buf, flexible)?;
-        this.source_topics = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
-        this.source_topic_regex = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
-        this.state_changelog_topics =
+        let f_subtopology_id = read_string(buf, flexible)?;
+        let f_source_topics = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let f_source_topic_regex = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let f_state_changelog_topics =
             read_array(buf, flexible, |buf| TopicInfo::decode(buf, version))?;
-        this.repartition_sink_topics = read_array(buf, flexible, |buf| read_string(buf, flexible))?;
-        this.repartition_source_topics =
+        let f_repartition_sink_topics =
+            read_array(buf, flexible, |buf| read_string(buf, flexible))?;
+        let f_repartition_source_topics =
             read_array(buf, flexible, |buf| TopicInfo::decode(buf, version))?;
-        this.copartition_groups =
+        let f_copartition_groups =
             read_array(buf, flexible, |buf| CopartitionGroup::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            subtopology_id: f_subtopology_id,
+            source_topics: f_source_topics,
+            source_topic_regex: f_source_topic_regex,
+            state_changelog_topics: f_state_changelog_topics,
+            repartition_sink_topics: f_repartition_sink_topics,
+            repartition_source_topics: f_repartition_source_topics,
+            copartition_groups: f_copartition_groups,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Subtopology {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.subtopology_id, flexible)?;
         write_array(buf, &self.source_topics, flexible, |buf, item| {
@@ -453,23 +487,27 @@ impl Default for Topology {
 impl Decodable for Topology {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.epoch = read_i32(buf)?;
-        this.subtopologies = read_array(buf, flexible, |buf| Subtopology::decode(buf, version))?;
+        let f_epoch = read_i32(buf)?;
+        let f_subtopologies = read_array(buf, flexible, |buf| Subtopology::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            epoch: f_epoch,
+            subtopologies: f_subtopologies,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Topology {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.epoch);
         write_array(buf, &self.subtopologies, flexible, |buf, item| {
@@ -514,23 +552,27 @@ impl Default for KeyValue {
 impl Decodable for KeyValue {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.key = read_string(buf, flexible)?;
-        this.value = read_string(buf, flexible)?;
+        let f_key = read_string(buf, flexible)?;
+        let f_value = read_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            key: f_key,
+            value: f_value,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for KeyValue {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.key, flexible)?;
         write_string(buf, &self.value, flexible)?;
@@ -575,25 +617,31 @@ impl Default for TopicInfo {
 impl Decodable for TopicInfo {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.partitions = read_i32(buf)?;
-        this.replication_factor = read_i16(buf)?;
-        this.topic_configs = read_array(buf, flexible, |buf| KeyValue::decode(buf, version))?;
+        let f_name = read_string(buf, flexible)?;
+        let f_partitions = read_i32(buf)?;
+        let f_replication_factor = read_i16(buf)?;
+        let f_topic_configs = read_array(buf, flexible, |buf| KeyValue::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            partitions: f_partitions,
+            replication_factor: f_replication_factor,
+            topic_configs: f_topic_configs,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicInfo {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.name, flexible)?;
         write_i32(buf, self.partitions);
@@ -642,23 +690,27 @@ impl Default for Endpoint {
 impl Decodable for Endpoint {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.host = read_string(buf, flexible)?;
-        this.port = read_u16(buf)?;
+        let f_host = read_string(buf, flexible)?;
+        let f_port = read_u16(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            host: f_host,
+            port: f_port,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Endpoint {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.host, flexible)?;
         write_u16(buf, self.port);
@@ -701,24 +753,29 @@ impl Default for TaskOffset {
 impl Decodable for TaskOffset {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.subtopology_id = read_string(buf, flexible)?;
-        this.partition = read_i32(buf)?;
-        this.offset = read_i64(buf)?;
+        let f_subtopology_id = read_string(buf, flexible)?;
+        let f_partition = read_i32(buf)?;
+        let f_offset = read_i64(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            subtopology_id: f_subtopology_id,
+            partition: f_partition,
+            offset: f_offset,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TaskOffset {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.subtopology_id, flexible)?;
         write_i32(buf, self.partition);
@@ -761,23 +818,27 @@ impl Default for TaskIds {
 impl Decodable for TaskIds {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.subtopology_id = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, read_i32)?;
+        let f_subtopology_id = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            subtopology_id: f_subtopology_id,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TaskIds {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.subtopology_id, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {

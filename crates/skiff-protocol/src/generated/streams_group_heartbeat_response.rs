@@ -55,40 +55,56 @@ impl Decodable for StreamsGroupHeartbeatResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
-        this.error_message = read_nullable_string(buf, flexible)?;
-        this.member_id = read_string(buf, flexible)?;
-        this.member_epoch = read_i32(buf)?;
-        this.heartbeat_interval_ms = read_i32(buf)?;
-        this.acceptable_recovery_lag = read_i32(buf)?;
-        this.task_offset_interval_ms = read_i32(buf)?;
-        this.status = read_nullable_array(buf, flexible, |buf| Status::decode(buf, version))?;
-        this.active_tasks =
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let f_error_message = read_nullable_string(buf, flexible)?;
+        let f_member_id = read_string(buf, flexible)?;
+        let f_member_epoch = read_i32(buf)?;
+        let f_heartbeat_interval_ms = read_i32(buf)?;
+        let f_acceptable_recovery_lag = read_i32(buf)?;
+        let f_task_offset_interval_ms = read_i32(buf)?;
+        let f_status = read_nullable_array(buf, flexible, |buf| Status::decode(buf, version))?;
+        let f_active_tasks =
             read_nullable_array(buf, flexible, |buf| TaskIds::decode(buf, version))?;
-        this.standby_tasks =
+        let f_standby_tasks =
             read_nullable_array(buf, flexible, |buf| TaskIds::decode(buf, version))?;
-        this.warmup_tasks =
+        let f_warmup_tasks =
             read_nullable_array(buf, flexible, |buf| TaskIds::decode(buf, version))?;
-        this.endpoint_information_epoch = read_i32(buf)?;
-        this.partitions_by_user_endpoint = read_nullable_array(buf, flexible, |buf| {
+        let f_endpoint_information_epoch = read_i32(buf)?;
+        let f_partitions_by_user_endpoint = read_nullable_array(buf, flexible, |buf| {
             EndpointToPartitions::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            error_message: f_error_message,
+            member_id: f_member_id,
+            member_epoch: f_member_epoch,
+            heartbeat_interval_ms: f_heartbeat_interval_ms,
+            acceptable_recovery_lag: f_acceptable_recovery_lag,
+            task_offset_interval_ms: f_task_offset_interval_ms,
+            status: f_status,
+            active_tasks: f_active_tasks,
+            standby_tasks: f_standby_tasks,
+            warmup_tasks: f_warmup_tasks,
+            endpoint_information_epoch: f_endpoint_information_epoch,
+            partitions_by_user_endpoint: f_partitions_by_user_endpoint,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for StreamsGroupHeartbeatResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "StreamsGroupHeartbeatResponse",
@@ -229,26 +245,31 @@ impl Default for EndpointToPartitions {
 impl Decodable for EndpointToPartitions {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.user_endpoint = Endpoint::decode(buf, version)?;
-        this.active_partitions =
+        let f_user_endpoint = Endpoint::decode(buf, version)?;
+        let f_active_partitions =
             read_array(buf, flexible, |buf| TopicPartition::decode(buf, version))?;
-        this.standby_partitions =
+        let f_standby_partitions =
             read_array(buf, flexible, |buf| TopicPartition::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            user_endpoint: f_user_endpoint,
+            active_partitions: f_active_partitions,
+            standby_partitions: f_standby_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for EndpointToPartitions {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         (&self.user_endpoint).encode(buf, version)?;
         write_array(buf, &self.active_partitions, flexible, |buf, item| {
@@ -299,23 +320,27 @@ impl Default for Status {
 impl Decodable for Status {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.status_code = read_i8(buf)?;
-        this.status_detail = read_string(buf, flexible)?;
+        let f_status_code = read_i8(buf)?;
+        let f_status_detail = read_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            status_code: f_status_code,
+            status_detail: f_status_detail,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Status {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i8(buf, self.status_code);
         write_string(buf, &self.status_detail, flexible)?;
@@ -356,23 +381,27 @@ impl Default for TopicPartition {
 impl Decodable for TopicPartition {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.topic = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, read_i32)?;
+        let f_topic = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic: f_topic,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicPartition {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.topic, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {
@@ -416,23 +445,27 @@ impl Default for TaskIds {
 impl Decodable for TaskIds {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.subtopology_id = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, read_i32)?;
+        let f_subtopology_id = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            subtopology_id: f_subtopology_id,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TaskIds {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.subtopology_id, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {
@@ -476,23 +509,27 @@ impl Default for Endpoint {
 impl Decodable for Endpoint {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.host = read_string(buf, flexible)?;
-        this.port = read_u16(buf)?;
+        let f_host = read_string(buf, flexible)?;
+        let f_port = read_u16(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            host: f_host,
+            port: f_port,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Endpoint {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.host, flexible)?;
         write_u16(buf, self.port);

@@ -41,36 +41,51 @@ impl Decodable for SyncGroupRequest {
             });
         }
         let flexible = version >= 4;
-        let mut this = Self::default();
-        this.group_id = read_string(buf, flexible)?;
-        this.generation_id = read_i32(buf)?;
-        this.member_id = read_string(buf, flexible)?;
-        if version >= 3 {
-            this.group_instance_id = read_nullable_string(buf, flexible)?;
-        }
-        if version >= 5 {
-            this.protocol_type = read_nullable_string(buf, flexible)?;
-        }
-        if version >= 5 {
-            this.protocol_name = read_nullable_string(buf, flexible)?;
-        }
-        this.assignments = read_array(buf, flexible, |buf| {
+        let f_group_id = read_string(buf, flexible)?;
+        let f_generation_id = read_i32(buf)?;
+        let f_member_id = read_string(buf, flexible)?;
+        let f_group_instance_id = if version >= 3 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let f_protocol_type = if version >= 5 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let f_protocol_name = if version >= 5 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let f_assignments = read_array(buf, flexible, |buf| {
             SyncGroupRequestAssignment::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            group_id: f_group_id,
+            generation_id: f_generation_id,
+            member_id: f_member_id,
+            group_instance_id: f_group_instance_id,
+            protocol_type: f_protocol_type,
+            protocol_name: f_protocol_name,
+            assignments: f_assignments,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for SyncGroupRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "SyncGroupRequest",
@@ -166,26 +181,30 @@ impl Default for SyncGroupRequestAssignment {
 impl Decodable for SyncGroupRequestAssignment {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 4;
-        let mut this = Self::default();
-        this.member_id = read_string(buf, flexible)?;
-        this.assignment = read_bytes(buf, flexible)?;
+        let f_member_id = read_string(buf, flexible)?;
+        let f_assignment = read_bytes(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            member_id: f_member_id,
+            assignment: f_assignment,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for SyncGroupRequestAssignment {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 4;
         write_string(buf, &self.member_id, flexible)?;
-        write_bytes(buf, &self.assignment, flexible)?;
+        write_shared(buf, &self.assignment, flexible)?;
         if flexible {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }

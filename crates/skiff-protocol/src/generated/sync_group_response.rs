@@ -37,32 +37,41 @@ impl Decodable for SyncGroupResponse {
             });
         }
         let flexible = version >= 4;
-        let mut this = Self::default();
-        if version >= 1 {
-            this.throttle_time_ms = read_i32(buf)?;
-        }
-        this.error_code = read_i16(buf)?;
-        if version >= 5 {
-            this.protocol_type = read_nullable_string(buf, flexible)?;
-        }
-        if version >= 5 {
-            this.protocol_name = read_nullable_string(buf, flexible)?;
-        }
-        this.assignment = read_bytes(buf, flexible)?;
+        let f_throttle_time_ms = if version >= 1 { read_i32(buf)? } else { 0 };
+        let f_error_code = read_i16(buf)?;
+        let f_protocol_type = if version >= 5 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let f_protocol_name = if version >= 5 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let f_assignment = read_bytes(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            protocol_type: f_protocol_type,
+            protocol_name: f_protocol_name,
+            assignment: f_assignment,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for SyncGroupResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "SyncGroupResponse",
@@ -80,7 +89,7 @@ impl Encodable for SyncGroupResponse {
         if version >= 5 {
             write_nullable_string(buf, self.protocol_name.as_deref(), flexible)?;
         }
-        write_bytes(buf, &self.assignment, flexible)?;
+        write_shared(buf, &self.assignment, flexible)?;
         if flexible {
             write_unknown_tagged_fields(buf, &self.unknown_tagged_fields)?;
         }

@@ -43,37 +43,49 @@ impl Decodable for TxnOffsetCommitRequest {
             });
         }
         let flexible = version >= 3;
-        let mut this = Self::default();
-        this.transactional_id = read_string(buf, flexible)?;
-        this.group_id = read_string(buf, flexible)?;
-        this.producer_id = read_i64(buf)?;
-        this.producer_epoch = read_i16(buf)?;
-        if version >= 3 {
-            this.generation_id = read_i32(buf)?;
-        }
-        if version >= 3 {
-            this.member_id = read_string(buf, flexible)?;
-        }
-        if version >= 3 {
-            this.group_instance_id = read_nullable_string(buf, flexible)?;
-        }
-        this.topics = read_array(buf, flexible, |buf| {
+        let f_transactional_id = read_string(buf, flexible)?;
+        let f_group_id = read_string(buf, flexible)?;
+        let f_producer_id = read_i64(buf)?;
+        let f_producer_epoch = read_i16(buf)?;
+        let f_generation_id = if version >= 3 { read_i32(buf)? } else { -1 };
+        let f_member_id = if version >= 3 {
+            read_string(buf, flexible)?
+        } else {
+            ByteString::from_static("")
+        };
+        let f_group_instance_id = if version >= 3 {
+            read_nullable_string(buf, flexible)?
+        } else {
+            None
+        };
+        let f_topics = read_array(buf, flexible, |buf| {
             TxnOffsetCommitRequestTopic::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            transactional_id: f_transactional_id,
+            group_id: f_group_id,
+            producer_id: f_producer_id,
+            producer_epoch: f_producer_epoch,
+            generation_id: f_generation_id,
+            member_id: f_member_id,
+            group_instance_id: f_group_instance_id,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TxnOffsetCommitRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "TxnOffsetCommitRequest",
@@ -167,27 +179,31 @@ impl Default for TxnOffsetCommitRequestPartition {
 impl Decodable for TxnOffsetCommitRequestPartition {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 3;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        this.committed_offset = read_i64(buf)?;
-        if version >= 2 {
-            this.committed_leader_epoch = read_i32(buf)?;
-        }
-        this.committed_metadata = read_nullable_string(buf, flexible)?;
+        let f_partition_index = read_i32(buf)?;
+        let f_committed_offset = read_i64(buf)?;
+        let f_committed_leader_epoch = if version >= 2 { read_i32(buf)? } else { -1 };
+        let f_committed_metadata = read_nullable_string(buf, flexible)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            committed_offset: f_committed_offset,
+            committed_leader_epoch: f_committed_leader_epoch,
+            committed_metadata: f_committed_metadata,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TxnOffsetCommitRequestPartition {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 3;
         write_i32(buf, self.partition_index);
         write_i64(buf, self.committed_offset);
@@ -240,25 +256,29 @@ impl Default for TxnOffsetCommitRequestTopic {
 impl Decodable for TxnOffsetCommitRequestTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = version >= 3;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, |buf| {
+        let f_name = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, |buf| {
             TxnOffsetCommitRequestPartition::decode(buf, version)
         })?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TxnOffsetCommitRequestTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = version >= 3;
         write_string(buf, &self.name, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {

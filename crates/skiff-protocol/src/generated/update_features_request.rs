@@ -33,27 +33,30 @@ impl Decodable for UpdateFeaturesRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.timeout_ms = read_i32(buf)?;
-        this.feature_updates =
+        let f_timeout_ms = read_i32(buf)?;
+        let f_feature_updates =
             read_array(buf, flexible, |buf| FeatureUpdateKey::decode(buf, version))?;
-        if version >= 1 {
-            this.validate_only = read_bool(buf)?;
-        }
+        let f_validate_only = if version >= 1 { read_bool(buf)? } else { false };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            timeout_ms: f_timeout_ms,
+            feature_updates: f_feature_updates,
+            validate_only: f_validate_only,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for UpdateFeaturesRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "UpdateFeaturesRequest",
@@ -125,29 +128,31 @@ impl Default for FeatureUpdateKey {
 impl Decodable for FeatureUpdateKey {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.feature = read_string(buf, flexible)?;
-        this.max_version_level = read_i16(buf)?;
-        if version <= 0 {
-            this.allow_downgrade = read_bool(buf)?;
-        }
-        if version >= 1 {
-            this.upgrade_type = read_i8(buf)?;
-        }
+        let f_feature = read_string(buf, flexible)?;
+        let f_max_version_level = read_i16(buf)?;
+        let f_allow_downgrade = if version <= 0 { read_bool(buf)? } else { false };
+        let f_upgrade_type = if version >= 1 { read_i8(buf)? } else { 1 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            feature: f_feature,
+            max_version_level: f_max_version_level,
+            allow_downgrade: f_allow_downgrade,
+            upgrade_type: f_upgrade_type,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for FeatureUpdateKey {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.feature, flexible)?;
         write_i16(buf, self.max_version_level);

@@ -39,27 +39,35 @@ impl Decodable for UpdateRaftVoterRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.cluster_id = read_nullable_string(buf, flexible)?;
-        this.current_leader_epoch = read_i32(buf)?;
-        this.voter_id = read_i32(buf)?;
-        this.voter_directory_id = read_uuid(buf)?;
-        this.listeners = read_array(buf, flexible, |buf| Listener::decode(buf, version))?;
-        this.k_raft_version_feature = KRaftVersionFeature::decode(buf, version)?;
+        let f_cluster_id = read_nullable_string(buf, flexible)?;
+        let f_current_leader_epoch = read_i32(buf)?;
+        let f_voter_id = read_i32(buf)?;
+        let f_voter_directory_id = read_uuid(buf)?;
+        let f_listeners = read_array(buf, flexible, |buf| Listener::decode(buf, version))?;
+        let f_k_raft_version_feature = KRaftVersionFeature::decode(buf, version)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            cluster_id: f_cluster_id,
+            current_leader_epoch: f_current_leader_epoch,
+            voter_id: f_voter_id,
+            voter_directory_id: f_voter_directory_id,
+            listeners: f_listeners,
+            k_raft_version_feature: f_k_raft_version_feature,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for UpdateRaftVoterRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "UpdateRaftVoterRequest",
@@ -136,24 +144,29 @@ impl Default for Listener {
 impl Decodable for Listener {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.host = read_string(buf, flexible)?;
-        this.port = read_u16(buf)?;
+        let f_name = read_string(buf, flexible)?;
+        let f_host = read_string(buf, flexible)?;
+        let f_port = read_u16(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            host: f_host,
+            port: f_port,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Listener {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.name, flexible)?;
         write_string(buf, &self.host, flexible)?;
@@ -196,23 +209,27 @@ impl Default for KRaftVersionFeature {
 impl Decodable for KRaftVersionFeature {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.min_supported_version = read_i16(buf)?;
-        this.max_supported_version = read_i16(buf)?;
+        let f_min_supported_version = read_i16(buf)?;
+        let f_max_supported_version = read_i16(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            min_supported_version: f_min_supported_version,
+            max_supported_version: f_max_supported_version,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for KRaftVersionFeature {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i16(buf, self.min_supported_version);
         write_i16(buf, self.max_supported_version);

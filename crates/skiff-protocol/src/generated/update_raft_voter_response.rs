@@ -33,28 +33,34 @@ impl Decodable for UpdateRaftVoterResponse {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.throttle_time_ms = read_i32(buf)?;
-        this.error_code = read_i16(buf)?;
+        let f_throttle_time_ms = read_i32(buf)?;
+        let f_error_code = read_i16(buf)?;
+        let mut f_current_leader = CurrentLeader::default();
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
                     0 => {
-                        this.current_leader = decode_tagged(tag, data, |buf| {
+                        f_current_leader = decode_tagged(tag, data, |buf| {
                             Ok(CurrentLeader::decode(buf, version)?)
                         })?;
                     }
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            throttle_time_ms: f_throttle_time_ms,
+            error_code: f_error_code,
+            current_leader: f_current_leader,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for UpdateRaftVoterResponse {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "UpdateRaftVoterResponse",
@@ -124,25 +130,31 @@ impl Default for CurrentLeader {
 impl Decodable for CurrentLeader {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.leader_id = read_i32(buf)?;
-        this.leader_epoch = read_i32(buf)?;
-        this.host = read_string(buf, flexible)?;
-        this.port = read_i32(buf)?;
+        let f_leader_id = read_i32(buf)?;
+        let f_leader_epoch = read_i32(buf)?;
+        let f_host = read_string(buf, flexible)?;
+        let f_port = read_i32(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            leader_id: f_leader_id,
+            leader_epoch: f_leader_epoch,
+            host: f_host,
+            port: f_port,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for CurrentLeader {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.leader_id);
         write_i32(buf, self.leader_epoch);

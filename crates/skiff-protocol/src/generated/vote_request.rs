@@ -33,26 +33,29 @@ impl Decodable for VoteRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.cluster_id = read_nullable_string(buf, flexible)?;
-        if version >= 1 {
-            this.voter_id = read_i32(buf)?;
-        }
-        this.topics = read_array(buf, flexible, |buf| TopicData::decode(buf, version))?;
+        let f_cluster_id = read_nullable_string(buf, flexible)?;
+        let f_voter_id = if version >= 1 { read_i32(buf)? } else { -1 };
+        let f_topics = read_array(buf, flexible, |buf| TopicData::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            cluster_id: f_cluster_id,
+            voter_id: f_voter_id,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for VoteRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "VoteRequest",
@@ -136,35 +139,47 @@ impl Default for PartitionData {
 impl Decodable for PartitionData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.partition_index = read_i32(buf)?;
-        this.replica_epoch = read_i32(buf)?;
-        this.replica_id = read_i32(buf)?;
-        if version >= 1 {
-            this.replica_directory_id = read_uuid(buf)?;
-        }
-        if version >= 1 {
-            this.voter_directory_id = read_uuid(buf)?;
-        }
-        this.last_offset_epoch = read_i32(buf)?;
-        this.last_offset = read_i64(buf)?;
-        if version >= 2 {
-            this.pre_vote = read_bool(buf)?;
-        }
+        let f_partition_index = read_i32(buf)?;
+        let f_replica_epoch = read_i32(buf)?;
+        let f_replica_id = read_i32(buf)?;
+        let f_replica_directory_id = if version >= 1 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let f_voter_directory_id = if version >= 1 {
+            read_uuid(buf)?
+        } else {
+            Uuid::ZERO
+        };
+        let f_last_offset_epoch = read_i32(buf)?;
+        let f_last_offset = read_i64(buf)?;
+        let f_pre_vote = if version >= 2 { read_bool(buf)? } else { false };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition_index: f_partition_index,
+            replica_epoch: f_replica_epoch,
+            replica_id: f_replica_id,
+            replica_directory_id: f_replica_directory_id,
+            voter_directory_id: f_voter_directory_id,
+            last_offset_epoch: f_last_offset_epoch,
+            last_offset: f_last_offset,
+            pre_vote: f_pre_vote,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for PartitionData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.partition_index);
         write_i32(buf, self.replica_epoch);
@@ -229,23 +244,27 @@ impl Default for TopicData {
 impl Decodable for TopicData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.topic_name = read_string(buf, flexible)?;
-        this.partitions = read_array(buf, flexible, |buf| PartitionData::decode(buf, version))?;
+        let f_topic_name = read_string(buf, flexible)?;
+        let f_partitions = read_array(buf, flexible, |buf| PartitionData::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic_name: f_topic_name,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for TopicData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.topic_name, flexible)?;
         write_array(buf, &self.partitions, flexible, |buf, item| {

@@ -31,23 +31,27 @@ impl Decodable for VotersRecord {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.version = read_i16(buf)?;
-        this.voters = read_array(buf, flexible, |buf| Voter::decode(buf, version))?;
+        let f_version = read_i16(buf)?;
+        let f_voters = read_array(buf, flexible, |buf| Voter::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            version: f_version,
+            voters: f_voters,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for VotersRecord {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "VotersRecord",
@@ -107,24 +111,29 @@ impl Default for Endpoint {
 impl Decodable for Endpoint {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.host = read_string(buf, flexible)?;
-        this.port = read_u16(buf)?;
+        let f_name = read_string(buf, flexible)?;
+        let f_host = read_string(buf, flexible)?;
+        let f_port = read_u16(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            host: f_host,
+            port: f_port,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Endpoint {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.name, flexible)?;
         write_string(buf, &self.host, flexible)?;
@@ -167,23 +176,27 @@ impl Default for KRaftVersionFeature {
 impl Decodable for KRaftVersionFeature {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.min_supported_version = read_i16(buf)?;
-        this.max_supported_version = read_i16(buf)?;
+        let f_min_supported_version = read_i16(buf)?;
+        let f_max_supported_version = read_i16(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            min_supported_version: f_min_supported_version,
+            max_supported_version: f_max_supported_version,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for KRaftVersionFeature {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i16(buf, self.min_supported_version);
         write_i16(buf, self.max_supported_version);
@@ -228,25 +241,31 @@ impl Default for Voter {
 impl Decodable for Voter {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.voter_id = read_i32(buf)?;
-        this.voter_directory_id = read_uuid(buf)?;
-        this.endpoints = read_array(buf, flexible, |buf| Endpoint::decode(buf, version))?;
-        this.k_raft_version_feature = KRaftVersionFeature::decode(buf, version)?;
+        let f_voter_id = read_i32(buf)?;
+        let f_voter_directory_id = read_uuid(buf)?;
+        let f_endpoints = read_array(buf, flexible, |buf| Endpoint::decode(buf, version))?;
+        let f_k_raft_version_feature = KRaftVersionFeature::decode(buf, version)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            voter_id: f_voter_id,
+            voter_directory_id: f_voter_directory_id,
+            endpoints: f_endpoints,
+            k_raft_version_feature: f_k_raft_version_feature,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for Voter {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.voter_id);
         write_uuid(buf, self.voter_directory_id);

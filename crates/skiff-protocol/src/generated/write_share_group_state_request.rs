@@ -31,23 +31,27 @@ impl Decodable for WriteShareGroupStateRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.group_id = read_string(buf, flexible)?;
-        this.topics = read_array(buf, flexible, |buf| WriteStateData::decode(buf, version))?;
+        let f_group_id = read_string(buf, flexible)?;
+        let f_topics = read_array(buf, flexible, |buf| WriteStateData::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            group_id: f_group_id,
+            topics: f_topics,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for WriteShareGroupStateRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "WriteShareGroupStateRequest",
@@ -113,25 +117,31 @@ impl Default for StateBatch {
 impl Decodable for StateBatch {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.first_offset = read_i64(buf)?;
-        this.last_offset = read_i64(buf)?;
-        this.delivery_state = read_i8(buf)?;
-        this.delivery_count = read_i16(buf)?;
+        let f_first_offset = read_i64(buf)?;
+        let f_last_offset = read_i64(buf)?;
+        let f_delivery_state = read_i8(buf)?;
+        let f_delivery_count = read_i16(buf)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            first_offset: f_first_offset,
+            last_offset: f_last_offset,
+            delivery_state: f_delivery_state,
+            delivery_count: f_delivery_count,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for StateBatch {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i64(buf, self.first_offset);
         write_i64(buf, self.last_offset);
@@ -184,29 +194,35 @@ impl Default for PartitionData {
 impl Decodable for PartitionData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.partition = read_i32(buf)?;
-        this.state_epoch = read_i32(buf)?;
-        this.leader_epoch = read_i32(buf)?;
-        this.start_offset = read_i64(buf)?;
-        if version >= 1 {
-            this.delivery_complete_count = read_i32(buf)?;
-        }
-        this.state_batches = read_array(buf, flexible, |buf| StateBatch::decode(buf, version))?;
+        let f_partition = read_i32(buf)?;
+        let f_state_epoch = read_i32(buf)?;
+        let f_leader_epoch = read_i32(buf)?;
+        let f_start_offset = read_i64(buf)?;
+        let f_delivery_complete_count = if version >= 1 { read_i32(buf)? } else { -1 };
+        let f_state_batches = read_array(buf, flexible, |buf| StateBatch::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            partition: f_partition,
+            state_epoch: f_state_epoch,
+            leader_epoch: f_leader_epoch,
+            start_offset: f_start_offset,
+            delivery_complete_count: f_delivery_complete_count,
+            state_batches: f_state_batches,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for PartitionData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i32(buf, self.partition);
         write_i32(buf, self.state_epoch);
@@ -263,23 +279,27 @@ impl Default for WriteStateData {
 impl Decodable for WriteStateData {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.topic_id = read_uuid(buf)?;
-        this.partitions = read_array(buf, flexible, |buf| PartitionData::decode(buf, version))?;
+        let f_topic_id = read_uuid(buf)?;
+        let f_partitions = read_array(buf, flexible, |buf| PartitionData::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            topic_id: f_topic_id,
+            partitions: f_partitions,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for WriteStateData {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_uuid(buf, self.topic_id);
         write_array(buf, &self.partitions, flexible, |buf, item| {

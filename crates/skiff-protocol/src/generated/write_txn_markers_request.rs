@@ -29,22 +29,25 @@ impl Decodable for WriteTxnMarkersRequest {
             });
         }
         let flexible = true;
-        let mut this = Self::default();
-        this.markers = read_array(buf, flexible, |buf| WritableTxnMarker::decode(buf, version))?;
+        let f_markers = read_array(buf, flexible, |buf| WritableTxnMarker::decode(buf, version))?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            markers: f_markers,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for WriteTxnMarkersRequest {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         if !<Self as Message>::supports_version(version) {
             return Err(EncodeError::UnsupportedVersion {
                 api: "WriteTxnMarkersRequest",
@@ -104,23 +107,27 @@ impl Default for WritableTxnMarkerTopic {
 impl Decodable for WritableTxnMarkerTopic {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.name = read_string(buf, flexible)?;
-        this.partition_indexes = read_array(buf, flexible, read_i32)?;
+        let f_name = read_string(buf, flexible)?;
+        let f_partition_indexes = read_array(buf, flexible, read_i32)?;
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            name: f_name,
+            partition_indexes: f_partition_indexes,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for WritableTxnMarkerTopic {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_string(buf, &self.name, flexible)?;
         write_array(buf, &self.partition_indexes, flexible, |buf, item| {
@@ -172,31 +179,37 @@ impl Default for WritableTxnMarker {
 impl Decodable for WritableTxnMarker {
     fn decode(buf: &mut Bytes, version: i16) -> DecodeResult<Self> {
         let flexible = true;
-        let mut this = Self::default();
-        this.producer_id = read_i64(buf)?;
-        this.producer_epoch = read_i16(buf)?;
-        this.transaction_result = read_bool(buf)?;
-        this.topics = read_array(buf, flexible, |buf| {
+        let f_producer_id = read_i64(buf)?;
+        let f_producer_epoch = read_i16(buf)?;
+        let f_transaction_result = read_bool(buf)?;
+        let f_topics = read_array(buf, flexible, |buf| {
             WritableTxnMarkerTopic::decode(buf, version)
         })?;
-        this.coordinator_epoch = read_i32(buf)?;
-        if version >= 2 {
-            this.transaction_version = read_i8(buf)?;
-        }
+        let f_coordinator_epoch = read_i32(buf)?;
+        let f_transaction_version = if version >= 2 { read_i8(buf)? } else { 0 };
+        let mut unknown_tagged_fields = Vec::new();
         if flexible {
             read_tagged_fields(buf, |tag, data| {
                 match tag {
-                    _ => keep_unknown(&mut this.unknown_tagged_fields, tag, data),
+                    _ => keep_unknown(&mut unknown_tagged_fields, tag, data),
                 }
                 Ok(())
             })?;
         }
-        Ok(this)
+        Ok(Self {
+            producer_id: f_producer_id,
+            producer_epoch: f_producer_epoch,
+            transaction_result: f_transaction_result,
+            topics: f_topics,
+            coordinator_epoch: f_coordinator_epoch,
+            transaction_version: f_transaction_version,
+            unknown_tagged_fields,
+        })
     }
 }
 
 impl Encodable for WritableTxnMarker {
-    fn encode(&self, buf: &mut BytesMut, version: i16) -> EncodeResult {
+    fn encode<W: WriteBuf + ?Sized>(&self, buf: &mut W, version: i16) -> EncodeResult {
         let flexible = true;
         write_i64(buf, self.producer_id);
         write_i16(buf, self.producer_epoch);
