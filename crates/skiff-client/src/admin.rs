@@ -1,0 +1,515 @@
+//! Admin operations: topics (create, delete, list, describe) and groups (list, describe, delete).
+
+use skiff_protocol::generated::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use skiff_protocol::generated::delete_topics_request::DeleteTopicState;
+use skiff_protocol::generated::{
+    ConsumerGroupDescribeRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest,
+    DescribeGroupsRequest, ListGroupsRequest,
+};
+use skiff_protocol::{ApiKey, Request, Response, Uuid, error_codes};
+
+use crate::client::{Client, TopicMetadata};
+use crate::consumer::{TopicPartition, list_offsets};
+use crate::error::{Error, Result};
+
+/// A topic to create.
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    pub name: String,
+    /// -1: the broker's default.
+    pub partitions: i32,
+    /// -1: the broker's default.
+    pub replication_factor: i16,
+    pub configs: Vec<(String, String)>,
+}
+
+impl NewTopic {
+    pub fn new(name: impl Into<String>, partitions: i32) -> Self {
+        NewTopic {
+            name: name.into(),
+            partitions,
+            replication_factor: -1,
+            configs: Vec::new(),
+        }
+    }
+}
+
+/// A topic with its partitions' offsets.
+#[derive(Debug, Clone)]
+pub struct TopicDescription {
+    pub metadata: TopicMetadata,
+    /// (partition, earliest offset, latest offset)
+    pub offsets: Vec<(i32, i64, i64)>,
+}
+
+/// A group from ListGroups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupListing {
+    pub group_id: String,
+    pub protocol_type: String,
+    pub state: String,
+    pub group_type: String,
+}
+
+/// A group member (consumer protocol groups list their assignment by topic name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupMember {
+    pub member_id: String,
+    pub client_id: String,
+    pub client_host: String,
+    pub member_epoch: i32,
+    pub assignment: Vec<TopicPartition>,
+}
+
+/// A described group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupDescription {
+    pub group_id: String,
+    pub state: String,
+    /// "consumer" (KIP-848) or the classic protocol type.
+    pub group_type: String,
+    pub group_epoch: i32,
+    pub assignor: String,
+    pub members: Vec<GroupMember>,
+    /// (partition, committed offset) for every partition with a commit.
+    pub offsets: Vec<(TopicPartition, i64)>,
+}
+
+/// Admin calls over a [`Client`] (single-node clusters and Skiff: any broker serves them).
+#[derive(Debug, Clone)]
+pub struct Admin {
+    client: Client,
+}
+
+impl Admin {
+    pub fn new(client: Client) -> Admin {
+        Admin { client }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    async fn controller(&self) -> Result<i32> {
+        let md = self.client.refresh_metadata(Some(&[])).await?;
+        Ok(
+            if md.controller_id >= 0 && md.brokers.contains_key(&md.controller_id) {
+                md.controller_id
+            } else {
+                md.brokers.keys().next().copied().unwrap_or(-1)
+            },
+        )
+    }
+
+    /// Creates topics; returns their IDs. The first failure is returned as an error.
+    pub async fn create_topics(&self, topics: &[NewTopic]) -> Result<Vec<(String, Uuid)>> {
+        let node = self.controller().await?;
+        let timeout_ms = self
+            .client
+            .config()
+            .request_timeout
+            .as_millis()
+            .min(i32::MAX as u128) as i32;
+        let response = self
+            .client
+            .call(node, ApiKey::CreateTopics, |_| {
+                Request::CreateTopics(CreateTopicsRequest {
+                    topics: topics
+                        .iter()
+                        .map(|t| CreatableTopic {
+                            name: t.name.as_str().into(),
+                            num_partitions: t.partitions,
+                            replication_factor: t.replication_factor,
+                            configs: t
+                                .configs
+                                .iter()
+                                .map(|(k, v)| CreatableTopicConfig {
+                                    name: k.as_str().into(),
+                                    value: Some(v.as_str().into()),
+                                    ..Default::default()
+                                })
+                                .collect(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    timeout_ms,
+                    validate_only: false,
+                    ..Default::default()
+                })
+            })
+            .await?;
+        let Response::CreateTopics(r) = response else {
+            return Err(Error::protocol("CreateTopics", "unexpected response type"));
+        };
+        let mut out = Vec::new();
+        for t in r.topics {
+            if t.error_code != error_codes::NONE {
+                return Err(Error::broker_for(
+                    "CreateTopics",
+                    t.error_code,
+                    format!("topic {}", t.name),
+                    t.error_message.map(|m| m.to_string()),
+                ));
+            }
+            out.push((t.name.to_string(), t.topic_id));
+        }
+        let generation = self.client.cached_metadata().generation;
+        self.client.invalidate_metadata(generation);
+        Ok(out)
+    }
+
+    /// Deletes topics by name.
+    pub async fn delete_topics(&self, names: &[&str]) -> Result<()> {
+        let node = self.controller().await?;
+        let timeout_ms = self
+            .client
+            .config()
+            .request_timeout
+            .as_millis()
+            .min(i32::MAX as u128) as i32;
+        let response = self
+            .client
+            .call(node, ApiKey::DeleteTopics, |v| {
+                Request::DeleteTopics(if v >= 6 {
+                    DeleteTopicsRequest {
+                        topics: names
+                            .iter()
+                            .map(|n| DeleteTopicState {
+                                name: Some((*n).into()),
+                                topic_id: Uuid::ZERO,
+                                ..Default::default()
+                            })
+                            .collect(),
+                        timeout_ms,
+                        ..Default::default()
+                    }
+                } else {
+                    DeleteTopicsRequest {
+                        topic_names: names.iter().map(|n| (*n).into()).collect(),
+                        timeout_ms,
+                        ..Default::default()
+                    }
+                })
+            })
+            .await?;
+        let Response::DeleteTopics(r) = response else {
+            return Err(Error::protocol("DeleteTopics", "unexpected response type"));
+        };
+        for t in r.responses {
+            if t.error_code != error_codes::NONE {
+                return Err(Error::broker_for(
+                    "DeleteTopics",
+                    t.error_code,
+                    format!("topic {}", t.name.as_deref().unwrap_or("?")),
+                    t.error_message.map(|m| m.to_string()),
+                ));
+            }
+        }
+        let generation = self.client.cached_metadata().generation;
+        self.client.invalidate_metadata(generation);
+        Ok(())
+    }
+
+    /// Every topic (internal ones included), sorted by name.
+    pub async fn list_topics(&self) -> Result<Vec<TopicMetadata>> {
+        let md = self.client.refresh_metadata(None).await?;
+        Ok(md.topics.values().cloned().collect())
+    }
+
+    /// A topic's metadata plus earliest/latest offsets per partition.
+    pub async fn describe_topic(&self, name: &str) -> Result<TopicDescription> {
+        let md = self
+            .client
+            .refresh_metadata(Some(&[name.to_string()]))
+            .await?;
+        let metadata = md
+            .topics
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::UnknownTopic(name.to_string()))?;
+        if metadata.error_code != error_codes::NONE {
+            return Err(Error::broker_for(
+                "Metadata",
+                metadata.error_code,
+                format!("topic {name}"),
+                None,
+            ));
+        }
+        let tps: Vec<TopicPartition> = metadata
+            .partitions
+            .iter()
+            .map(|p| TopicPartition::new(name, p.partition))
+            .collect();
+        let earliest = list_offsets(&self.client, &tps, -2).await?;
+        let latest = list_offsets(&self.client, &tps, -1).await?;
+        let offsets = tps
+            .iter()
+            .map(|tp| {
+                let find = |v: &[(TopicPartition, i64)]| {
+                    v.iter()
+                        .find(|(t, _)| t == tp)
+                        .map(|(_, o)| *o)
+                        .unwrap_or(-1)
+                };
+                (tp.partition, find(&earliest), find(&latest))
+            })
+            .collect();
+        Ok(TopicDescription { metadata, offsets })
+    }
+
+    /// Every group the broker knows.
+    pub async fn list_groups(&self) -> Result<Vec<GroupListing>> {
+        let response = self
+            .client
+            .call_any(ApiKey::ListGroups, |_| {
+                Request::ListGroups(ListGroupsRequest::default())
+            })
+            .await?;
+        let Response::ListGroups(r) = response else {
+            return Err(Error::protocol("ListGroups", "unexpected response type"));
+        };
+        if r.error_code != error_codes::NONE {
+            return Err(Error::broker("ListGroups", r.error_code, None));
+        }
+        let mut groups: Vec<GroupListing> = r
+            .groups
+            .into_iter()
+            .map(|g| GroupListing {
+                group_id: g.group_id.to_string(),
+                protocol_type: g.protocol_type.to_string(),
+                state: g.group_state.to_string(),
+                group_type: g.group_type.to_string(),
+            })
+            .collect();
+        groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        Ok(groups)
+    }
+
+    /// Describes a group: KIP-848 groups through ConsumerGroupDescribe, classic ones through
+    /// DescribeGroups; plus its committed offsets.
+    pub async fn describe_group(&self, group: &str) -> Result<GroupDescription> {
+        let response = self
+            .client
+            .call_coordinator(group, ApiKey::ConsumerGroupDescribe, |_| {
+                Request::ConsumerGroupDescribe(ConsumerGroupDescribeRequest {
+                    group_ids: vec![group.into()],
+                    ..Default::default()
+                })
+            })
+            .await;
+        let mut description = match response {
+            Ok(Response::ConsumerGroupDescribe(r)) => match r.groups.into_iter().next() {
+                Some(g) if g.error_code == error_codes::NONE => GroupDescription {
+                    group_id: g.group_id.to_string(),
+                    state: g.group_state.to_string(),
+                    group_type: "consumer".into(),
+                    group_epoch: g.group_epoch,
+                    assignor: g.assignor_name.to_string(),
+                    members: g
+                        .members
+                        .into_iter()
+                        .map(|m| GroupMember {
+                            member_id: m.member_id.to_string(),
+                            client_id: m.client_id.to_string(),
+                            client_host: m.client_host.to_string(),
+                            member_epoch: m.member_epoch,
+                            assignment: m
+                                .assignment
+                                .topic_partitions
+                                .iter()
+                                .flat_map(|t| {
+                                    t.partitions
+                                        .iter()
+                                        .map(|p| TopicPartition::new(t.topic_name.to_string(), *p))
+                                })
+                                .collect(),
+                        })
+                        .collect(),
+                    offsets: Vec::new(),
+                },
+                Some(g) if g.error_code == error_codes::GROUP_ID_NOT_FOUND => {
+                    self.describe_classic(group).await?
+                }
+                Some(g) => {
+                    return Err(Error::broker_for(
+                        "ConsumerGroupDescribe",
+                        g.error_code,
+                        format!("group {group}"),
+                        g.error_message.map(|m| m.to_string()),
+                    ));
+                }
+                None => {
+                    return Err(Error::protocol(
+                        "ConsumerGroupDescribe",
+                        "no group in response",
+                    ));
+                }
+            },
+            Ok(_) => {
+                return Err(Error::protocol(
+                    "ConsumerGroupDescribe",
+                    "unexpected response type",
+                ));
+            }
+            Err(Error::UnsupportedVersion { .. }) => self.describe_classic(group).await?,
+            Err(e) => return Err(e),
+        };
+        description.offsets = self.group_offsets(group).await?;
+        Ok(description)
+    }
+
+    async fn describe_classic(&self, group: &str) -> Result<GroupDescription> {
+        let response = self
+            .client
+            .call_coordinator(group, ApiKey::DescribeGroups, |_| {
+                Request::DescribeGroups(DescribeGroupsRequest {
+                    groups: vec![group.into()],
+                    ..Default::default()
+                })
+            })
+            .await?;
+        let Response::DescribeGroups(r) = response else {
+            return Err(Error::protocol(
+                "DescribeGroups",
+                "unexpected response type",
+            ));
+        };
+        let g = r
+            .groups
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::protocol("DescribeGroups", "no group in response"))?;
+        if g.error_code != error_codes::NONE {
+            return Err(Error::broker_for(
+                "DescribeGroups",
+                g.error_code,
+                format!("group {group}"),
+                g.error_message.map(|m| m.to_string()),
+            ));
+        }
+        Ok(GroupDescription {
+            group_id: g.group_id.to_string(),
+            state: g.group_state.to_string(),
+            group_type: if g.protocol_type.is_empty() {
+                "classic".into()
+            } else {
+                format!("classic/{}", g.protocol_type)
+            },
+            group_epoch: -1,
+            assignor: g.protocol_data.to_string(),
+            members: g
+                .members
+                .into_iter()
+                .map(|m| GroupMember {
+                    member_id: m.member_id.to_string(),
+                    client_id: m.client_id.to_string(),
+                    client_host: m.client_host.to_string(),
+                    member_epoch: -1,
+                    assignment: Vec::new(),
+                })
+                .collect(),
+            offsets: Vec::new(),
+        })
+    }
+
+    /// Every committed offset of `group` (OffsetFetch with all topics).
+    pub async fn group_offsets(&self, group: &str) -> Result<Vec<(TopicPartition, i64)>> {
+        use skiff_protocol::generated::OffsetFetchRequest;
+        use skiff_protocol::generated::offset_fetch_request::OffsetFetchRequestGroup;
+        let response = self
+            .client
+            .call_coordinator(group, ApiKey::OffsetFetch, |v| {
+                Request::OffsetFetch(if v >= 8 {
+                    OffsetFetchRequest {
+                        groups: vec![OffsetFetchRequestGroup {
+                            group_id: group.into(),
+                            topics: None,
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }
+                } else {
+                    OffsetFetchRequest {
+                        group_id: group.into(),
+                        topics: None,
+                        ..Default::default()
+                    }
+                })
+            })
+            .await?;
+        let Response::OffsetFetch(r) = response else {
+            return Err(Error::protocol("OffsetFetch", "unexpected response type"));
+        };
+        let mut out = Vec::new();
+        if let Some(g) = r.groups.into_iter().next() {
+            if g.error_code != error_codes::NONE {
+                return Err(Error::broker_for(
+                    "OffsetFetch",
+                    g.error_code,
+                    format!("group {group}"),
+                    None,
+                ));
+            }
+            for t in g.topics {
+                let name = if t.name.is_empty() {
+                    self.client
+                        .topic_name(t.topic_id)
+                        .await
+                        .unwrap_or_else(|_| t.topic_id.to_string())
+                } else {
+                    t.name.to_string()
+                };
+                for p in t.partitions {
+                    if p.committed_offset >= 0 {
+                        out.push((
+                            TopicPartition::new(name.clone(), p.partition_index),
+                            p.committed_offset,
+                        ));
+                    }
+                }
+            }
+        } else {
+            for t in r.topics {
+                for p in t.partitions {
+                    if p.committed_offset >= 0 {
+                        out.push((
+                            TopicPartition::new(t.name.to_string(), p.partition_index),
+                            p.committed_offset,
+                        ));
+                    }
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Deletes (empty) groups.
+    pub async fn delete_groups(&self, groups: &[&str]) -> Result<()> {
+        for group in groups {
+            let response = self
+                .client
+                .call_coordinator(group, ApiKey::DeleteGroups, |_| {
+                    Request::DeleteGroups(DeleteGroupsRequest {
+                        groups_names: vec![(*group).into()],
+                        ..Default::default()
+                    })
+                })
+                .await?;
+            let Response::DeleteGroups(r) = response else {
+                return Err(Error::protocol("DeleteGroups", "unexpected response type"));
+            };
+            for g in r.results {
+                if g.error_code != error_codes::NONE {
+                    return Err(Error::broker_for(
+                        "DeleteGroups",
+                        g.error_code,
+                        format!("group {}", g.group_id),
+                        None,
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

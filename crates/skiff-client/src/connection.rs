@@ -1,0 +1,440 @@
+//! One TCP connection to one broker: the ApiVersions handshake, pipelined requests matched to
+//! callers by correlation ID in a single reader task, throttling, and poisoning (a broken
+//! connection fails every pending request at once).
+//!
+//! Every request carries the client's KIP-1313 instance ID; `encode_request_frame` writes it as
+//! tag 0 whenever the request uses header v2 (and never in a v1 header).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use skiff_protocol::generated::ApiVersionsRequest;
+use skiff_protocol::header::{encode_request_frame, parse_response_frame};
+use skiff_protocol::{ApiKey, FrameReader, Request, Response, Uuid, error_codes};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::util::{lock, throttle_time_ms};
+
+/// The request versions this client can speak, per API.
+pub fn client_versions(api: ApiKey) -> Option<(i16, i16)> {
+    Some(match api {
+        ApiKey::Produce => (3, 12),
+        ApiKey::Fetch => (4, 17),
+        ApiKey::ListOffsets => (1, 10),
+        ApiKey::Metadata => (1, 12),
+        ApiKey::OffsetCommit => (2, 10),
+        ApiKey::OffsetFetch => (1, 10),
+        ApiKey::FindCoordinator => (0, 6),
+        ApiKey::DescribeGroups => (0, 6),
+        ApiKey::ListGroups => (0, 5),
+        ApiKey::ApiVersions => (0, 4),
+        ApiKey::CreateTopics => (2, 7),
+        ApiKey::DeleteTopics => (1, 6),
+        ApiKey::InitProducerId => (0, 5),
+        ApiKey::DeleteGroups => (0, 2),
+        ApiKey::ConsumerGroupHeartbeat => (0, 1),
+        ApiKey::ConsumerGroupDescribe => (0, 1),
+        _ => return None,
+    })
+}
+
+/// The highest ApiVersions version this client sends first.
+const API_VERSIONS_FIRST: i16 = 4;
+
+/// Identity and limits shared by every connection of one client.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnectionSettings {
+    pub client_id: Arc<str>,
+    pub instance_id: Uuid,
+    pub connect_timeout: Duration,
+    pub max_frame_size: usize,
+}
+
+struct Pending {
+    api: ApiKey,
+    version: i16,
+    tx: oneshot::Sender<Result<Response>>,
+}
+
+#[derive(Default)]
+struct State {
+    broken: Option<String>,
+    pending: HashMap<i32, Pending>,
+}
+
+struct Shared {
+    broker: String,
+    state: Mutex<State>,
+    throttle_until: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    /// Marks the connection broken and fails every pending request with the reason.
+    fn poison(&self, reason: &str) {
+        let drained: Vec<Pending> = {
+            let mut state = lock(&self.state);
+            if state.broken.is_none() {
+                state.broken = Some(reason.to_string());
+            }
+            state.pending.drain().map(|(_, p)| p).collect()
+        };
+        for p in drained {
+            let _ = p.tx.send(Err(Error::ConnectionBroken {
+                api: p.api.name(),
+                broker: self.broker.clone(),
+                reason: reason.to_string(),
+            }));
+        }
+    }
+}
+
+/// A live connection. Cheap to share (`Arc<Connection>`); dropping the last handle closes it.
+pub struct Connection {
+    pub(crate) node_id: i32,
+    broker: String,
+    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    shared: Arc<Shared>,
+    /// The broker's version range per API key.
+    broker_versions: HashMap<i16, (i16, i16)>,
+    next_correlation_id: AtomicI32,
+    settings: ConnectionSettings,
+    reader: JoinHandle<()>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("node_id", &self.node_id)
+            .field("broker", &self.broker)
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Connects, negotiates versions with ApiVersions (v4, falling back when the broker answers
+    /// UNSUPPORTED_VERSION), and starts the reader task.
+    pub(crate) async fn connect(
+        node_id: i32,
+        addr: &str,
+        settings: &ConnectionSettings,
+    ) -> Result<Arc<Connection>> {
+        let connect_err = |reason: String| Error::Connect {
+            api: "ApiVersions",
+            broker: addr.to_string(),
+            reason,
+        };
+        let stream = tokio::time::timeout(settings.connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| connect_err(format!("timed out after {:?}", settings.connect_timeout)))?
+            .map_err(|e| connect_err(e.to_string()))?;
+        let _ = stream.set_nodelay(true);
+        let (read, mut write) = stream.into_split();
+        let mut reader = FrameReader::new(read, settings.max_frame_size);
+        let mut correlation_id = 0;
+        let mut version = API_VERSIONS_FIRST;
+        let response = loop {
+            correlation_id += 1;
+            let request = Request::ApiVersions(ApiVersionsRequest {
+                client_software_name: "skiff-client".into(),
+                client_software_version: env!("CARGO_PKG_VERSION").into(),
+                ..Default::default()
+            });
+            let frame = encode_request_frame(
+                &request,
+                version,
+                correlation_id,
+                Some(&settings.client_id),
+                Some(settings.instance_id),
+            )
+            .map_err(|e| connect_err(format!("encoding ApiVersions: {e}")))?;
+            let fut = async {
+                write.write_all(&frame).await.map_err(|e| e.to_string())?;
+                reader
+                    .read_frame()
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| "connection closed during ApiVersions".to_string())
+            };
+            let frame = tokio::time::timeout(settings.connect_timeout, fut)
+                .await
+                .map_err(|_| connect_err("ApiVersions timed out".into()))?
+                .map_err(connect_err)?;
+            let response = decode_api_versions(frame, version).map_err(connect_err)?;
+            if response.error_code == error_codes::UNSUPPORTED_VERSION && version > 0 {
+                // The broker answered with a v0 body listing its ranges: retry with the highest
+                // ApiVersions version it supports (v0 when it does not say).
+                let broker_max = response
+                    .api_keys
+                    .iter()
+                    .find(|k| k.api_key == ApiKey::ApiVersions.key())
+                    .map(|k| k.max_version)
+                    .unwrap_or(0);
+                version = broker_max.clamp(0, version - 1);
+                continue;
+            }
+            if response.error_code != error_codes::NONE {
+                return Err(connect_err(format!(
+                    "ApiVersions v{version} answered with error {}",
+                    response.error_code
+                )));
+            }
+            break response;
+        };
+        let broker_versions = response
+            .api_keys
+            .iter()
+            .map(|k| (k.api_key, (k.min_version, k.max_version)))
+            .collect();
+        let shared = Arc::new(Shared {
+            broker: addr.to_string(),
+            state: Mutex::new(State::default()),
+            throttle_until: Mutex::new(None),
+        });
+        let reader = tokio::spawn(read_loop(reader, Arc::clone(&shared)));
+        tracing::debug!(broker = addr, node_id, "connected");
+        Ok(Arc::new(Connection {
+            node_id,
+            broker: addr.to_string(),
+            writer: tokio::sync::Mutex::new(write),
+            shared,
+            broker_versions,
+            next_correlation_id: AtomicI32::new(correlation_id + 1),
+            settings: settings.clone(),
+            reader,
+        }))
+    }
+
+    pub fn broker(&self) -> &str {
+        &self.broker
+    }
+
+    /// Whether the connection broke (it is then replaced on the next request).
+    pub fn is_broken(&self) -> bool {
+        lock(&self.shared.state).broken.is_some()
+    }
+
+    /// The broker's advertised range for `api`.
+    pub fn broker_range(&self, api: ApiKey) -> Option<(i16, i16)> {
+        self.broker_versions.get(&api.key()).copied()
+    }
+
+    /// The highest version of `api` both sides support.
+    pub fn version(&self, api: ApiKey) -> Result<i16> {
+        let (cmin, cmax) = client_versions(api).unwrap_or(api.versions());
+        let Some((bmin, bmax)) = self.broker_range(api) else {
+            return Err(Error::UnsupportedVersion {
+                api: api.name(),
+                broker: self.broker.clone(),
+                client_min: cmin,
+                client_max: cmax,
+                broker_range: "none".into(),
+            });
+        };
+        let v = cmax.min(bmax);
+        if v < cmin.max(bmin) {
+            return Err(Error::UnsupportedVersion {
+                api: api.name(),
+                broker: self.broker.clone(),
+                client_min: cmin,
+                client_max: cmax,
+                broker_range: format!("{bmin}..={bmax}"),
+            });
+        }
+        Ok(v)
+    }
+
+    async fn wait_throttle(&self) {
+        let until = *lock(&self.shared.throttle_until);
+        if let Some(until) = until {
+            tokio::time::sleep_until(until).await;
+        }
+    }
+
+    fn encode(&self, request: &Request, version: i16) -> Result<(i32, bytes::BytesMut)> {
+        let correlation_id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed);
+        let frame = encode_request_frame(
+            request,
+            version,
+            correlation_id,
+            Some(&self.settings.client_id),
+            Some(self.settings.instance_id),
+        )
+        .map_err(|e| Error::protocol(request.api_key().name(), format!("encode: {e}")))?;
+        Ok((correlation_id, frame))
+    }
+
+    async fn write(&self, api: ApiKey, frame: &[u8]) -> Result<()> {
+        let mut writer = self.writer.lock().await;
+        if let Err(e) = writer.write_all(frame).await {
+            let reason = format!("write failed: {e}");
+            self.shared.poison(&reason);
+            return Err(Error::ConnectionBroken {
+                api: api.name(),
+                broker: self.broker.clone(),
+                reason,
+            });
+        }
+        Ok(())
+    }
+
+    /// Sends `request` at `version` and waits for its response (at most `timeout`).
+    pub async fn call(
+        &self,
+        request: Request,
+        version: i16,
+        timeout: Duration,
+    ) -> Result<Response> {
+        let api = request.api_key();
+        self.wait_throttle().await;
+        let (correlation_id, frame) = self.encode(&request, version)?;
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut state = lock(&self.shared.state);
+            if let Some(reason) = &state.broken {
+                return Err(Error::ConnectionBroken {
+                    api: api.name(),
+                    broker: self.broker.clone(),
+                    reason: reason.clone(),
+                });
+            }
+            state
+                .pending
+                .insert(correlation_id, Pending { api, version, tx });
+        }
+        self.write(api, &frame).await?;
+        let response = match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(result)) => result?,
+            Ok(Err(_)) => {
+                return Err(Error::ConnectionBroken {
+                    api: api.name(),
+                    broker: self.broker.clone(),
+                    reason: "reader stopped".into(),
+                });
+            }
+            Err(_) => {
+                lock(&self.shared.state).pending.remove(&correlation_id);
+                return Err(Error::Timeout {
+                    api: api.name(),
+                    broker: self.broker.clone(),
+                    timeout,
+                });
+            }
+        };
+        check_instance_id_rejection(api, &self.broker, self.settings.instance_id, &response)?;
+        Ok(response)
+    }
+
+    /// Sends a request that gets no response (Produce with acks=0).
+    pub async fn send_only(&self, request: Request, version: i16) -> Result<()> {
+        let api = request.api_key();
+        self.wait_throttle().await;
+        if let Some(reason) = &lock(&self.shared.state).broken {
+            return Err(Error::ConnectionBroken {
+                api: api.name(),
+                broker: self.broker.clone(),
+                reason: reason.clone(),
+            });
+        }
+        let (_, frame) = self.encode(&request, version)?;
+        self.write(api, &frame).await
+    }
+}
+
+/// ApiVersions responses always use header v0; an UNSUPPORTED_VERSION answer has a v0 body.
+fn decode_api_versions(
+    frame: Bytes,
+    version: i16,
+) -> std::result::Result<skiff_protocol::generated::ApiVersionsResponse, String> {
+    let attempt = |v: i16| match parse_response_frame(frame.clone(), ApiKey::ApiVersions, v) {
+        Ok((_, Response::ApiVersions(r))) => Ok(r),
+        Ok(_) => Err("unexpected response type".to_string()),
+        Err(e) => Err(format!("decoding ApiVersions v{v} response: {e}")),
+    };
+    match attempt(version) {
+        Ok(r) if r.error_code != error_codes::UNSUPPORTED_VERSION => Ok(r),
+        first => attempt(0).or(first),
+    }
+}
+
+/// KIP-1313: a broker rejecting a header's instance ID answers INVALID_REQUEST at every level of
+/// the API's error response. Turn that into a typed error naming the KIP.
+fn check_instance_id_rejection(
+    api: ApiKey,
+    broker: &str,
+    instance_id: Uuid,
+    response: &Response,
+) -> Result<()> {
+    let codes = skiff_protocol::response_error_codes(response);
+    let message = crate::util::first_error_message(response);
+    let all_invalid = !codes.is_empty() && codes.iter().all(|&c| c == error_codes::INVALID_REQUEST);
+    if !all_invalid {
+        return Ok(());
+    }
+    let names_identity = message.as_deref().is_some_and(|m| {
+        let m = m.to_ascii_lowercase();
+        m.contains("kip-1313") || m.contains("instance id")
+    });
+    // Without a message field, an all-INVALID_REQUEST answer to a well-formed request from this
+    // client is the KIP-1313 rejection (the heartbeat's own validation errors carry messages).
+    if names_identity || message.is_none() {
+        return Err(Error::InstanceIdRejected {
+            api: api.name(),
+            broker: broker.to_string(),
+            instance_id: instance_id.to_string(),
+            message,
+        });
+    }
+    Ok(())
+}
+
+async fn read_loop(mut reader: FrameReader<OwnedReadHalf>, shared: Arc<Shared>) {
+    let reason = loop {
+        let frame = match reader.read_frame().await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => break "closed by the broker".to_string(),
+            Err(e) => break format!("read failed: {e}"),
+        };
+        let Some(id_bytes) = frame.get(..4) else {
+            break "response frame shorter than a correlation ID".to_string();
+        };
+        let mut id = [0u8; 4];
+        id.copy_from_slice(id_bytes);
+        let correlation_id = i32::from_be_bytes(id);
+        let Some(pending) = lock(&shared.state).pending.remove(&correlation_id) else {
+            // A request that timed out: its late answer is dropped.
+            continue;
+        };
+        let result = match parse_response_frame(frame, pending.api, pending.version) {
+            Ok((_, response)) => {
+                let throttle = throttle_time_ms(&response);
+                if throttle > 0 {
+                    let until = Instant::now() + Duration::from_millis(throttle as u64);
+                    *lock(&shared.throttle_until) = Some(until);
+                }
+                Ok(response)
+            }
+            Err(e) => Err(Error::protocol(
+                pending.api.name(),
+                format!("decoding v{} response: {e}", pending.version),
+            )),
+        };
+        let _ = pending.tx.send(result);
+    };
+    tracing::debug!(broker = %shared.broker, %reason, "connection closed");
+    shared.poison(&reason);
+}

@@ -1,0 +1,32 @@
+//! `skiff-client`: an async Kafka client on tokio.
+//!
+//! - [`Client`]: bootstrap, one connection per broker with pipelined requests matched by
+//!   correlation ID in one reader task, ApiVersions negotiation, jittered reconnect backoff,
+//!   throttle times honoured, a metadata cache with topic IDs. One KIP-1313 client instance ID per
+//!   client, sent in every v2 request header on every connection, for the client's whole life.
+//! - [`Producer`]: per-partition batching (linger, batch size), Kafka's murmur2 partitioner,
+//!   acks 0/1/all, idempotence with ordered retries, delivery futures.
+//! - [`Consumer`]: a KIP-848 group member whose member ID is the instance ID (KIP-1082), or a
+//!   plain assigned consumer; offsets, long-poll fetch, seek, pause/resume.
+//! - [`Admin`]: topics and groups.
+
+mod admin;
+mod client;
+pub mod connection;
+mod consumer;
+mod error;
+mod producer;
+mod util;
+
+pub use admin::{Admin, GroupDescription, GroupListing, GroupMember, NewTopic, TopicDescription};
+pub use client::{BrokerInfo, Client, ClientConfig, Metadata, PartitionMetadata, TopicMetadata};
+pub use connection::{Connection, client_versions};
+pub use consumer::{
+    Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, RebalanceListener, TopicPartition,
+};
+pub use error::{Error, Result, error_name, is_retriable_code};
+pub use producer::{
+    Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata, murmur2,
+    partition_for_key,
+};
+pub use skiff_protocol::Uuid;

@@ -1,0 +1,614 @@
+//! skiff-client against an in-process Skiff broker: round trips, admin, and the KIP-1082/KIP-1313
+//! client scenarios (one ID everywhere, fencing and rejoin, retried first heartbeat, v0 fallback,
+//! a clearly reported INVALID_REQUEST rejection).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{Proxy, TIMEOUT, TestBroker, client, client_config};
+use skiff_client::{
+    Acks, Admin, Client, Consumer, ConsumerConfig, ConsumerRecord, Error, NewTopic, OffsetReset,
+    Producer, ProducerConfig, ProducerRecord, RebalanceListener, TopicPartition,
+};
+use skiff_protocol::{ApiKey, Request};
+use tokio::time::timeout;
+
+async fn create_topic(client: &Client, name: &str, partitions: i32) {
+    Admin::new(client.clone())
+        .create_topics(&[NewTopic::new(name, partitions)])
+        .await
+        .expect("create topic");
+}
+
+async fn produce(client: &Client, topic: &str, n: usize) -> Vec<(i32, i64)> {
+    let producer = Producer::new(client.clone(), ProducerConfig::default())
+        .await
+        .expect("producer");
+    let mut futures = Vec::new();
+    for i in 0..n {
+        let record = ProducerRecord::new(topic, format!("value-{i}")).key(format!("key-{i}"));
+        futures.push(producer.send(record).await.expect("send"));
+    }
+    let mut out = Vec::new();
+    for f in futures {
+        let md = timeout(TIMEOUT, f)
+            .await
+            .expect("delivery in time")
+            .expect("delivered");
+        out.push((md.partition, md.offset));
+    }
+    producer.close().await.expect("close");
+    out
+}
+
+fn group_config(group: &str) -> ConsumerConfig {
+    ConsumerConfig {
+        group_id: Some(group.into()),
+        auto_offset_reset: OffsetReset::Earliest,
+        fetch_max_wait: Duration::from_millis(100),
+        auto_commit_interval: Duration::from_millis(200),
+        ..Default::default()
+    }
+}
+
+/// Polls until `n` records arrived (bounded by TIMEOUT).
+async fn consume_n(consumer: &Consumer, n: usize) -> Vec<ConsumerRecord> {
+    let mut out = Vec::new();
+    timeout(TIMEOUT, async {
+        while out.len() < n {
+            out.extend(
+                consumer
+                    .poll(Duration::from_millis(500))
+                    .await
+                    .expect("poll"),
+            );
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("only {} of {n} records arrived", out.len()));
+    out
+}
+
+/// Polls until the consumer owns partitions (assignment arrives through heartbeats).
+async fn wait_assigned(consumer: &Consumer, min: usize) {
+    timeout(TIMEOUT, async {
+        while consumer.assignment().len() < min {
+            let _ = consumer.poll(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("assignment in time");
+}
+
+#[tokio::test]
+async fn produce_consume_round_trip_with_group() {
+    let broker = TestBroker::start().await;
+    let client = client(&broker.bootstrap());
+    create_topic(&client, "rt", 3).await;
+    let delivered = produce(&client, "rt", 300).await;
+    let partitions: BTreeSet<i32> = delivered.iter().map(|(p, _)| *p).collect();
+    assert_eq!(
+        partitions.len(),
+        3,
+        "keyed records spread over all partitions"
+    );
+    // Offsets per partition are dense and start at 0.
+    for p in 0..3 {
+        let mut offsets: Vec<i64> = delivered
+            .iter()
+            .filter(|(q, _)| *q == p)
+            .map(|(_, o)| *o)
+            .collect();
+        offsets.sort();
+        assert_eq!(offsets, (0..offsets.len() as i64).collect::<Vec<_>>());
+    }
+
+    let consumer = Consumer::new(client.clone(), group_config("g-rt")).expect("consumer");
+    consumer.subscribe(&["rt"]).expect("subscribe");
+    let records = consume_n(&consumer, 300).await;
+    let values: BTreeSet<String> = records
+        .iter()
+        .map(|r| String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap())
+        .collect();
+    assert_eq!(values.len(), 300);
+    // The key decides the partition exactly as Kafka's murmur2 partitioner does.
+    for r in &records {
+        let key = r.key.clone().unwrap();
+        assert_eq!(skiff_client::partition_for_key(&key, 3), r.partition);
+    }
+    assert_eq!(consumer.member_id(), client.instance_id().to_string());
+    consumer.commit().await.expect("commit");
+    consumer.close().await.expect("close");
+
+    let admin = Admin::new(client.clone());
+    let offsets = admin.group_offsets("g-rt").await.expect("offsets");
+    let total: i64 = offsets.iter().map(|(_, o)| *o).sum();
+    assert_eq!(
+        total, 300,
+        "committed positions cover every record: {offsets:?}"
+    );
+
+    // A second consumer in the same group starts from the committed offsets: nothing left.
+    produce(&client, "rt", 3).await;
+    let again = Consumer::new(client.clone(), group_config("g-rt")).expect("consumer");
+    again.subscribe(&["rt"]).expect("subscribe");
+    let rest = consume_n(&again, 3).await;
+    assert_eq!(rest.len(), 3);
+    again.close().await.expect("close");
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn acks_variants_idempotence_and_assign_consumer() {
+    let broker = TestBroker::start().await;
+    let client = client(&broker.bootstrap());
+    create_topic(&client, "acks", 2).await;
+    for acks in [Acks::None, Acks::Leader, Acks::All] {
+        let producer = Producer::new(
+            client.clone(),
+            ProducerConfig {
+                acks,
+                idempotent: acks == Acks::All,
+                linger: Duration::from_millis(1),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("producer");
+        if acks == Acks::All {
+            assert!(producer.producer_id() >= 0);
+        }
+        let mut futures = Vec::new();
+        for i in 0..50 {
+            futures.push(
+                producer
+                    .send(ProducerRecord::new("acks", format!("{acks:?}-{i}")).partition(i % 2))
+                    .await
+                    .expect("send"),
+            );
+        }
+        for f in futures {
+            let md = timeout(TIMEOUT, f).await.expect("in time").expect("ok");
+            if acks == Acks::None {
+                assert_eq!(md.offset, -1);
+            } else {
+                assert!(md.offset >= 0);
+            }
+        }
+        producer.close().await.expect("close");
+    }
+    let consumer = Consumer::new(
+        client.clone(),
+        ConsumerConfig {
+            auto_offset_reset: OffsetReset::Earliest,
+            fetch_max_wait: Duration::from_millis(50),
+            ..Default::default()
+        },
+    )
+    .expect("consumer");
+    let tp0 = TopicPartition::new("acks", 0);
+    let tp1 = TopicPartition::new("acks", 1);
+    consumer
+        .assign(&[tp0.clone(), tp1.clone()])
+        .expect("assign");
+    let records = consume_n(&consumer, 150).await;
+    assert_eq!(records.len(), 150);
+    // Order within a partition follows send order.
+    for p in 0..2 {
+        let seq: Vec<i64> = records
+            .iter()
+            .filter(|r| r.partition == p)
+            .map(|r| r.offset)
+            .collect();
+        assert!(seq.windows(2).all(|w| w[0] < w[1]));
+    }
+    // seek, pause and resume.
+    consumer.seek(&tp0, 0).expect("seek");
+    consumer.pause(std::slice::from_ref(&tp1));
+    let again = consume_n(&consumer, 75).await;
+    assert!(again.iter().all(|r| r.partition == 0));
+    assert_eq!(again.first().map(|r| r.offset), Some(0));
+    consumer.resume(std::slice::from_ref(&tp1));
+    assert_eq!(consumer.lag(), 0);
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn admin_topics_and_groups() {
+    let broker = TestBroker::start().await;
+    let client = client(&broker.bootstrap());
+    let admin = Admin::new(client.clone());
+    let created = admin
+        .create_topics(&[NewTopic::new("a1", 2), NewTopic::new("a2", 1)])
+        .await
+        .expect("create");
+    assert_eq!(created.len(), 2);
+    assert!(created.iter().all(|(_, id)| !id.is_zero()));
+    let err = admin
+        .create_topics(&[NewTopic::new("a1", 2)])
+        .await
+        .expect_err("exists");
+    assert_eq!(err.code(), Some(36), "{err}");
+    assert!(err.to_string().contains("CreateTopics"), "{err}");
+    let names: Vec<String> = admin
+        .list_topics()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert!(names.contains(&"a1".to_string()) && names.contains(&"a2".to_string()));
+    produce(&client, "a1", 10).await;
+    let d = admin.describe_topic("a1").await.expect("describe");
+    assert_eq!(d.metadata.partitions.len(), 2);
+    assert_eq!(d.offsets.iter().map(|(_, lo, hi)| hi - lo).sum::<i64>(), 10);
+    assert_eq!(
+        d.metadata.id,
+        created.iter().find(|(n, _)| n == "a1").unwrap().1
+    );
+
+    let consumer = Consumer::new(client.clone(), group_config("g-admin")).expect("consumer");
+    consumer.subscribe(&["a1"]).expect("subscribe");
+    consume_n(&consumer, 10).await;
+    consumer.commit().await.expect("commit");
+    let groups = admin.list_groups().await.expect("groups");
+    assert!(groups.iter().any(|g| g.group_id == "g-admin"), "{groups:?}");
+    let desc = admin
+        .describe_group("g-admin")
+        .await
+        .expect("describe group");
+    assert_eq!(desc.members.len(), 1);
+    assert_eq!(desc.members[0].member_id, client.instance_id().to_string());
+    assert_eq!(desc.members[0].assignment.len(), 2);
+    consumer.close().await.expect("close");
+    let desc = admin
+        .describe_group("g-admin")
+        .await
+        .expect("describe group");
+    assert!(desc.members.is_empty(), "left with epoch -1: {desc:?}");
+    admin
+        .delete_groups(&["g-admin"])
+        .await
+        .expect("delete group");
+    admin.delete_topics(&["a2"]).await.expect("delete topic");
+    let names: Vec<String> = admin
+        .list_topics()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert!(!names.contains(&"a2".to_string()));
+    let err = admin.describe_topic("nope").await.expect_err("unknown");
+    assert!(
+        matches!(err, Error::UnknownTopic(_) | Error::Broker { code: 3, .. }),
+        "{err}"
+    );
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn instance_id_is_the_same_in_every_header_across_reconnects_and_restart() {
+    let (proxy, mut broker) = Proxy::with_broker().await;
+    let client = client(&proxy.addr.to_string());
+    let id = client.instance_id();
+    create_topic(&client, "ids", 2).await;
+    let consumer = Consumer::new(client.clone(), group_config("g-ids")).expect("consumer");
+    consumer.subscribe(&["ids"]).expect("subscribe");
+    wait_assigned(&consumer, 2).await;
+    produce(&client, "ids", 5).await;
+    consume_n(&consumer, 5).await;
+
+    // Break every connection: pending requests fail, the client reconnects.
+    proxy.kill_connections();
+    produce(&client, "ids", 5).await;
+    consume_n(&consumer, 5).await;
+
+    // Restart the broker on the same port: new connections, same ID, same member.
+    broker.restart().await;
+    produce(&client, "ids", 5).await;
+    consume_n(&consumer, 5).await;
+    assert_eq!(consumer.member_id(), id.to_string());
+    consumer.close().await.expect("close");
+
+    let seen = proxy.seen();
+    let connections: BTreeSet<usize> = seen.iter().map(|s| s.connection).collect();
+    assert!(connections.len() >= 3, "reconnected: {connections:?}");
+    let v2: Vec<_> = seen.iter().filter(|s| s.header_version >= 2).collect();
+    assert!(v2.len() > 10);
+    for s in &v2 {
+        assert_eq!(
+            s.instance_id,
+            Some(id),
+            "{:?} v{} on connection {}",
+            s.api,
+            s.version,
+            s.connection
+        );
+    }
+    // v1 headers cannot carry it (and must not).
+    assert!(
+        seen.iter()
+            .filter(|s| s.header_version < 2)
+            .all(|s| s.instance_id.is_none())
+    );
+    // Every heartbeat used the instance ID text as member ID (KIP-1082).
+    let heartbeats = proxy.heartbeats();
+    assert!(!heartbeats.is_empty());
+    assert!(
+        heartbeats
+            .iter()
+            .all(|h| h.member_id.as_ref() as &str == id.to_string())
+    );
+    assert_eq!(
+        heartbeats.last().map(|h| h.member_epoch),
+        Some(-1),
+        "left on close"
+    );
+    broker.stop().await;
+}
+
+#[derive(Default)]
+struct Recorder {
+    events: Mutex<Vec<(String, Vec<TopicPartition>)>>,
+}
+
+impl RebalanceListener for Recorder {
+    fn on_partitions_revoked(&self, p: &[TopicPartition]) {
+        self.events
+            .lock()
+            .unwrap()
+            .push(("revoked".into(), p.to_vec()));
+    }
+    fn on_partitions_assigned(&self, p: &[TopicPartition]) {
+        self.events
+            .lock()
+            .unwrap()
+            .push(("assigned".into(), p.to_vec()));
+    }
+    fn on_partitions_lost(&self, p: &[TopicPartition]) {
+        self.events
+            .lock()
+            .unwrap()
+            .push(("lost".into(), p.to_vec()));
+    }
+}
+
+#[tokio::test]
+async fn fenced_member_rejoins_with_epoch_zero_and_the_same_id() {
+    let (proxy, broker) = Proxy::with_broker().await;
+    let client = client(&proxy.addr.to_string());
+    let id = client.instance_id().to_string();
+    create_topic(&client, "fence", 2).await;
+    let consumer = Consumer::new(client.clone(), group_config("g-fence")).expect("consumer");
+    let recorder = Arc::new(Recorder::default());
+    consumer.set_rebalance_listener(recorder.clone());
+    consumer.subscribe(&["fence"]).expect("subscribe");
+    wait_assigned(&consumer, 2).await;
+    let epoch_before = consumer.member_epoch();
+    assert!(epoch_before > 0);
+
+    // A stale (too new) epoch on the wire: the broker really fences the member.
+    proxy.rules(|r| r.bump_next_heartbeat_epoch = Some(100));
+    timeout(TIMEOUT, async {
+        while consumer.fencing_count() == 0 {
+            let _ = consumer.poll(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("fenced in time");
+    wait_assigned(&consumer, 2).await;
+    assert_eq!(consumer.member_id(), id);
+
+    let heartbeats = proxy.heartbeats();
+    // (The proxy records heartbeats before rewriting the epoch.) After the fence: a full join
+    // with epoch 0 and the same ID.
+    let joined = heartbeats
+        .iter()
+        .position(|h| h.member_epoch > 0)
+        .expect("a heartbeat after the first join");
+    let rejoin = heartbeats
+        .iter()
+        .skip(joined)
+        .find(|h| h.member_epoch == 0)
+        .expect("rejoin with epoch 0");
+    assert_eq!(rejoin.member_id.as_ref() as &str, id);
+    assert!(
+        rejoin.subscribed_topic_names.is_some(),
+        "full heartbeat after fencing"
+    );
+    assert!(
+        heartbeats
+            .iter()
+            .all(|h| h.member_id.as_ref() as &str == id)
+    );
+    let events = recorder.events.lock().unwrap().clone();
+    assert!(
+        events.iter().any(|(k, p)| k == "lost" && p.len() == 2),
+        "{events:?}"
+    );
+    // Still exactly one member in the group.
+    let desc = Admin::new(client.clone())
+        .describe_group("g-fence")
+        .await
+        .expect("describe");
+    assert_eq!(desc.members.len(), 1);
+    assert_eq!(desc.members[0].member_id, id);
+    consumer.close().await.expect("close");
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn timed_out_first_heartbeat_is_retried_with_the_same_id() {
+    let (proxy, broker) = Proxy::with_broker().await;
+    let mut config = client_config(&proxy.addr.to_string());
+    config.request_timeout = Duration::from_millis(700);
+    let client = Client::new(config).expect("client");
+    let id = client.instance_id().to_string();
+    create_topic(&client, "retry", 1).await;
+    proxy.rules(|r| r.drop_heartbeat_responses = 2);
+    let consumer = Consumer::new(client.clone(), group_config("g-retry")).expect("consumer");
+    consumer.subscribe(&["retry"]).expect("subscribe");
+    wait_assigned(&consumer, 1).await;
+    let heartbeats = proxy.heartbeats();
+    let joins: Vec<_> = heartbeats.iter().filter(|h| h.member_epoch == 0).collect();
+    assert!(
+        joins.len() >= 3,
+        "two lost answers, then a third join: {}",
+        joins.len()
+    );
+    assert!(joins.iter().all(|h| h.member_id.as_ref() as &str == id));
+    let desc = Admin::new(client.clone())
+        .describe_group("g-retry")
+        .await
+        .expect("describe");
+    assert_eq!(desc.members.len(), 1, "no ghost members: {desc:?}");
+    consumer.close().await.expect("close");
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn heartbeat_v0_only_broker_gets_server_generated_ids() {
+    let (proxy, broker) = Proxy::with_broker().await;
+    proxy.rules(|r| r.heartbeat_max_version = Some(0));
+    let client = client(&proxy.addr.to_string());
+    create_topic(&client, "v0", 1).await;
+    let consumer = Consumer::new(client.clone(), group_config("g-v0")).expect("consumer");
+    consumer.subscribe(&["v0"]).expect("subscribe");
+    wait_assigned(&consumer, 1).await;
+    assert_eq!(consumer.heartbeat_version(), Some(0));
+    let member = consumer.member_id();
+    assert!(!member.is_empty());
+    assert_ne!(
+        member,
+        client.instance_id().to_string(),
+        "v0: the broker chose the ID"
+    );
+    let heartbeats = proxy.heartbeats();
+    assert_eq!(
+        heartbeats[0].member_id.as_ref() as &str,
+        "",
+        "v0 join sends no ID"
+    );
+    assert!(
+        heartbeats
+            .iter()
+            .skip(1)
+            .all(|h| h.member_id.as_ref() as &str == member)
+    );
+    // The header still carries the instance ID (KIP-1313 is independent of the member ID).
+    assert!(
+        proxy
+            .seen()
+            .iter()
+            .filter(|s| s.api == ApiKey::ConsumerGroupHeartbeat)
+            .all(|s| s.version == 0 && s.instance_id == Some(client.instance_id()))
+    );
+    produce(&client, "v0", 3).await;
+    consume_n(&consumer, 3).await;
+    consumer.close().await.expect("close");
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn invalid_request_for_a_mismatched_header_id_is_reported_as_kip_1313() {
+    let (proxy, broker) = Proxy::with_broker().await;
+    let client = client(&proxy.addr.to_string());
+    let admin = Admin::new(client.clone());
+    admin
+        .list_topics()
+        .await
+        .expect("fixes the connection's ID");
+    proxy.rules(|r| r.swap_instance_id_of = Some(ApiKey::CreateTopics));
+    let err = admin
+        .create_topics(&[NewTopic::new("bad", 1)])
+        .await
+        .expect_err("rejected");
+    assert!(
+        matches!(
+            err,
+            Error::InstanceIdRejected {
+                api: "CreateTopics",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("KIP-1313") && text.contains("CreateTopics"),
+        "{text}"
+    );
+    // The connection stays usable and the next request (with the right ID) succeeds.
+    admin
+        .create_topics(&[NewTopic::new("good", 1)])
+        .await
+        .expect("create");
+    let seen = proxy.seen();
+    assert!(
+        seen.iter()
+            .any(|s| matches!(&s.request, Some(Request::CreateTopics(_))))
+    );
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn two_consumers_split_partitions_and_share_the_work() {
+    let broker = TestBroker::start().await;
+    let bootstrap = broker.bootstrap();
+    let admin_client = client(&bootstrap);
+    create_topic(&admin_client, "mixed", 4).await;
+    let a = Consumer::new(client(&bootstrap), group_config("g-mixed")).expect("a");
+    a.subscribe(&["mixed"]).expect("subscribe");
+    wait_assigned(&a, 4).await;
+    let b = Consumer::new(client(&bootstrap), group_config("g-mixed")).expect("b");
+    let recorder = Arc::new(Recorder::default());
+    a.set_rebalance_listener(recorder.clone());
+    b.subscribe(&["mixed"]).expect("subscribe");
+    timeout(TIMEOUT, async {
+        while !(a.assignment().len() == 2 && b.assignment().len() == 2) {
+            let _ = tokio::join!(
+                a.poll(Duration::from_millis(50)),
+                b.poll(Duration::from_millis(50))
+            );
+        }
+    })
+    .await
+    .expect("split 2/2");
+    let all: BTreeSet<TopicPartition> = a.assignment().into_iter().chain(b.assignment()).collect();
+    assert_eq!(all.len(), 4, "disjoint");
+    assert!(
+        recorder
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(k, p)| k == "revoked" && p.len() == 2),
+        "a revoked two partitions before giving them up"
+    );
+    assert_ne!(a.member_id(), b.member_id());
+    produce(&admin_client, "mixed", 200).await;
+    let mut got = Vec::new();
+    timeout(TIMEOUT, async {
+        while got.len() < 200 {
+            let (ra, rb) = tokio::join!(
+                a.poll(Duration::from_millis(100)),
+                b.poll(Duration::from_millis(100))
+            );
+            got.extend(ra.expect("a"));
+            got.extend(rb.expect("b"));
+        }
+    })
+    .await
+    .expect("all records");
+    let unique: BTreeSet<(i32, i64)> = got.iter().map(|r| (r.partition, r.offset)).collect();
+    assert_eq!(unique.len(), 200, "each record exactly once");
+    a.close().await.expect("close a");
+    // b takes over everything once a has left.
+    wait_assigned(&b, 4).await;
+    b.close().await.expect("close b");
+    broker.stop().await;
+}
