@@ -1,5 +1,7 @@
 //! The `skiff` command. `skiff broker` runs a Kafka-compatible broker on an embedded durable log.
 
+mod cli;
+
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
@@ -10,7 +12,8 @@ use skiff_broker::{BrokerConfig, Overrides};
 #[command(
     name = "skiff",
     version,
-    about = "A Kafka-compatible broker where a client instance has one identity everywhere"
+    about = "A Kafka-compatible broker where a client instance has one identity everywhere",
+    after_help = "Examples:\n  skiff broker --data-dir ./data\n  skiff topic create orders --partitions 3\n  seq 1 1000 | skiff produce orders\n  skiff consume orders --group billing --from-beginning --max 1000\n  skiff group describe billing --json\n\nExit codes (client commands):\n  0 success, 1 failure, 2 bad usage, 3 broker unreachable, 4 topic/group not found,\n  5 topic already exists, 6 request rejected by the broker"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -42,6 +45,34 @@ enum Command {
         /// Any config key, KEY=VALUE (repeatable); wins over the file.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
+    },
+    /// Create, list, describe and delete topics.
+    Topic {
+        #[command(flatten)]
+        conn: cli::Conn,
+        #[command(subcommand)]
+        command: cli::topic::TopicCommand,
+    },
+    /// Write lines from stdin or a file as records.
+    Produce {
+        #[command(flatten)]
+        conn: cli::Conn,
+        #[command(flatten)]
+        args: cli::produce::ProduceArgs,
+    },
+    /// Print records of a topic (alone or in a consumer group).
+    Consume {
+        #[command(flatten)]
+        conn: cli::Conn,
+        #[command(flatten)]
+        args: cli::consume::ConsumeArgs,
+    },
+    /// List, describe and delete consumer groups.
+    Group {
+        #[command(flatten)]
+        conn: cli::Conn,
+        #[command(subcommand)]
+        command: cli::group::GroupCommand,
     },
 }
 
@@ -79,6 +110,18 @@ fn main() -> Result<()> {
             };
             let config = BrokerConfig::load(config.as_deref(), &overrides)?;
             run_broker(config)
+        }
+        Command::Topic { conn, command } => {
+            std::process::exit(cli::run(cli::topic::run(conn, command)))
+        }
+        Command::Produce { conn, args } => {
+            std::process::exit(cli::run(cli::produce::run(conn, args)))
+        }
+        Command::Consume { conn, args } => {
+            std::process::exit(cli::run(cli::consume::run(conn, args)))
+        }
+        Command::Group { conn, command } => {
+            std::process::exit(cli::run(cli::group::run(conn, command)))
         }
     }
 }

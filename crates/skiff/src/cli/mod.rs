@@ -1,0 +1,160 @@
+//! Client subcommands: `topic`, `produce`, `consume`, `group`, built on `skiff-client`.
+
+pub mod consume;
+pub mod group;
+pub mod produce;
+pub mod topic;
+
+use std::time::Duration;
+
+use clap::Args;
+use skiff_client::{Client, ClientConfig, Error};
+
+/// Exit codes (documented in `skiff --help`).
+pub mod exit {
+    /// Success.
+    pub const OK: u8 = 0;
+    /// Any other failure.
+    pub const FAILURE: u8 = 1;
+    /// Bad usage (clap's own code).
+    pub const USAGE: u8 = 2;
+    /// The broker could not be reached.
+    pub const UNREACHABLE: u8 = 3;
+    /// The topic or group does not exist.
+    pub const NOT_FOUND: u8 = 4;
+    /// The topic already exists.
+    pub const EXISTS: u8 = 5;
+    /// The broker rejected the request (a Kafka error code).
+    pub const REJECTED: u8 = 6;
+}
+
+/// Options every client subcommand takes.
+#[derive(Args, Debug, Clone)]
+pub struct Conn {
+    /// Bootstrap broker(s), HOST:PORT[,HOST:PORT...].
+    #[arg(long, short = 'b', default_value = "127.0.0.1:9092", global = true)]
+    pub bootstrap: String,
+    /// Print machine-readable JSON on stdout instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Request timeout in milliseconds.
+    #[arg(long, default_value_t = 10_000, global = true)]
+    pub timeout_ms: u64,
+}
+
+impl Conn {
+    pub fn client(&self) -> Result<Client, Error> {
+        let mut config = ClientConfig::new(&self.bootstrap);
+        config.client_id = "skiff-cli".into();
+        config.request_timeout = Duration::from_millis(self.timeout_ms);
+        config.connect_timeout = Duration::from_millis(self.timeout_ms.min(5_000));
+        Client::new(config)
+    }
+}
+
+/// A command failure with its exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        let code = match &e {
+            Error::Connect { .. } | Error::ConnectionBroken { .. } | Error::Timeout { .. } => {
+                exit::UNREACHABLE
+            }
+            Error::UnknownTopic(_) | Error::UnknownPartition { .. } => exit::NOT_FOUND,
+            Error::Broker {
+                code: 3 | 69 | 100, ..
+            } => exit::NOT_FOUND,
+            Error::Broker { code: 36, .. } => exit::EXISTS,
+            Error::Broker { .. } | Error::InstanceIdRejected { .. } => exit::REJECTED,
+            Error::Config(_) => exit::USAGE,
+            _ => exit::FAILURE,
+        };
+        Failure {
+            code,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Self {
+        Failure {
+            code: exit::FAILURE,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl Failure {
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure {
+            code: exit::USAGE,
+            message: message.into(),
+        }
+    }
+}
+
+pub type CmdResult = Result<(), Failure>;
+
+/// Prints rows as an aligned table with a header.
+pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            let width = widths.get(i).copied().unwrap_or(0);
+            if i + 1 == cells.len() {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<width$}  "));
+            }
+        }
+        println!("{}", out.trim_end());
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}
+
+/// Prints a JSON value on stdout.
+pub fn print_json(value: &serde_json::Value) {
+    println!("{value}");
+}
+
+/// Runs an async command on a fresh runtime and maps its failure to an exit code.
+pub fn run<F>(future: F) -> i32
+where
+    F: std::future::Future<Output = CmdResult>,
+{
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return i32::from(exit::FAILURE);
+        }
+    };
+    match runtime.block_on(future) {
+        Ok(()) => i32::from(exit::OK),
+        Err(failure) => {
+            eprintln!("error: {}", failure.message);
+            i32::from(failure.code)
+        }
+    }
+}

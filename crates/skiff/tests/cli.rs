@@ -1,0 +1,320 @@
+//! The real `skiff` binary: a `skiff broker` child on an ephemeral port, and the client
+//! subcommands against it (tables, `--json`, exit codes).
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_skiff");
+
+struct Broker {
+    child: Child,
+    addr: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `skiff broker` on port 0 and learns its address from the startup log line.
+fn start_broker() -> Broker {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(BIN)
+        .args(["broker", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .args(["--set", "num.partitions=2"])
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn skiff broker");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if !sent && line.contains("skiff broker started") {
+                let clean: String = strip_ansi(&line);
+                if let Some(addr) = clean
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("listen="))
+                {
+                    let _ = tx.send(addr.to_string());
+                    sent = true;
+                }
+            }
+            // Keep draining so the broker never blocks on a full pipe.
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("broker reports its address in time");
+    Broker {
+        child,
+        addr,
+        _dir: dir,
+    }
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn skiff(broker: &Broker, args: &[&str]) -> Output {
+    skiff_stdin(broker, args, None)
+}
+
+fn skiff_stdin(broker: &Broker, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .args(["--bootstrap", &broker.addr])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn skiff");
+    let mut input = child.stdin.take().expect("stdin");
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).expect("write stdin");
+    }
+    drop(input);
+    wait_bounded(child)
+}
+
+/// Waits for a child at most 30 s (then kills it and fails).
+fn wait_bounded(child: Child) -> Output {
+    let (tx, rx) = mpsc::channel();
+    let id = child.id();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(out) => out.expect("wait"),
+        Err(_) => {
+            let _ = Command::new("kill").arg(id.to_string()).status();
+            panic!("skiff command timed out");
+        }
+    }
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn help_lists_commands_examples_and_exit_codes() {
+    let out = Command::new(BIN).arg("--help").output().expect("run");
+    assert!(out.status.success());
+    let text = stdout(&out);
+    for word in [
+        "broker",
+        "topic",
+        "produce",
+        "consume",
+        "group",
+        "Examples",
+        "Exit codes",
+    ] {
+        assert!(text.contains(word), "{word} missing from --help:\n{text}");
+    }
+    let out = Command::new(BIN)
+        .args(["consume", "--help"])
+        .output()
+        .expect("run");
+    assert!(stdout(&out).contains("--from-beginning") && stdout(&out).contains("Examples"));
+    let out = Command::new(BIN)
+        .args(["topic", "frobnicate"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "usage error");
+}
+
+#[test]
+fn unreachable_broker_exits_3() {
+    let out = Command::new(BIN)
+        .args([
+            "topic",
+            "list",
+            "--bootstrap",
+            "127.0.0.1:1",
+            "--timeout-ms",
+            "2000",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("error:"), "{}", stderr(&out));
+}
+
+#[test]
+fn topics_produce_consume_and_groups() {
+    let broker = start_broker();
+
+    // topic create / duplicate / list / describe
+    let out = skiff(&broker, &["topic", "create", "orders", "--partitions", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("created topic orders"));
+    let out = skiff(&broker, &["topic", "create", "orders", "--partitions", "3"]);
+    assert_eq!(out.status.code(), Some(5), "exists: {}", stderr(&out));
+    let out = skiff(&broker, &["topic", "create", "tmp", "--json"]);
+    let created: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("json");
+    assert_eq!(created["name"], "tmp");
+    assert_eq!(created["id"].as_str().map(str::len), Some(22));
+
+    let out = skiff(&broker, &["topic", "list"]);
+    let text = stdout(&out);
+    assert!(text.starts_with("TOPIC"), "{text}");
+    assert!(text.contains("orders") && text.contains("tmp"));
+    let out = skiff(&broker, &["topic", "list", "--json"]);
+    let list: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("json");
+    let orders = list
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|t| t["name"] == "orders")
+        .expect("orders listed");
+    assert_eq!(orders["partitions"], 3);
+
+    // produce from stdin with keys, and from a file
+    let mut lines = String::new();
+    for i in 0..30 {
+        lines.push_str(&format!("k{i}:v{i}\n"));
+    }
+    let out = skiff_stdin(
+        &broker,
+        &["produce", "orders", "--key-separator", ":"],
+        Some(&lines),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("30/30 records acknowledged"),
+        "{}",
+        stderr(&out)
+    );
+    let file = broker._dir.path().join("more.txt");
+    std::fs::write(&file, "a\nb\nc\n").expect("write file");
+    let out = skiff(
+        &broker,
+        &[
+            "produce",
+            "orders",
+            "--file",
+            file.to_str().expect("path"),
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("json");
+    assert_eq!(summary["records"], 3);
+
+    let out = skiff(&broker, &["topic", "describe", "orders", "--json"]);
+    let d: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("json");
+    let total: i64 = d["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .map(|p| p["latest"].as_i64().unwrap_or(0) - p["earliest"].as_i64().unwrap_or(0))
+        .sum();
+    assert_eq!(total, 33);
+    let out = skiff(&broker, &["topic", "describe", "orders"]);
+    assert!(stdout(&out).contains("PARTITION"), "{}", stdout(&out));
+    let out = skiff(&broker, &["topic", "describe", "missing"]);
+    assert_eq!(out.status.code(), Some(4), "not found: {}", stderr(&out));
+
+    // consume without a group, JSON lines
+    let out = skiff(
+        &broker,
+        &[
+            "consume",
+            "orders",
+            "--from-beginning",
+            "--max",
+            "33",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let records: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    assert_eq!(records.len(), 33);
+    assert!(
+        records
+            .iter()
+            .any(|r| r["key"] == "k7" && r["value"] == "v7")
+    );
+    assert!(
+        stderr(&out).contains("done: 33 records"),
+        "{}",
+        stderr(&out)
+    );
+
+    // consume in a group, then the group shows committed offsets with zero lag
+    let out = skiff(
+        &broker,
+        &[
+            "consume",
+            "orders",
+            "--group",
+            "billing",
+            "--from-beginning",
+            "--max",
+            "33",
+            "--print-key",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).lines().any(|l| l == "k3\tv3"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stderr(&out).contains("lag 0"), "{}", stderr(&out));
+
+    let out = skiff(&broker, &["group", "list"]);
+    assert!(stdout(&out).contains("billing"), "{}", stdout(&out));
+    let out = skiff(&broker, &["group", "describe", "billing", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let g: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("json");
+    let offsets = g["offsets"].as_array().expect("offsets");
+    let committed: i64 = offsets
+        .iter()
+        .map(|o| o["committed"].as_i64().unwrap_or(0))
+        .sum();
+    assert_eq!(committed, 33, "{g}");
+    assert!(offsets.iter().all(|o| o["lag"] == 0), "{g}");
+    let out = skiff(&broker, &["group", "describe", "billing"]);
+    assert!(stdout(&out).contains("COMMITTED"), "{}", stdout(&out));
+
+    // delete
+    let out = skiff(&broker, &["topic", "delete", "tmp"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = skiff(&broker, &["topic", "list", "--json"]);
+    assert!(!stdout(&out).contains("\"tmp\""));
+}
