@@ -58,9 +58,12 @@ def split_takeover_scenario(bootstrap: str, group: str, topic: str, start, step=
     produced = produce_values(bootstrap, topic, "a", 10)
     m1, m2 = start("m1"), start("m2")
     step = step or (lambda: time.sleep(0.05))
-    wait_until(lambda: len(m1.parts()) == 3 and len(m2.parts()) == 3
-               and sorted(m1.parts() + m2.parts()) == list(range(PARTS)),
-               40, "a 3/3 split of the 6 partitions", step=step)
+    try:
+        wait_until(lambda: len(m1.parts()) == 3 and len(m2.parts()) == 3
+                   and sorted(m1.parts() + m2.parts()) == list(range(PARTS)),
+                   40, "a 3/3 split of the 6 partitions", step=step)
+    except AssertionError as e:
+        raise AssertionError(f"{e}: m1 has {m1.parts()}, m2 has {m2.parts()}") from None
     produced += produce_values(bootstrap, topic, "b", 10)
     wait_until(lambda: set(consumed(m1, m2)) >= set(produced), 30, "every record of batches a+b", step=step)
     check_classic_description(bootstrap, group, {"m1": m1.parts(), "m2": m2.parts()}, step=step)
@@ -137,18 +140,10 @@ class KPMember:
             bootstrap_servers=bootstrap, group_id=group, client_id=client_id, enable_auto_commit=True,
             auto_commit_interval_ms=200, auto_offset_reset="earliest", session_timeout_ms=6000,
             heartbeat_interval_ms=500, max_poll_interval_ms=20000, request_timeout_ms=10000, retry_backoff_ms=100)
-        me = self
-
         # kafka-python 3 runs rebalances on its IO thread, where a blocking commit() is refused; its
         # auto-commit commits the consumed positions before every rebalance (and on close) instead.
-        class Listener(kafka.ConsumerRebalanceListener):
-            def on_partitions_revoked(self, revoked):
-                me.assigned = []
-
-            def on_partitions_assigned(self, assigned):
-                me.assigned = sorted(tp.partition for tp in assigned)
-
-        self.c.subscribe([topic], listener=Listener())
+        # No rebalance listener: the member's own thread reads assignment() after every poll.
+        self.c.subscribe([topic])
         self.t = threading.Thread(target=self._run, daemon=True, name=f"kp-{client_id}")
         self.t.start()
 
@@ -156,6 +151,7 @@ class KPMember:
         try:
             while not self._stop.is_set():
                 recs = self.c.poll(timeout_ms=100, max_records=500)
+                self.assigned = sorted(tp.partition for tp in self.c.assignment())
                 for tp, rs in recs.items():
                     self.got.extend((tp.partition, r.offset, r.value) for r in rs)
         except BaseException as e:  # reported by the test

@@ -13,6 +13,7 @@ must neither lose nor repeat a record.
 from __future__ import annotations
 
 import collections
+import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException
@@ -38,18 +39,18 @@ class Member:
         self.c = Consumer(base)
         self.closed = False
         self.got: list[tuple[int, int, bytes]] = []  # (partition, offset, value)
-        self.events: list[tuple[str, list[int]]] = []
+        self.events: list[tuple[str, list[int], float]] = []
         self.c.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
 
     def _on_assign(self, _c, parts):
-        self.events.append(("assign", sorted(p.partition for p in parts)))
+        self.events.append(("assign", sorted(p.partition for p in parts), round(time.time(), 3)))
 
     def _on_revoke(self, _c, parts):
-        self.events.append(("revoke", sorted(p.partition for p in parts)))
+        self.events.append(("revoke", sorted(p.partition for p in parts), round(time.time(), 3)))
         self.commit()
 
     def _on_lost(self, _c, parts):
-        self.events.append(("lost", sorted(p.partition for p in parts)))
+        self.events.append(("lost", sorted(p.partition for p in parts), round(time.time(), 3)))
 
     def commit(self) -> None:
         try:

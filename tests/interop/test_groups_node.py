@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -111,12 +112,19 @@ def test_node_and_confluent_share_a_kip848_group(node, make_broker):
     nm = NodeMember(node, b.bootstrap, group, topic, "node1")
     cm = None
     try:
-        wait_until(lambda: nm.parts() == list(range(PARTS)), 30, "the node member owning all 6 partitions")
+        wait_until(lambda: nm.parts() == list(range(PARTS)) and set(nm.values()) >= set(produced), 30,
+                   "the node member owning all 6 partitions and consuming batch a")
         cm = Member(b.bootstrap, group, topic, "ck1")
         step = poll_all(cm)
         wait_until(lambda: len(nm.parts()) == 3 and len(cm.parts()) == 3
                    and sorted(nm.parts() + cm.parts()) == list(range(PARTS)),
                    30, "a 3/3 split between the node and the confluent member", step=step)
+        # @platformatic/kafka 1.35.0 still delivers what a Fetch that was in flight when it gave up
+        # a partition returns (seen: records of a revoked partition produced after the revocation,
+        # consumed by both members). Its long polls last maxWaitTime (200 ms): let them run out.
+        deadline = time.monotonic() + 1
+        while time.monotonic() < deadline:
+            step()
         produced += produce_values(b.bootstrap, topic, "b", 10)
         wait_until(lambda: set(nm.values() + cm.values()) >= set(produced), 30, "every record of a+b", step=step)
 
@@ -135,8 +143,11 @@ def test_node_and_confluent_share_a_kip848_group(node, make_broker):
             cm.poll(0.1)
         both = nm.values() + cm.values()
         dups = sorted({v for v in both if both.count(v) > 1})
-        assert not dups, (f"{len(dups)} records consumed twice: {dups[:10]}; "
-                          f"node events: {[e for e in nm.events if e['event'] != 'message']}; ck events {cm.events}")
+        assert not dups, (
+            f"{len(dups)} records consumed twice: {dups[:10]}\n"
+            f"node got them at {[(e['partition'], e['offset'], e['t']) for e in nm.events if e.get('value', '').encode() in dups][:10]}\n"
+            f"confluent got them at {[(p, o) for p, o, v in cm.got if v in dups][:10]}\n"
+            f"node events: {[e for e in nm.events if e['event'] != 'message']}\nconfluent events {cm.events}")
         assert sorted(both) == sorted(produced)
         assert members_summary(describe(b.bootstrap, group)) == {cid: list(range(PARTS))}
     finally:

@@ -7,13 +7,14 @@
 //   {"event":"assignment","partitions":[...]}   whenever its assignment (of TOPIC) changes
 //   {"event":"message","partition":P,"offset":O,"value":"..."}
 //   {"event":"closed"}                           after leaving the group
+// Every object also has "t", the wall-clock time in seconds.
 // Reading "stop" (or EOF) on stdin makes it leave the group (consumer.close()) and exit 0. It also
 // stops by itself after MAX_SECONDS (default 60) with exit code 3, so it can never hang a test.
 import { Consumer } from '@platformatic/kafka'
 import { createInterface } from 'node:readline'
 
 const [bootstrap, groupId, topic, clientId, maxSeconds = '60'] = process.argv.slice(2)
-const out = obj => process.stdout.write(JSON.stringify(obj) + '\n')
+const out = obj => process.stdout.write(JSON.stringify({ ...obj, t: Date.now() / 1000 }) + '\n')
 
 const consumer = new Consumer({
   groupId,
