@@ -338,6 +338,18 @@ impl Producer {
             .queues
             .entry((record.topic.clone(), partition))
             .or_default();
+        // Kafka's rule: a record goes into the open batch only if it still fits; otherwise that
+        // batch is sealed and the record starts a new one (a lone record may exceed the size).
+        let mut sealed = false;
+        if queue
+            .open
+            .as_ref()
+            .is_some_and(|o| !o.builder.is_empty() && o.builder.size_in_bytes() + size > batch_size)
+            && let Some(batch) = queue.open.take()
+        {
+            queue.ready.push_back(batch);
+            sealed = true;
+        }
         let open = queue.open.get_or_insert_with(|| OpenBatch {
             builder: RecordBatchBuilder::new(),
             created: Instant::now(),
@@ -368,7 +380,7 @@ impl Producer {
             state.sticky.insert(record.topic.clone(), next);
         }
         drop(state);
-        if first || full {
+        if first || full || sealed {
             self.inner.wake.notify_one();
         }
         Ok(DeliveryFuture { rx })
