@@ -531,29 +531,60 @@ impl ChunkedBuf {
         self.copied[offset..offset + bytes.len()].copy_from_slice(bytes);
     }
 
+    /// Closes the open copied segment (if it holds bytes).
+    fn close_copied(&mut self) {
+        let end = self.copied.len();
+        if end > self.open {
+            self.segments.push(Segment::Copied {
+                start: self.open,
+                end,
+            });
+            self.open = end;
+        }
+    }
+
+    /// Turns the segments into chunks of `frozen` (the copied bytes); reuses the segment list's
+    /// allocation (`Segment` and `Bytes` have the same size).
+    fn chunks_of(segments: Vec<Segment>, frozen: &Bytes) -> Vec<Bytes> {
+        segments
+            .into_iter()
+            .map(|segment| match segment {
+                Segment::Copied { start, end } => frozen.slice(start..end),
+                Segment::Shared(bytes) => bytes,
+            })
+            .collect()
+    }
+
     /// Removes everything written so far and returns it as chunks in write order. The buffer
     /// keeps the unused capacity of its copy buffer for further writes.
     pub fn take_chunks(&mut self) -> Vec<Bytes> {
-        let end = self.copied.len();
+        if self.segments.is_empty() {
+            self.open = 0;
+            return if self.copied.is_empty() {
+                Vec::new()
+            } else {
+                vec![self.copied.split().freeze()]
+            };
+        }
+        self.close_copied();
         let frozen = self.copied.split().freeze();
-        let mut chunks = Vec::with_capacity(self.segments.len() + 1);
-        for segment in self.segments.drain(..) {
-            match segment {
-                Segment::Copied { start, end } => chunks.push(frozen.slice(start..end)),
-                Segment::Shared(bytes) => chunks.push(bytes),
-            }
-        }
-        if end > self.open {
-            chunks.push(frozen.slice(self.open..end));
-        }
         self.open = 0;
         self.shared_len = 0;
-        chunks
+        Self::chunks_of(std::mem::take(&mut self.segments), &frozen)
     }
 
     /// Everything written, as chunks in write order.
     pub fn into_chunks(mut self) -> Vec<Bytes> {
-        self.take_chunks()
+        if self.segments.is_empty() {
+            return if self.copied.is_empty() {
+                Vec::new()
+            } else {
+                vec![self.copied.freeze()]
+            };
+        }
+        self.close_copied();
+        let frozen = self.copied.freeze();
+        Self::chunks_of(self.segments, &frozen)
     }
 }
 
@@ -574,14 +605,11 @@ impl WriteBuf for ChunkedBuf {
             self.copied.extend_from_slice(bytes);
             return;
         }
-        let end = self.copied.len();
-        if end > self.open {
-            self.segments.push(Segment::Copied {
-                start: self.open,
-                end,
-            });
-            self.open = end;
+        if self.segments.capacity() == 0 {
+            // Typically: fields, records, fields, records, ... and the trailing fields.
+            self.segments.reserve(8);
         }
+        self.close_copied();
         self.shared_len += bytes.len();
         self.segments.push(Segment::Shared(bytes.clone()));
     }
@@ -760,7 +788,7 @@ fn too_long(what: &'static str, len: usize) -> EncodeError {
     EncodeError::TooLong { what, len }
 }
 
-#[inline]
+#[inline(always)]
 fn write_length<W: WriteBuf + ?Sized>(
     buf: &mut W,
     len: Option<usize>,
@@ -940,6 +968,10 @@ impl TaggedFieldsWriter {
         buf: &mut W,
         unknown: &[RawTaggedField],
     ) -> EncodeResult {
+        if self.fields.is_empty() && unknown.is_empty() {
+            write_unsigned_varint(buf, 0);
+            return Ok(());
+        }
         self.fields
             .extend(unknown.iter().map(|f| (f.tag, f.data.clone())));
         self.fields.sort_by_key(|(tag, _)| *tag);
@@ -1008,6 +1040,26 @@ mod tests {
         let mut buf = BytesMut::new();
         write_varint(&mut buf, -1);
         assert_eq!(&buf[..], &[1]);
+    }
+
+    #[test]
+    fn chunked_segments_convert_to_chunks_in_place() {
+        // `ChunkedBuf::chunks_of` relies on this to reuse the segment list's allocation.
+        assert_eq!(std::mem::size_of::<Segment>(), std::mem::size_of::<Bytes>());
+        let shared = Bytes::from(vec![7u8; 10]);
+        let mut buf = ChunkedBuf::new().with_threshold(10);
+        write_i32(&mut buf, 1);
+        write_shared(&mut buf, &shared, false).expect("write");
+        write_shared(&mut buf, &Bytes::from_static(b"short"), false).expect("write");
+        assert_eq!(buf.len(), 4 + 4 + 10 + 4 + 5);
+        let chunks = buf.take_chunks();
+        assert_eq!(chunks.len(), 3);
+        assert_eq!(chunks[1].as_ptr(), shared.as_ptr());
+        assert!(buf.is_empty());
+        assert!(buf.take_chunks().is_empty());
+        write_i8(&mut buf, 3);
+        assert_eq!(buf.take_chunks(), vec![Bytes::from_static(&[3])]);
+        assert!(ChunkedBuf::new().into_chunks().is_empty());
     }
 
     #[test]
