@@ -4,7 +4,13 @@
 //!
 //! `cargo bench -p skiff-protocol --bench codec -- --quick` runs the criterion groups, then prints
 //! a ratio table (`bench/codec-ratio`) from its own timing: the median of 15 batches per codec,
-//! each batch about 20 ms, for decode + encode, decode alone and encode alone.
+//! each batch about 20 ms, for decode + encode, decode alone and encode alone; then a second
+//! table (`bench/codec-zero-copy`) for the record-carrying cases with Skiff's zero-copy encode
+//! (`ChunkedBuf`: record sets shared, not copied) against kafka-protocol's copying encode.
+//!
+//! `SKIFF_BENCH_LOOP=<case>:<mode>:<iterations>` (mode: `skiff`, `kp`, `skiff-dec`, `kp-dec`,
+//! `skiff-enc`, `kp-enc`, `skiff-chunked`, `skiff-enc-chunked`) runs only that loop and exits:
+//! for instruction counts under `valgrind --tool=callgrind`, which are stable on a loaded machine.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -12,6 +18,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use criterion::{Criterion, Throughput};
 use kafka_protocol::messages::{ApiKey as KpApiKey, RequestKind, ResponseKind};
+use skiff_protocol::codec::ChunkedBuf;
 use skiff_protocol::generated::consumer_group_heartbeat_request::TopicPartitions as CghRequestTopic;
 use skiff_protocol::generated::consumer_group_heartbeat_response::{
     Assignment, TopicPartitions as CghResponseTopic,
@@ -25,6 +32,7 @@ use skiff_protocol::generated::{
     ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, FetchResponse, MetadataResponse,
     ProduceRequest,
 };
+use skiff_protocol::header::encode_response_frame_chunks;
 use skiff_protocol::{ApiKey, Request, Response, Uuid};
 
 const RECORD_SET: usize = 16 * 1024;
@@ -260,6 +268,26 @@ fn skiff_round(case: &Case, out: &mut BytesMut) {
     }
 }
 
+/// One decode + zero-copy encode with Skiff: a request into a `ChunkedBuf`, a response as a whole
+/// frame (`encode_response_frame_chunks`, size prefix and header included). Returns the chunks.
+fn skiff_round_chunked(case: &Case) -> Vec<Bytes> {
+    let mut input = case.bytes.clone();
+    if case.request {
+        let value = Request::decode(case.api, case.version, &mut input).expect("skiff decode");
+        let mut buf = ChunkedBuf::new();
+        value.encode(&mut buf, case.version).expect("skiff encode");
+        buf.into_chunks()
+    } else {
+        let value = Response::decode(case.api, case.version, &mut input).expect("skiff decode");
+        encode_response_frame_chunks(&value, case.version, 1).expect("skiff encode")
+    }
+}
+
+/// Cases whose encode is dominated by copying record sets.
+fn carries_records(case: &Case) -> bool {
+    matches!(case.api, ApiKey::Produce | ApiKey::Fetch)
+}
+
 /// One decode + encode with kafka-protocol.
 fn kp_round(case: &Case, api: KpApiKey, out: &mut BytesMut) {
     out.clear();
@@ -284,6 +312,15 @@ fn check(case: &Case) {
     assert_eq!(&out[..], &case.bytes[..], "{}: Skiff", case.name);
     kp_round(case, kp_api(case), &mut out);
     assert_eq!(&out[..], &case.bytes[..], "{}: kafka-protocol", case.name);
+    let chunks = skiff_round_chunked(case).concat();
+    let body = if case.request {
+        &chunks[..]
+    } else {
+        // Size prefix and response header (v0: correlation ID; v1: plus an empty tag section).
+        let header = 4 + 4 + usize::from(case.api.response_header_version(case.version) >= 1);
+        &chunks[header..]
+    };
+    assert_eq!(body, &case.bytes[..], "{}: Skiff chunked", case.name);
 }
 
 fn criterion_groups(c: &mut Criterion, cases: &[Case]) {
@@ -298,6 +335,11 @@ fn criterion_groups(c: &mut Criterion, cases: &[Case]) {
         group.bench_function("kafka-protocol", |b| {
             b.iter(|| kp_round(black_box(case), api, &mut out))
         });
+        if carries_records(case) {
+            group.bench_function("skiff-chunked", |b| {
+                b.iter(|| skiff_round_chunked(black_box(case)))
+            });
+        }
         group.finish();
     }
 }
@@ -429,10 +471,159 @@ fn ratio_table(cases: &[Case]) {
     }
 }
 
+/// Encode-only timing of Skiff's zero-copy path, the value decoded once.
+fn encode_chunked_only(case: &Case) -> Duration {
+    let mut input = case.bytes.clone();
+    if case.request {
+        let ours = Request::decode(case.api, case.version, &mut input).expect("decode");
+        median_round(|| {
+            let mut buf = ChunkedBuf::new();
+            black_box(&ours)
+                .encode(&mut buf, case.version)
+                .expect("encode");
+            black_box(buf.into_chunks());
+        })
+    } else {
+        let ours = Response::decode(case.api, case.version, &mut input).expect("decode");
+        median_round(|| {
+            black_box(
+                encode_response_frame_chunks(black_box(&ours), case.version, 1).expect("encode"),
+            );
+        })
+    }
+}
+
+fn zero_copy_table(cases: &[Case]) {
+    println!();
+    println!(
+        "bench/codec-zero-copy: Skiff decode + zero-copy encode (ChunkedBuf; responses as whole frames with encode_response_frame_chunks) against kafka-protocol decode + encode; ratio = kafka-protocol time / Skiff time"
+    );
+    println!(
+        "{:<37} {:>6} | {:>9} {:>9} {:>9} {:>6} | {:>9} {:>9} {:>9} {:>6}",
+        "case",
+        "chunks",
+        "skf copy",
+        "skf zc",
+        "kp",
+        "ratio",
+        "enc copy",
+        "enc zc",
+        "enc kp",
+        "ratio"
+    );
+    for case in cases.iter().filter(|c| carries_records(c)) {
+        let mut out = BytesMut::with_capacity(case.bytes.len());
+        let api = kp_api(case);
+        let chunks = skiff_round_chunked(case).len();
+        let skiff = median_round(|| skiff_round(black_box(case), &mut out));
+        let skiff_zc = median_round(|| {
+            black_box(skiff_round_chunked(black_box(case)));
+        });
+        let kp = median_round(|| kp_round(black_box(case), api, &mut out));
+        let (skiff_enc, kp_enc) = encode_only(case, api);
+        let skiff_enc_zc = encode_chunked_only(case);
+        let ratio = |ours: Duration, theirs: Duration| theirs.as_secs_f64() / ours.as_secs_f64();
+        println!(
+            "{:<37} {:>6} | {:>9} {:>9} {:>9} {:>5.2}x | {:>9} {:>9} {:>9} {:>5.2}x",
+            case.name,
+            chunks,
+            format!("{skiff:.2?}"),
+            format!("{skiff_zc:.2?}"),
+            format!("{kp:.2?}"),
+            ratio(skiff_zc, kp),
+            format!("{skiff_enc:.2?}"),
+            format!("{skiff_enc_zc:.2?}"),
+            format!("{kp_enc:.2?}"),
+            ratio(skiff_enc_zc, kp_enc),
+        );
+    }
+}
+
+/// `SKIFF_BENCH_LOOP=<case>:<mode>:<iterations>`: one loop, nothing else (for callgrind).
+fn run_loop(spec: &str, cases: &[Case]) {
+    let mut parts = spec.split(':');
+    let (Some(name), Some(mode), Some(iterations)) = (parts.next(), parts.next(), parts.next())
+    else {
+        panic!("SKIFF_BENCH_LOOP=<case>:<mode>:<iterations>, got {spec:?}");
+    };
+    let iterations: u64 = iterations.parse().expect("iterations");
+    let case = cases
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no case {name:?}"));
+    let api = kp_api(case);
+    let mut out = BytesMut::with_capacity(case.bytes.len());
+    let mut input = case.bytes.clone();
+    let mut kp_input = case.bytes.clone();
+    let (ours_req, ours_resp, theirs_req, theirs_resp) = if case.request {
+        (
+            Request::decode(case.api, case.version, &mut input).ok(),
+            None,
+            RequestKind::decode(api, &mut kp_input, case.version).ok(),
+            None,
+        )
+    } else {
+        (
+            None,
+            Response::decode(case.api, case.version, &mut input).ok(),
+            None,
+            ResponseKind::decode(api, &mut kp_input, case.version).ok(),
+        )
+    };
+    for _ in 0..iterations {
+        match mode {
+            "skiff" => skiff_round(black_box(case), &mut out),
+            "kp" => kp_round(black_box(case), api, &mut out),
+            "skiff-dec" => skiff_decode(black_box(case)),
+            "kp-dec" => kp_decode(black_box(case), api),
+            "skiff-chunked" => {
+                black_box(skiff_round_chunked(black_box(case)));
+            }
+            "skiff-enc" => {
+                out.clear();
+                match (&ours_req, &ours_resp) {
+                    (Some(r), _) => black_box(r).encode(&mut out, case.version),
+                    (_, Some(r)) => black_box(r).encode(&mut out, case.version),
+                    _ => unreachable!(),
+                }
+                .expect("encode");
+            }
+            "kp-enc" => {
+                out.clear();
+                match (&theirs_req, &theirs_resp) {
+                    (Some(r), _) => black_box(r).encode(&mut out, case.version),
+                    (_, Some(r)) => black_box(r).encode(&mut out, case.version),
+                    _ => unreachable!(),
+                }
+                .expect("encode");
+            }
+            "skiff-enc-chunked" => {
+                let chunks = match (&ours_req, &ours_resp) {
+                    (Some(r), _) => {
+                        let mut buf = ChunkedBuf::new();
+                        black_box(r).encode(&mut buf, case.version).expect("encode");
+                        buf.into_chunks()
+                    }
+                    (_, Some(r)) => {
+                        encode_response_frame_chunks(black_box(r), case.version, 1).expect("encode")
+                    }
+                    _ => unreachable!(),
+                };
+                black_box(chunks);
+            }
+            other => panic!("unknown mode {other:?}"),
+        }
+    }
+}
+
 fn main() {
     let cases = cases();
     for case in &cases {
         check(case);
+    }
+    if let Ok(spec) = std::env::var("SKIFF_BENCH_LOOP") {
+        run_loop(&spec, &cases);
+        return;
     }
     let mut criterion = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
@@ -443,5 +634,6 @@ fn main() {
     // `--profile-time` (profiling one benchmark under perf): no table, only that benchmark.
     if !std::env::args().any(|a| a == "--profile-time") {
         ratio_table(&cases);
+        zero_copy_table(&cases);
     }
 }
