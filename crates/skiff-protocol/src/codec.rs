@@ -823,7 +823,7 @@ fn write_length<W: WriteBuf + ?Sized>(
     Ok(())
 }
 
-#[inline]
+#[inline(always)]
 pub fn write_nullable_string<W: WriteBuf + ?Sized>(
     buf: &mut W,
     v: Option<&str>,
@@ -836,7 +836,7 @@ pub fn write_nullable_string<W: WriteBuf + ?Sized>(
     Ok(())
 }
 
-#[inline]
+#[inline(always)]
 pub fn write_string<W: WriteBuf + ?Sized>(buf: &mut W, v: &str, compact: bool) -> EncodeResult {
     write_length(buf, Some(v.len()), compact, false, "string")?;
     buf.put_slice(v.as_bytes());
@@ -885,7 +885,7 @@ pub fn write_shared<W: WriteBuf + ?Sized>(buf: &mut W, v: &Bytes, compact: bool)
 }
 
 /// Writes an array length prefix (`None` = null array).
-#[inline]
+#[inline(always)]
 pub fn write_array_len<W: WriteBuf + ?Sized>(
     buf: &mut W,
     len: Option<usize>,
