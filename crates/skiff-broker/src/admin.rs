@@ -75,12 +75,15 @@ async fn health(State(broker): State<Arc<Broker>>) -> Json<HealthView> {
 
 /// Prometheus text exposition format, version 0.0.4.
 async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
+    // Broker metrics, then the latest client telemetry labelled by client instance ID.
+    let mut text = render_metrics(&broker);
+    text.push_str(&broker.lock_telemetry().render_prometheus());
     (
         [(
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        render_metrics(&broker),
+        text,
     )
 }
 
@@ -171,6 +174,8 @@ struct InstanceView {
     connections: Vec<ConnectionRecord>,
     memberships: Vec<Membership>,
     kip1313_rejections: Vec<Rejection>,
+    /// KIP-714: the instance's subscription and latest pushed metrics, if it pushes.
+    telemetry: Option<skiff_telemetry::InstanceView>,
 }
 
 fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
@@ -234,8 +239,15 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
 fn instance_views(broker: &Broker) -> Vec<InstanceView> {
     let connections = broker.clients.connections();
     let members = memberships(broker);
+    let telemetry: std::collections::HashMap<String, skiff_telemetry::InstanceView> = broker
+        .lock_telemetry()
+        .instances()
+        .into_iter()
+        .map(|v| (v.client_instance_id.clone(), v))
+        .collect();
     let mut ids = broker.clients.known_instances();
     ids.extend(members.iter().filter_map(|(i, _)| *i));
+    ids.extend(telemetry.keys().filter_map(|k| k.parse::<Uuid>().ok()));
     ids.sort();
     ids.dedup();
     let mut views: Vec<InstanceView> = ids
@@ -254,6 +266,7 @@ fn instance_views(broker: &Broker) -> Vec<InstanceView> {
                     .map(|(_, m)| m.clone())
                     .collect(),
                 kip1313_rejections: broker.clients.rejections_of(Some(id)),
+                telemetry: telemetry.get(&text).cloned(),
                 client_instance_id: Some(text),
             }
         })
@@ -267,6 +280,7 @@ fn instance_views(broker: &Broker) -> Vec<InstanceView> {
             connections: vec![c.clone()],
             memberships: Vec::new(),
             kip1313_rejections: Vec::new(),
+            telemetry: None,
         });
     }
     views

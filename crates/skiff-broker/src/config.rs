@@ -45,6 +45,11 @@ pub struct BrokerConfig {
     /// `admin.listen`: the admin HTTP listener (`none` disables it). The command line and config
     /// files default to 127.0.0.1:9644; a config built in code has none unless it sets one.
     pub admin_listen: Option<SocketAddr>,
+    /// `telemetry.enable`: serve KIP-714 client telemetry (GetTelemetrySubscriptions,
+    /// PushTelemetry). On by default.
+    pub telemetry_enabled: bool,
+    /// `telemetry.max.bytes`: TelemetryMaxBytes given to clients (1 MiB).
+    pub telemetry_max_bytes: i32,
     /// Group coordinator settings (`group.*` keys).
     pub groups: skiff_group::GroupConfig,
     /// Every other key: static Kafka broker configs, validated by `skiff-meta`.
@@ -62,6 +67,8 @@ impl Default for BrokerConfig {
             socket_request_max_bytes: skiff_protocol::DEFAULT_MAX_FRAME_SIZE,
             max_connections: 10_000,
             admin_listen: None,
+            telemetry_enabled: true,
+            telemetry_max_bytes: 1024 * 1024,
             groups: skiff_group::GroupConfig::default(),
             kafka: BTreeMap::new(),
         }
@@ -159,6 +166,17 @@ impl BrokerConfig {
                     format!("admin.listen = {v:?}: expected HOST:PORT with an IP address, or none")
                 })?),
             };
+        }
+        if let Some(v) = entries.remove("telemetry.enable") {
+            config.telemetry_enabled = match v.trim() {
+                "true" => true,
+                "false" => false,
+                other => bail!("telemetry.enable = {other:?}: expected true or false"),
+            };
+        }
+        if let Some(v) = entries.remove("telemetry.max.bytes") {
+            config.telemetry_max_bytes =
+                parse_num(&v, "telemetry.max.bytes", 1024, 64 * 1024 * 1024)? as i32;
         }
         if let Some(v) = entries.remove("max.connections") {
             config.max_connections = parse_num(&v, "max.connections", 1, 1_000_000)? as usize;

@@ -181,11 +181,11 @@ impl Connection {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .count(api_key, frame.header.client_id.as_deref());
 
-        let supported = handlers::supported_versions(api_key);
+        let supported = self.broker.serves(api_key);
         let version_ok = supported.is_some_and(|(lo, hi)| (lo..=hi).contains(&version));
         if !version_ok && api_key == ApiKey::ApiVersions {
             // Answer with a v0 body listing what is supported, so the client can retry.
-            let response = handlers::api_versions::unsupported_version_response();
+            let response = handlers::api_versions::unsupported_version_response(&self.broker);
             pending.push_back(Box::pin(async move { Some((0, correlation_id, response)) }));
             return Next::Continue;
         }
@@ -288,6 +288,16 @@ impl Connection {
             instance_id: self.identity.instance_id(),
             peer: self.peer,
             shutdown: self.shutdown.clone(),
+            software: {
+                let record = self
+                    .record
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                record
+                    .software_name
+                    .clone()
+                    .zip(record.software_version.clone())
+            },
         };
         match handlers::dispatch(&ctx, request) {
             Reply::Now(response) => {

@@ -178,12 +178,19 @@ async fn maintenance(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
         FlushMode::Always => None,
     };
     let mut retention = tokio::time::interval(RETENTION_INTERVAL);
+    let mut telemetry_expiry = tokio::time::interval(Duration::from_secs(10));
     let mut flush = tokio::time::interval(flush_every.unwrap_or(Duration::from_secs(3600)));
     loop {
         tokio::select! {
             _ = retention.tick() => {
                 let b = Arc::clone(&broker);
                 let _ = tokio::task::spawn_blocking(move || b.apply_retention()).await;
+            }
+            _ = telemetry_expiry.tick() => {
+                let forgotten = broker.lock_telemetry().expire(crate::state::now_ms());
+                if forgotten > 0 {
+                    tracing::debug!(forgotten, "telemetry instances expired");
+                }
             }
             _ = flush.tick(), if flush_every.is_some() => {
                 let b = Arc::clone(&broker);

@@ -24,6 +24,35 @@ use crate::producer::ProducerStates;
 /// partition directory's, which always ends in `-<number>`).
 pub const GROUP_LOG_DIR: &str = "__groups";
 
+/// The client metrics subscriptions, inside the data directory.
+pub const SUBSCRIPTIONS_FILE: &str = "client-metrics.json";
+
+fn open_telemetry(config: &BrokerConfig) -> Result<skiff_telemetry::TelemetryManager> {
+    let path = config.data_dir.join(SUBSCRIPTIONS_FILE);
+    let subscriptions = match std::fs::read(&path) {
+        Ok(bytes) => {
+            let snapshot: skiff_telemetry::subscriptions::SubscriptionsSnapshot =
+                serde_json::from_slice(&bytes)
+                    .with_context(|| format!("{} is not valid", path.display()))?;
+            skiff_telemetry::subscriptions::Subscriptions::from_snapshot(&snapshot).map_err(
+                |(name, e)| anyhow::anyhow!("{}: subscription {name}: {e}", path.display()),
+            )?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            skiff_telemetry::subscriptions::Subscriptions::new()
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let telemetry_config = skiff_telemetry::TelemetryConfig {
+        telemetry_max_bytes: config.telemetry_max_bytes,
+        ..Default::default()
+    };
+    Ok(skiff_telemetry::TelemetryManager::with_subscriptions(
+        telemetry_config,
+        subscriptions,
+    ))
+}
+
 /// Milliseconds since the Unix epoch, the clock Kafka timestamps use.
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -133,6 +162,8 @@ pub struct Broker {
     topics_generation: AtomicU64,
     pub groups: crate::groups::GroupCoordinator,
     pub clients: crate::clients::ClientRegistry,
+    /// KIP-714 client metrics: subscriptions, instances, latest values.
+    telemetry: Mutex<skiff_telemetry::TelemetryManager>,
     /// When the broker started (ms since the epoch).
     pub started_ms: i64,
 }
@@ -159,6 +190,7 @@ impl Broker {
             config.groups.clone(),
             now_ms(),
         )?;
+        let telemetry = crate::state::open_telemetry(&config)?;
         let broker = Arc::new(Broker {
             config,
             cluster_id,
@@ -170,6 +202,7 @@ impl Broker {
             topics_generation: AtomicU64::new(0),
             groups,
             clients: crate::clients::ClientRegistry::default(),
+            telemetry: Mutex::new(telemetry),
             started_ms: now_ms(),
         });
         let infos: Vec<TopicInfo> = broker.meta().topics().cloned().collect();
@@ -186,6 +219,34 @@ impl Broker {
 
     pub fn meta_mut(&self) -> RwLockWriteGuard<'_, MetadataStore> {
         self.meta.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn lock_telemetry(&self) -> MutexGuard<'_, skiff_telemetry::TelemetryManager> {
+        self.telemetry
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Saves the client metrics subscriptions (crash-safe replace).
+    pub fn persist_subscriptions(
+        &self,
+        snapshot: &skiff_telemetry::subscriptions::SubscriptionsSnapshot,
+    ) -> Result<()> {
+        let json = serde_json::to_vec_pretty(snapshot).context("serialising subscriptions")?;
+        crate::node_file::write_atomically(&self.config.data_dir.join(SUBSCRIPTIONS_FILE), &json)
+    }
+
+    /// The versions this broker serves of `api` (what ApiVersions advertises).
+    pub fn serves(&self, api: ApiKey) -> Option<(i16, i16)> {
+        if !self.config.telemetry_enabled
+            && matches!(
+                api,
+                ApiKey::GetTelemetrySubscriptions | ApiKey::PushTelemetry
+            )
+        {
+            return None;
+        }
+        crate::handlers::supported_versions(api)
     }
 
     pub fn topics_generation(&self) -> u64 {

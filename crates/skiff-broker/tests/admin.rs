@@ -721,8 +721,11 @@ async fn describe_configs_every_version() {
         assert!(result.configs.is_empty());
         let result = describe(&mut c, v, BROKER_LOGGER, "", None, false).await;
         assert_eq!(result.error_code, error_codes::INVALID_REQUEST);
-        // Unsupported resource types.
+        // Client metrics subscriptions (type 16) are supported: an unknown one is not found.
         let result = describe(&mut c, v, 16, "sub", None, false).await;
+        assert_eq!(result.error_code, error_codes::RESOURCE_NOT_FOUND);
+        // Unsupported resource types (GROUP = 3).
+        let result = describe(&mut c, v, 3, "sub", None, false).await;
         assert_eq!(result.error_code, error_codes::INVALID_REQUEST);
     }
     tb.stop().await;
@@ -834,7 +837,11 @@ async fn incremental_alter_configs_every_version() {
                 resource(BROKER_LOGGER, "1", &[("kafka", SET, Some("DEBUG"))]),
                 error_codes::INVALID_CONFIG,
             ),
-            (resource(16, "x", &[]), error_codes::INVALID_REQUEST),
+            (
+                resource(16, "x", &[("bogus", SET, Some("1"))]),
+                error_codes::INVALID_REQUEST,
+            ),
+            (resource(3, "x", &[]), error_codes::INVALID_REQUEST),
         ];
         for (r, code) in cases {
             let responses = alter(&mut c, v, vec![r.clone()], false).await;

@@ -137,6 +137,33 @@ fn describe_resource(
             // No Log4j loggers here: the list is empty.
             Vec::new()
         }
+        super::telemetry::RESOURCE_CLIENT_METRICS => {
+            let entries = super::telemetry::describe_subscription(broker, name).map_err(
+                |(code, message)| ResourceError {
+                    code,
+                    message: Some(message),
+                },
+            )?;
+            let wanted: Option<HashSet<&str>> = resource
+                .configuration_keys
+                .as_ref()
+                .filter(|keys| !keys.is_empty())
+                .map(|keys| keys.iter().map(|k| &**k).collect());
+            return Ok(entries
+                .into_iter()
+                .filter(|(key, _, _)| wanted.as_ref().is_none_or(|w| w.contains(key.as_str())))
+                .map(|(key, value, is_default)| DescribeConfigsResourceResult {
+                    config_type: if key == "interval.ms" { 3 } else { 7 },
+                    name: bs(key),
+                    value: Some(bs(value)),
+                    read_only: false,
+                    // Kafka's ConfigSource: CLIENT_METRICS_CONFIG 7, DEFAULT_CONFIG 5.
+                    config_source: if is_default { 5 } else { 7 },
+                    is_sensitive: false,
+                    ..Default::default()
+                })
+                .collect());
+        }
         other => {
             return Err(ResourceError::invalid_request(format!(
                 "Unsupported resource type: {other}"
@@ -274,6 +301,29 @@ fn alter_resource(
     resource: &AlterConfigsResource,
     validate_only: bool,
 ) -> Result<(), ResourceError> {
+    if resource.resource_type == super::telemetry::RESOURCE_CLIENT_METRICS {
+        let ops: Vec<(String, i8, Option<String>)> = resource
+            .configs
+            .iter()
+            .map(|c| {
+                (
+                    c.name.to_string(),
+                    c.config_operation,
+                    c.value.as_ref().map(|v| v.to_string()),
+                )
+            })
+            .collect();
+        return super::telemetry::alter_subscription(
+            broker,
+            &resource.resource_name,
+            &ops,
+            validate_only,
+        )
+        .map_err(|(code, message)| ResourceError {
+            code,
+            message: Some(message),
+        });
+    }
     let ops = operations(resource)?;
     let name: &str = &resource.resource_name;
     match resource.resource_type {

@@ -22,6 +22,7 @@ pub mod metadata;
 pub mod produce;
 pub mod producer_id;
 pub mod records_admin;
+pub mod telemetry;
 pub mod topics;
 
 /// What a handler knows about the request beyond its body.
@@ -34,6 +35,8 @@ pub struct RequestContext {
     /// The connection's KIP-1313 client instance ID, once fixed.
     pub instance_id: Option<Uuid>,
     pub peer: SocketAddr,
+    /// Client software name and version from the connection's ApiVersions (v3+).
+    pub software: Option<(String, String)>,
     /// Becomes `true` when the broker shuts down: waiting replies (long polls) answer at once.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
@@ -53,8 +56,9 @@ impl From<Response> for Reply {
     }
 }
 
-/// The request versions Skiff serves per API: exactly what ApiVersions advertises. An API not
-/// listed here is not advertised, and a request for it gets UNSUPPORTED_VERSION.
+/// The request versions Skiff serves per API: exactly what ApiVersions advertises (less the
+/// telemetry APIs when `telemetry.enable = false`, see `Broker::serves`). An API not listed here
+/// is not advertised, and a request for it gets UNSUPPORTED_VERSION.
 pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
     Some(match api_key {
         ApiKey::Produce => (3, 12),
@@ -74,6 +78,9 @@ pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::OffsetDelete => (0, 0),
         ApiKey::ConsumerGroupHeartbeat => (0, 1),
         ApiKey::ConsumerGroupDescribe => (0, 1),
+        ApiKey::GetTelemetrySubscriptions => (0, 0),
+        ApiKey::PushTelemetry => (0, 0),
+        ApiKey::ListConfigResources => (0, 1),
         ApiKey::ApiVersions => (0, 4),
         ApiKey::CreateTopics => (2, 7),
         ApiKey::DeleteTopics => (1, 6),
@@ -107,6 +114,9 @@ pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
         Request::ListGroups(r) => groups::list_groups(ctx, r).into(),
         Request::DescribeGroups(r) => groups::describe_groups(ctx, r).into(),
         Request::DeleteGroups(r) => groups::delete_groups(ctx, r).into(),
+        Request::GetTelemetrySubscriptions(r) => telemetry::get_subscriptions(ctx, r).into(),
+        Request::PushTelemetry(r) => telemetry::push(ctx, r).into(),
+        Request::ListConfigResources(r) => telemetry::list_config_resources(ctx, r).into(),
         Request::ListOffsets(r) => list_offsets::handle(ctx, r).into(),
         Request::CreateTopics(r) => topics::handle_create_topics(ctx, r).into(),
         Request::DeleteTopics(r) => topics::handle_delete_topics(ctx, r).into(),

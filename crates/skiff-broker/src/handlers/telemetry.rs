@@ -1,0 +1,161 @@
+//! KIP-714 client telemetry: GetTelemetrySubscriptions and PushTelemetry (with the KIP-1313
+//! alignment of header and body IDs, done by `skiff-telemetry`), and the CLIENT_METRICS config
+//! resources (type 16) behind DescribeConfigs, IncrementalAlterConfigs and ListConfigResources.
+
+use skiff_protocol::generated::list_config_resources_response::{
+    ConfigResource, ListConfigResourcesResponse,
+};
+use skiff_protocol::generated::{
+    GetTelemetrySubscriptionsRequest, ListConfigResourcesRequest, PushTelemetryRequest,
+};
+use skiff_protocol::{ByteString, Response};
+use skiff_telemetry::subscriptions::{AlterOp, AlterOpType, ClientSelectors, SubscriptionError};
+
+use super::RequestContext;
+use crate::state::now_ms;
+
+/// Kafka's config resource type for client metrics subscriptions.
+pub const RESOURCE_CLIENT_METRICS: i8 = 16;
+
+fn selectors(ctx: &RequestContext) -> ClientSelectors {
+    ClientSelectors {
+        client_id: ctx.client_id.clone(),
+        software_name: ctx.software.as_ref().map(|(name, _)| name.clone()),
+        software_version: ctx.software.as_ref().map(|(_, version)| version.clone()),
+        source_address: Some(ctx.peer.ip()),
+        source_port: Some(ctx.peer.port()),
+    }
+}
+
+pub fn get_subscriptions(
+    ctx: &RequestContext,
+    request: GetTelemetrySubscriptionsRequest,
+) -> Response {
+    let client = selectors(ctx);
+    let response =
+        ctx.broker
+            .lock_telemetry()
+            .get_subscriptions(ctx.instance_id, &request, &client, now_ms());
+    Response::GetTelemetrySubscriptions(response)
+}
+
+pub fn push(ctx: &RequestContext, request: PushTelemetryRequest) -> Response {
+    let client = selectors(ctx);
+    let (response, decoded) =
+        ctx.broker
+            .lock_telemetry()
+            .push(ctx.instance_id, &request, &client, now_ms());
+    if let Some(decoded) = decoded {
+        tracing::debug!(
+            client_instance_id = %decoded.client_instance_id,
+            terminating = decoded.terminating,
+            resource_metrics = decoded.metrics.resource_metrics.len(),
+            "telemetry pushed"
+        );
+    }
+    Response::PushTelemetry(response)
+}
+
+pub fn list_config_resources(
+    ctx: &RequestContext,
+    request: ListConfigResourcesRequest,
+) -> Response {
+    // v0 (ListClientMetricsResources) lists client metrics only; v1 filters by type, empty = all.
+    let wants = |t: i8| {
+        ctx.version == 0 || request.resource_types.is_empty() || request.resource_types.contains(&t)
+    };
+    let mut config_resources = Vec::new();
+    if wants(RESOURCE_CLIENT_METRICS) {
+        for name in ctx.broker.lock_telemetry().subscriptions().list() {
+            config_resources.push(ConfigResource {
+                resource_name: ByteString::from(name),
+                resource_type: RESOURCE_CLIENT_METRICS,
+                ..Default::default()
+            });
+        }
+    }
+    if ctx.version >= 1 {
+        if wants(super::configs::RESOURCE_TOPIC) {
+            for topic in ctx.broker.all_topics() {
+                config_resources.push(ConfigResource {
+                    resource_name: ByteString::from(topic.info.name.clone()),
+                    resource_type: super::configs::RESOURCE_TOPIC,
+                    ..Default::default()
+                });
+            }
+        }
+        if wants(super::configs::RESOURCE_BROKER) {
+            config_resources.push(ConfigResource {
+                resource_name: ByteString::from(ctx.broker.node_id().to_string()),
+                resource_type: super::configs::RESOURCE_BROKER,
+                ..Default::default()
+            });
+        }
+    }
+    Response::ListConfigResources(ListConfigResourcesResponse {
+        config_resources,
+        ..Default::default()
+    })
+}
+
+/// A subscription's entries: (key, value, is_default).
+pub type SubscriptionEntries = Vec<(String, String, bool)>;
+
+/// DescribeConfigs of one CLIENT_METRICS resource.
+pub fn describe_subscription(
+    ctx_broker: &crate::state::Broker,
+    name: &str,
+) -> Result<SubscriptionEntries, (i16, String)> {
+    ctx_broker
+        .lock_telemetry()
+        .subscriptions()
+        .describe(name)
+        .ok_or((
+            skiff_protocol::error_codes::RESOURCE_NOT_FOUND,
+            format!("Client metrics subscription {name} not found"),
+        ))
+}
+
+/// IncrementalAlterConfigs of one CLIENT_METRICS resource; persisted when applied.
+pub fn alter_subscription(
+    broker: &crate::state::Broker,
+    name: &str,
+    ops: &[(String, i8, Option<String>)],
+    validate_only: bool,
+) -> Result<(), (i16, String)> {
+    let mut parsed = Vec::with_capacity(ops.len());
+    for (key, op, value) in ops {
+        let Some(op_type) = AlterOpType::from_i8(*op) else {
+            return Err((
+                skiff_protocol::error_codes::INVALID_REQUEST,
+                format!("Unknown config operation {op} for {key}"),
+            ));
+        };
+        parsed.push(AlterOp {
+            key: key.clone(),
+            op: op_type,
+            value: value.clone(),
+        });
+    }
+    let error = |e: SubscriptionError| (e.error_code(), e.to_string());
+    let mut telemetry = broker.lock_telemetry();
+    if validate_only {
+        return telemetry
+            .subscriptions()
+            .validate_alter(name, &parsed)
+            .map_err(error);
+    }
+    telemetry
+        .subscriptions_mut()
+        .alter(name, &parsed)
+        .map_err(error)?;
+    let snapshot = telemetry.subscriptions().snapshot();
+    drop(telemetry);
+    broker.persist_subscriptions(&snapshot).map_err(|e| {
+        tracing::error!(error = %format!("{e:#}"), "cannot persist client metrics subscriptions");
+        (
+            skiff_protocol::error_codes::UNKNOWN_SERVER_ERROR,
+            "the subscription could not be saved".to_string(),
+        )
+    })
+}
