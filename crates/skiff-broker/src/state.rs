@@ -24,6 +24,14 @@ use crate::producer::ProducerStates;
 /// partition directory's, which always ends in `-<number>`).
 pub const GROUP_LOG_DIR: &str = "__groups";
 
+/// The log's flush policy for the broker's `flush` setting.
+fn flush_policy(mode: FlushMode) -> FlushPolicy {
+    match mode {
+        FlushMode::Always => FlushPolicy::Always,
+        FlushMode::Interval { flush_ms } => FlushPolicy::Interval { flush_ms },
+    }
+}
+
 /// The client metrics subscriptions, inside the data directory.
 pub const SUBSCRIPTIONS_FILE: &str = "client-metrics.json";
 
@@ -180,13 +188,9 @@ impl Broker {
         let cluster_id = crate::node_file::load_or_create_cluster_id(&config.data_dir)?;
         let producer_ids = crate::producer::ProducerIdAllocator::open(&config.data_dir)?;
         let advertised = config.advertised(bound);
-        let flush = match config.flush {
-            FlushMode::Always => FlushPolicy::Always,
-            FlushMode::Interval { flush_ms } => FlushPolicy::Interval { flush_ms },
-        };
         let groups = crate::groups::GroupCoordinator::open(
             &config.data_dir.join(GROUP_LOG_DIR),
-            flush,
+            flush_policy(config.flush),
             config.groups.clone(),
             now_ms(),
         )?;
@@ -292,10 +296,7 @@ impl Broker {
 
     /// The log settings of a topic, from its effective config and the broker's flush mode.
     pub fn log_config(&self, topic: &EffectiveTopicConfig) -> LogConfig {
-        let flush = match self.config.flush {
-            FlushMode::Always => FlushPolicy::Always,
-            FlushMode::Interval { flush_ms } => FlushPolicy::Interval { flush_ms },
-        };
+        let flush = flush_policy(self.config.flush);
         let positive = |v: i64| u64::try_from(v).ok();
         LogConfig {
             segment_bytes: u64::from(topic.segment_bytes),
