@@ -74,6 +74,19 @@ enum Command {
         #[command(subcommand)]
         command: cli::group::GroupCommand,
     },
+    /// Client instances the broker knows (from its admin HTTP listener): IDs, connections,
+    /// groups, telemetry and KIP-1313 rejections.
+    #[command(
+        after_help = "Examples:\n  skiff clients\n  skiff clients --admin http://127.0.0.1:9644 --json\n  skiff clients show AAAAAAAAAAAAAAAAAAAAAA"
+    )]
+    Clients {
+        #[command(flatten)]
+        conn: cli::Conn,
+        #[command(flatten)]
+        args: cli::clients::ClientsArgs,
+        #[command(subcommand)]
+        command: Option<cli::clients::ClientsCommand>,
+    },
 }
 
 fn main() -> Result<()> {
@@ -123,6 +136,16 @@ fn main() -> Result<()> {
         Command::Group { conn, command } => {
             std::process::exit(cli::run(cli::group::run(conn, command)))
         }
+        Command::Clients {
+            conn,
+            args,
+            command,
+        } => std::process::exit(cli::run(cli::clients::run(
+            conn.json,
+            conn.timeout_ms,
+            args,
+            command,
+        ))),
     }
 }
 

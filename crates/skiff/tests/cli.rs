@@ -23,11 +23,17 @@ impl Drop for Broker {
 
 /// Starts `skiff broker` on port 0 and learns its address from the startup log line.
 fn start_broker() -> Broker {
+    start_broker_with(&[])
+}
+
+/// `start_broker` with extra broker arguments.
+fn start_broker_with(extra: &[&str]) -> Broker {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut child = Command::new(BIN)
         .args(["broker", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path())
         .args(["--set", "num.partitions=2"])
+        .args(extra)
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
@@ -317,4 +323,136 @@ fn topics_produce_consume_and_groups() {
     assert!(out.status.success(), "{}", stderr(&out));
     let out = skiff(&broker, &["topic", "list", "--json"]);
     assert!(!stdout(&out).contains("\"tmp\""));
+}
+
+/// A free local port (bound then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+#[test]
+fn clients_lists_and_shows_instances_from_the_admin_http() {
+    let port = free_port();
+    let admin_listen = format!("admin.listen=127.0.0.1:{port}");
+    let admin = format!("http://127.0.0.1:{port}");
+    let broker = start_broker_with(&["--set", &admin_listen]);
+    let out = skiff(&broker, &["topic", "create", "seen", "--partitions", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // A consumer in a group stays connected (and a member) while we look.
+    let mut consumer = Command::new(BIN)
+        .args(["consume", "seen", "--group", "watchers", "--quiet"])
+        .args(["--bootstrap", &broker.addr])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn consumer");
+
+    let mut found: Option<serde_json::Value> = None;
+    for _ in 0..100 {
+        let out = skiff(&broker, &["clients", "--admin", &admin, "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let list: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("json");
+        found = list
+            .as_array()
+            .expect("array")
+            .iter()
+            .find(|v| {
+                v["memberships"]
+                    .as_array()
+                    .is_some_and(|m| m.iter().any(|m| m["group"] == "watchers"))
+            })
+            .cloned();
+        if found.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let view = found.expect("the consumer's instance is listed with its group");
+    let id = view["client_instance_id"]
+        .as_str()
+        .expect("an ID")
+        .to_string();
+    assert_eq!(id.len(), 22, "{view}");
+    let member = &view["memberships"][0];
+    assert_eq!(
+        member["member_id"],
+        id.as_str(),
+        "member ID = instance ID: {view}"
+    );
+
+    let out = skiff(&broker, &["clients", "--admin", &admin]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("INSTANCE ID"), "{text}");
+    for word in [
+        "CLIENT ID",
+        "SOFTWARE",
+        "GROUPS",
+        "REJECTIONS",
+        id.as_str(),
+        "watchers",
+        "skiff-cli",
+    ] {
+        assert!(text.contains(word), "{word} missing:\n{text}");
+    }
+
+    let out = skiff(&broker, &["clients", "show", &id, "--admin", &admin]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for word in [
+        &format!("client instance {id}")[..],
+        "CONNECTION",
+        "PEER",
+        "GROUP",
+        "watchers",
+        "seen:",
+        "METRIC",
+        "ConsumerGroupHeartbeat=",
+    ] {
+        assert!(text.contains(word), "{word} missing:\n{text}");
+    }
+    let out = skiff(
+        &broker,
+        &["clients", "show", &id, "--admin", &admin, "--json"],
+    );
+    let one: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("json");
+    assert_eq!(one["client_instance_id"], id.as_str());
+
+    // Unknown ID -> 4; bad ID -> 2; no admin listener -> 3.
+    let out = skiff(
+        &broker,
+        &[
+            "clients",
+            "show",
+            "AAAAAAAAAAAAAAAAAAAAAw",
+            "--admin",
+            &admin,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let out = skiff(
+        &broker,
+        &["clients", "show", "not/an/id", "--admin", &admin],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = skiff(
+        &broker,
+        &[
+            "clients",
+            "--admin",
+            "http://127.0.0.1:1",
+            "--timeout-ms",
+            "2000",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+
+    let _ = consumer.kill();
+    let _ = consumer.wait();
 }

@@ -1,5 +1,6 @@
 //! Client subcommands: `topic`, `produce`, `consume`, `group`, built on `skiff-client`.
 
+pub mod clients;
 pub mod consume;
 pub mod group;
 pub mod produce;
