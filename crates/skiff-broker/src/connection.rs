@@ -9,11 +9,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use bytes::{Bytes, BytesMut};
-use futures::StreamExt;
+use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
-use skiff_protocol::header::encode_response_frame_into;
+use futures::{FutureExt, StreamExt};
+use skiff_protocol::codec::{ChunkChain, ChunkedBuf};
+use skiff_protocol::header::encode_response_frame_chunked;
 use skiff_protocol::{
     ApiKey, FrameError, FrameReader, Request, RequestFrame, RequestHeaderError, Response,
     error_codes,
@@ -103,7 +104,7 @@ impl Connection {
 
     async fn serve(&mut self) -> &'static str {
         let mut pending: FuturesOrdered<Pending> = FuturesOrdered::new();
-        let mut out = BytesMut::with_capacity(64 * 1024);
+        let mut out = ChunkedBuf::with_capacity(64 * 1024);
         let mut closing: Option<&'static str> = None;
         loop {
             if closing.is_some() && pending.is_empty() {
@@ -130,19 +131,22 @@ impl Connection {
                     }
                 }
                 Some(done) = pending.next(), if !pending.is_empty() => {
-                    if let Some((version, correlation_id, response)) = done
-                        && let Err(e) = encode_response_frame_into(&mut out, &response, version, correlation_id)
-                    {
-                        tracing::error!(error = %e, api = ?response.api_key(), version, "could not encode a response; closing");
-                        return "encode error";
-                    }
-                    // Batch responses that are already complete into one write.
-                    if pending.is_empty() || !self.reader.has_buffered_frame() {
-                        if let Err(e) = self.writer.write_all(&out).await {
-                            tracing::debug!(error = %e, "write failed");
-                            return "write error";
+                    // This response and every later one that is already complete go out in one
+                    // vectored write; record sets are sent from their own buffers, not copied.
+                    let mut next = Some(done);
+                    while let Some(done) = next.take() {
+                        if let Some((version, correlation_id, response)) = done
+                            && let Err(e) = encode_response_frame_chunked(&mut out, &response, version, correlation_id)
+                        {
+                            tracing::error!(error = %e, api = ?response.api_key(), version, "could not encode a response; closing");
+                            return "encode error";
                         }
-                        out.clear();
+                        next = pending.next().now_or_never().flatten();
+                    }
+                    let mut chain = ChunkChain::from(out.take_chunks());
+                    if let Err(e) = self.writer.write_all_buf(&mut chain).await {
+                        tracing::debug!(error = %e, "write failed");
+                        return "write error";
                     }
                 }
                 _ = crate::server::stopped(&mut self.shutdown), if closing.is_none() => {
@@ -151,7 +155,10 @@ impl Connection {
             }
         }
         if !out.is_empty() {
-            let _ = self.writer.write_all(&out).await;
+            let _ = self
+                .writer
+                .write_all_buf(&mut ChunkChain::from(out.take_chunks()))
+                .await;
         }
         let _ = self.writer.shutdown().await;
         closing.unwrap_or("closed")

@@ -514,3 +514,45 @@ async fn idempotent_retry_after_restart_is_still_a_duplicate() {
     broker.stop().await;
     drop(tmp);
 }
+
+/// A response that is complete goes out at once, even when a later request on the same
+/// connection is a long poll and more requests are already buffered behind it.
+#[tokio::test]
+async fn complete_responses_are_not_held_behind_a_long_poll() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    let id = create_topic(&mut c, "held").await;
+    // Three requests in one write: Metadata, a 5 s long poll, Metadata.
+    let mut bytes = Vec::new();
+    let requests = [
+        (Request::Metadata(MetadataRequest::default()), 12, 101),
+        (
+            Request::Fetch(fetch_request("held", id, 0, 5_000, 1)),
+            12,
+            102,
+        ),
+        (Request::Metadata(MetadataRequest::default()), 12, 103),
+    ];
+    for (request, version, correlation_id) in &requests {
+        let frame = skiff_protocol::header::encode_request_frame(
+            request,
+            *version,
+            *correlation_id,
+            Some("t"),
+            None,
+        )
+        .expect("encode");
+        bytes.extend_from_slice(&frame);
+    }
+    let started = Instant::now();
+    c.send_raw(&bytes).await;
+    match c.receive(ApiKey::Metadata, 12, 101).await {
+        Response::Metadata(m) => assert!(!m.brokers.is_empty()),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the first response waited for the long poll"
+    );
+    broker.stop().await;
+}
