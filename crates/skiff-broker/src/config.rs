@@ -50,6 +50,8 @@ pub struct BrokerConfig {
     pub telemetry_enabled: bool,
     /// `telemetry.max.bytes`: TelemetryMaxBytes given to clients (1 MiB).
     pub telemetry_max_bytes: i32,
+    /// `telemetry.otlp.endpoint`: forward pushed metrics to this OTLP/HTTP collector.
+    pub telemetry_otlp_endpoint: Option<crate::otlp::Endpoint>,
     /// Group coordinator settings (`group.*` keys).
     pub groups: skiff_group::GroupConfig,
     /// Every other key: static Kafka broker configs, validated by `skiff-meta`.
@@ -69,6 +71,7 @@ impl Default for BrokerConfig {
             admin_listen: None,
             telemetry_enabled: true,
             telemetry_max_bytes: 1024 * 1024,
+            telemetry_otlp_endpoint: None,
             groups: skiff_group::GroupConfig::default(),
             kafka: BTreeMap::new(),
         }
@@ -177,6 +180,12 @@ impl BrokerConfig {
         if let Some(v) = entries.remove("telemetry.max.bytes") {
             config.telemetry_max_bytes =
                 parse_num(&v, "telemetry.max.bytes", 1024, 64 * 1024 * 1024)? as i32;
+        }
+        if let Some(v) = entries.remove("telemetry.otlp.endpoint") {
+            config.telemetry_otlp_endpoint = match v.trim() {
+                "" | "none" => None,
+                url => Some(crate::otlp::Endpoint::parse(url).context("telemetry.otlp.endpoint")?),
+            };
         }
         if let Some(v) = entries.remove("max.connections") {
             config.max_connections = parse_num(&v, "max.connections", 1, 1_000_000)? as usize;

@@ -13,6 +13,7 @@ pub mod handlers;
 pub mod identity;
 mod kv_log;
 mod node_file;
+pub mod otlp;
 pub mod producer;
 mod server;
 pub mod state;

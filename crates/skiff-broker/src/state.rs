@@ -172,6 +172,8 @@ pub struct Broker {
     pub clients: crate::clients::ClientRegistry,
     /// KIP-714 client metrics: subscriptions, instances, latest values.
     telemetry: Mutex<skiff_telemetry::TelemetryManager>,
+    /// Sends accepted pushes to the OTLP collector, when one is configured.
+    pub otlp: Option<crate::otlp::Forwarder>,
     /// When the broker started (ms since the epoch).
     pub started_ms: i64,
 }
@@ -195,6 +197,10 @@ impl Broker {
             now_ms(),
         )?;
         let telemetry = crate::state::open_telemetry(&config)?;
+        let otlp = config
+            .telemetry_otlp_endpoint
+            .clone()
+            .map(crate::otlp::Forwarder::start);
         let broker = Arc::new(Broker {
             config,
             cluster_id,
@@ -207,6 +213,7 @@ impl Broker {
             groups,
             clients: crate::clients::ClientRegistry::default(),
             telemetry: Mutex::new(telemetry),
+            otlp,
             started_ms: now_ms(),
         });
         let infos: Vec<TopicInfo> = broker.meta().topics().cloned().collect();

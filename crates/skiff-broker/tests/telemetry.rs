@@ -198,3 +198,136 @@ async fn subscriptions_are_config_resources_and_survive_a_restart() {
     }
     broker.stop().await;
 }
+
+/// Pushed metrics are forwarded to an OTLP/HTTP collector, labelled with the client's identity.
+#[tokio::test]
+async fn pushes_are_forwarded_to_an_otlp_collector() {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::metrics::v1::{
+        Gauge, Metric, MetricsData, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric,
+        number_data_point,
+    };
+    use prost::Message;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let collector = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let endpoint = format!(
+        "http://{}/v1/metrics",
+        collector.local_addr().expect("addr")
+    );
+    let broker = TestBroker::start_with(|config| {
+        config.telemetry_otlp_endpoint =
+            Some(skiff_broker::otlp::Endpoint::parse(&endpoint).expect("endpoint"));
+    })
+    .await;
+    let mut admin = broker.client().await;
+    assert_eq!(subscribe(&mut admin, "all", "*", "100").await, 0);
+
+    let id = Uuid::random().expect("random");
+    let mut c = broker.client().await;
+    c.instance_id = Some(id);
+    let subscription = match c
+        .call(
+            GetTelemetrySubscriptionsRequest {
+                client_instance_id: id,
+                ..Default::default()
+            },
+            0,
+        )
+        .await
+    {
+        Response::GetTelemetrySubscriptions(r) => {
+            assert_eq!(r.error_code, 0);
+            r.subscription_id
+        }
+        other => panic!("unexpected {other:?}"),
+    };
+    let metrics = MetricsData {
+        resource_metrics: vec![ResourceMetrics {
+            scope_metrics: vec![ScopeMetrics {
+                metrics: vec![Metric {
+                    name: "org.apache.kafka.client.connection.count".into(),
+                    data: Some(metric::Data::Gauge(Gauge {
+                        data_points: vec![NumberDataPoint {
+                            value: Some(number_data_point::Value::AsInt(3)),
+                            ..Default::default()
+                        }],
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    let push = PushTelemetryRequest {
+        client_instance_id: id,
+        subscription_id: subscription,
+        compression_type: 0,
+        metrics: metrics.encode_to_vec().into(),
+        ..Default::default()
+    };
+    match c.call(push, 0).await {
+        Response::PushTelemetry(p) => assert_eq!(p.error_code, 0),
+        other => panic!("unexpected {other:?}"),
+    }
+
+    let (mut stream, _) = tokio::time::timeout(common::TIMEOUT, collector.accept())
+        .await
+        .expect("the broker posts in time")
+        .expect("accept");
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let body = loop {
+        let n = stream.read(&mut chunk).await.expect("read");
+        assert!(n > 0, "request ended early");
+        raw.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&raw).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length: usize = text
+                .lines()
+                .find_map(|l| l.strip_prefix("Content-Length: "))
+                .and_then(|v| v.trim().parse().ok())
+                .expect("content length");
+            if raw.len() >= end + 4 + length {
+                assert!(text.starts_with("POST /v1/metrics HTTP/1.1"));
+                break raw[end + 4..end + 4 + length].to_vec();
+            }
+        }
+    };
+    stream
+        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        .await
+        .expect("respond");
+    let export = ExportMetricsServiceRequest::decode(&body[..]).expect("protobuf");
+    let resource = export.resource_metrics[0]
+        .resource
+        .as_ref()
+        .expect("resource");
+    let instance = resource
+        .attributes
+        .iter()
+        .find(|kv| kv.key == "client_instance_id")
+        .expect("client_instance_id attribute");
+    assert_eq!(
+        format!("{:?}", instance.value),
+        format!(
+            "{:?}",
+            Some(opentelemetry_proto::tonic::common::v1::AnyValue {
+                value: Some(
+                    opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(
+                        id.to_string()
+                    )
+                )
+            })
+        )
+    );
+    assert_eq!(
+        export.resource_metrics[0].scope_metrics[0].metrics[0].name,
+        "org.apache.kafka.client.connection.count"
+    );
+    broker.stop().await;
+}

@@ -52,6 +52,9 @@ pub fn push(ctx: &RequestContext, request: PushTelemetryRequest) -> Response {
             resource_metrics = decoded.metrics.resource_metrics.len(),
             "telemetry pushed"
         );
+        if let Some(forwarder) = &ctx.broker.otlp {
+            forwarder.forward(decoded);
+        }
     }
     Response::PushTelemetry(response)
 }
@@ -80,6 +83,15 @@ pub fn list_config_resources(
                 config_resources.push(ConfigResource {
                     resource_name: ByteString::from(topic.info.name.clone()),
                     resource_type: super::configs::RESOURCE_TOPIC,
+                    ..Default::default()
+                });
+            }
+        }
+        if wants(super::group_configs::RESOURCE_GROUP) {
+            for group in super::group_configs::list(&ctx.broker) {
+                config_resources.push(ConfigResource {
+                    resource_name: ByteString::from(group),
+                    resource_type: super::group_configs::RESOURCE_GROUP,
                     ..Default::default()
                 });
             }
