@@ -224,6 +224,58 @@ fn take_group_config(
     )? {
         groups.consumer_heartbeat_interval_ms = v;
     }
+    // Bounds of group-level overrides (Kafka: the broker's own value must lie within them;
+    // checked only when a bound is set, so a broker configured without them keeps working).
+    let mut bounded = false;
+    if let Some(v) = take(
+        "group.consumer.min.session.timeout.ms",
+        1,
+        i64::from(i32::MAX),
+    )? {
+        groups.consumer_min_session_timeout_ms = v;
+        bounded = true;
+    }
+    if let Some(v) = take(
+        "group.consumer.max.session.timeout.ms",
+        1,
+        i64::from(i32::MAX),
+    )? {
+        groups.consumer_max_session_timeout_ms = v;
+        bounded = true;
+    }
+    if let Some(v) = take(
+        "group.consumer.min.heartbeat.interval.ms",
+        1,
+        i64::from(i32::MAX),
+    )? {
+        groups.consumer_min_heartbeat_interval_ms = v;
+        bounded = true;
+    }
+    if let Some(v) = take(
+        "group.consumer.max.heartbeat.interval.ms",
+        1,
+        i64::from(i32::MAX),
+    )? {
+        groups.consumer_max_heartbeat_interval_ms = v;
+        bounded = true;
+    }
+    if bounded {
+        let g = &*groups;
+        if !(g.consumer_min_session_timeout_ms..=g.consumer_max_session_timeout_ms)
+            .contains(&g.consumer_session_timeout_ms)
+        {
+            bail!(
+                "group.consumer.session.timeout.ms must lie within group.consumer.min.session.timeout.ms and group.consumer.max.session.timeout.ms"
+            );
+        }
+        if !(g.consumer_min_heartbeat_interval_ms..=g.consumer_max_heartbeat_interval_ms)
+            .contains(&g.consumer_heartbeat_interval_ms)
+        {
+            bail!(
+                "group.consumer.heartbeat.interval.ms must lie within group.consumer.min.heartbeat.interval.ms and group.consumer.max.heartbeat.interval.ms"
+            );
+        }
+    }
     if let Some(v) = take("group.consumer.max.size", 1, i64::from(i32::MAX))? {
         groups.consumer_max_size = v as usize;
     }

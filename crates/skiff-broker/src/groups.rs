@@ -6,7 +6,12 @@
 //! The state machines in `skiff-group` do the protocol work; this module holds them under one
 //! lock, writes a snapshot record whenever a group's persistent state changed, and turns their
 //! completions into answers for parked requests.
+//!
+//! Group-level config overrides (Kafka's `GroupConfig` keys, set with IncrementalAlterConfigs on
+//! GROUP resources) live here too, one record per group under `c\0<group>`; every call into a
+//! group's state machine gets the broker's [`GroupConfig`] with that group's overrides applied.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -76,6 +81,28 @@ enum StoredGroup {
 
 const GROUP_PREFIX: &[u8] = b"g\0";
 const OFFSET_PREFIX: &[u8] = b"o\0";
+const CONFIG_PREFIX: &[u8] = b"c\0";
+
+/// One group's config overrides: Kafka group config key -> value.
+pub type GroupOverrides = BTreeMap<String, String>;
+
+fn config_key(group: &str) -> Bytes {
+    Bytes::from([CONFIG_PREFIX, group.as_bytes()].concat())
+}
+
+/// `base` with the group's overrides applied (borrowed when it has none).
+fn effective<'a>(
+    base: &'a GroupConfig,
+    overrides: &BTreeMap<String, GroupOverrides>,
+    group_id: &str,
+) -> Cow<'a, GroupConfig> {
+    match overrides.get(group_id) {
+        Some(o) if !o.is_empty() => {
+            Cow::Owned(base.with_overrides(o.iter().map(|(k, v)| (k.as_str(), v.as_str()))))
+        }
+        _ => Cow::Borrowed(base),
+    }
+}
 
 fn group_key(group: &str) -> Bytes {
     Bytes::from([GROUP_PREFIX, group.as_bytes()].concat())
@@ -115,6 +142,8 @@ pub struct Inner {
     pub groups: HashMap<String, Group>,
     pub offsets: OffsetStore,
     pub topics: TopicsImage,
+    /// Group config overrides, by group ID (groups need not exist).
+    pub group_configs: BTreeMap<String, GroupOverrides>,
     topics_generation: u64,
     kv: KvLog,
     persisted: HashMap<String, u64>,
@@ -138,6 +167,7 @@ impl GroupCoordinator {
         let mut groups = HashMap::new();
         let mut offsets = OffsetStore::default();
         let mut persisted = HashMap::new();
+        let mut group_configs = BTreeMap::new();
         for (key, value) in pairs {
             if let Some(group_id) = key.strip_prefix(GROUP_PREFIX) {
                 let group_id = String::from_utf8_lossy(group_id).to_string();
@@ -154,6 +184,17 @@ impl GroupCoordinator {
                 };
                 persisted.insert(group_id.clone(), group.change_counter());
                 groups.insert(group_id, group);
+            } else if let Some(group_id) = key.strip_prefix(CONFIG_PREFIX) {
+                let group_id = String::from_utf8_lossy(group_id).to_string();
+                match serde_json::from_slice::<GroupOverrides>(&value) {
+                    Ok(o) if !o.is_empty() => {
+                        group_configs.insert(group_id, o);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::error!(group = %group_id, error = %e, "skipping an unreadable group config record")
+                    }
+                }
             } else if let Some((group, okey)) = parse_offset_key(&key) {
                 match serde_json::from_slice::<CommittedOffset>(&value) {
                     Ok(committed) => offsets.commit(&group, okey, committed),
@@ -170,6 +211,7 @@ impl GroupCoordinator {
                 groups,
                 offsets,
                 topics: TopicsImage::default(),
+                group_configs,
                 topics_generation: u64::MAX,
                 kv,
                 persisted,
@@ -248,6 +290,41 @@ impl GroupCoordinator {
         if let Err(e) = inner.kv.append(&tombstones) {
             tracing::error!(error = %e, "cannot persist the removal of deleted topics' offsets");
         }
+    }
+
+    /// The config a group runs with: the broker's, with the group's overrides applied.
+    pub fn group_config<'a>(&'a self, inner: &Inner, group_id: &str) -> Cow<'a, GroupConfig> {
+        effective(&self.config, &inner.group_configs, group_id)
+    }
+
+    /// Replaces a group's config overrides (none: removes them) and persists the change.
+    pub fn set_group_overrides(
+        &self,
+        inner: &mut Inner,
+        group_id: &str,
+        overrides: GroupOverrides,
+    ) -> Result<()> {
+        let value = if overrides.is_empty() {
+            if !inner.group_configs.contains_key(group_id) {
+                return Ok(());
+            }
+            None
+        } else {
+            Some(Bytes::from(
+                serde_json::to_vec(&overrides).context("serialising group configs")?,
+            ))
+        };
+        inner.kv.append(&[(config_key(group_id), value)])?;
+        if overrides.is_empty() {
+            inner.group_configs.remove(group_id);
+        } else {
+            inner.group_configs.insert(group_id.to_string(), overrides);
+        }
+        // A shorter session timeout takes effect at the member's next heartbeat; wake the timer
+        // so nothing waits on a deadline computed from the old value longer than needed.
+        self.timers_changed.notify_one();
+        self.maybe_compact(inner);
+        Ok(())
     }
 
     pub fn next_token(&self) -> u64 {
@@ -362,6 +439,11 @@ impl GroupCoordinator {
                 pairs.push((group_key(group_id), Bytes::from(json)));
             }
         }
+        for (group_id, overrides) in &inner.group_configs {
+            if let Ok(json) = serde_json::to_vec(overrides) {
+                pairs.push((config_key(group_id), Bytes::from(json)));
+            }
+        }
         let groups: Vec<String> = inner.offsets.groups().map(str::to_string).collect();
         for group in groups {
             for (key, value) in inner.offsets.fetch_all(&group) {
@@ -406,18 +488,25 @@ impl GroupCoordinator {
             .map(|(id, _)| id.clone())
             .collect();
         for group_id in due {
-            let Inner { groups, topics, .. } = &mut *inner;
+            let Inner {
+                groups,
+                topics,
+                group_configs,
+                ..
+            } = &mut *inner;
+            let config = effective(&self.config, group_configs, &group_id);
             let completions = match groups.get_mut(&group_id) {
                 Some(Group::Consumer(g)) => {
-                    let removed = g.on_timer(topics, &self.config, now_ms);
+                    let removed = g.on_timer(topics, &config, now_ms);
                     if !removed.is_empty() {
                         tracing::info!(group = %group_id, members = ?removed, "members expired");
                     }
                     Vec::new()
                 }
-                Some(Group::Classic(g)) => g.on_timer(&self.config, now_ms),
+                Some(Group::Classic(g)) => g.on_timer(&config, now_ms),
                 None => Vec::new(),
             };
+            drop(config);
             self.deliver(&mut inner, completions);
             self.after_change(&mut inner, &group_id);
         }

@@ -31,6 +31,16 @@ pub struct GroupConfig {
     pub consumer_session_timeout_ms: i64,
     /// `group.consumer.heartbeat.interval.ms` (5 s).
     pub consumer_heartbeat_interval_ms: i64,
+    /// `group.consumer.min.session.timeout.ms` (45 s): the lowest group-level
+    /// `consumer.session.timeout.ms` override.
+    pub consumer_min_session_timeout_ms: i64,
+    /// `group.consumer.max.session.timeout.ms` (60 s): the highest group-level override.
+    pub consumer_max_session_timeout_ms: i64,
+    /// `group.consumer.min.heartbeat.interval.ms` (5 s): the lowest group-level
+    /// `consumer.heartbeat.interval.ms` override.
+    pub consumer_min_heartbeat_interval_ms: i64,
+    /// `group.consumer.max.heartbeat.interval.ms` (15 s): the highest group-level override.
+    pub consumer_max_heartbeat_interval_ms: i64,
     /// `group.consumer.max.size` (unbounded by default in Kafka: i32::MAX).
     pub consumer_max_size: usize,
     /// `group.consumer.assignors`: the first is the default (`uniform`).
@@ -50,6 +60,10 @@ impl Default for GroupConfig {
         GroupConfig {
             consumer_session_timeout_ms: 45_000,
             consumer_heartbeat_interval_ms: 5_000,
+            consumer_min_session_timeout_ms: 45_000,
+            consumer_max_session_timeout_ms: 60_000,
+            consumer_min_heartbeat_interval_ms: 5_000,
+            consumer_max_heartbeat_interval_ms: 15_000,
             consumer_max_size: i32::MAX as usize,
             consumer_assignors: vec!["uniform".into(), "range".into()],
             classic_min_session_timeout_ms: 6_000,
@@ -57,6 +71,56 @@ impl Default for GroupConfig {
             classic_initial_rebalance_delay_ms: 3_000,
             classic_max_size: i32::MAX as usize,
         }
+    }
+}
+
+impl GroupConfig {
+    /// Group-level config key (Kafka's `GroupConfig`) for the KIP-848 session timeout.
+    pub const CONSUMER_SESSION_TIMEOUT_MS: &'static str = "consumer.session.timeout.ms";
+    /// Group-level config key for the KIP-848 heartbeat interval.
+    pub const CONSUMER_HEARTBEAT_INTERVAL_MS: &'static str = "consumer.heartbeat.interval.ms";
+
+    /// The bounds a group-level `consumer.session.timeout.ms` must lie within: the broker's
+    /// `group.consumer.min/max.session.timeout.ms`, widened to include the broker's own
+    /// session timeout (Kafka refuses to start when it lies outside them; Skiff does not
+    /// refuse a broker whose timeout was set without the bounds).
+    pub fn consumer_session_timeout_bounds(&self) -> (i64, i64) {
+        (
+            self.consumer_min_session_timeout_ms
+                .min(self.consumer_session_timeout_ms),
+            self.consumer_max_session_timeout_ms
+                .max(self.consumer_session_timeout_ms),
+        )
+    }
+
+    /// The bounds of a group-level `consumer.heartbeat.interval.ms`, as for the session timeout.
+    pub fn consumer_heartbeat_interval_bounds(&self) -> (i64, i64) {
+        (
+            self.consumer_min_heartbeat_interval_ms
+                .min(self.consumer_heartbeat_interval_ms),
+            self.consumer_max_heartbeat_interval_ms
+                .max(self.consumer_heartbeat_interval_ms),
+        )
+    }
+
+    /// This config with a group's overrides (Kafka's group config keys) applied: the keys the
+    /// coordinator acts on replace the broker's values; other keys are ignored.
+    pub fn with_overrides<'a>(
+        &self,
+        overrides: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> GroupConfig {
+        let mut config = self.clone();
+        for (key, value) in overrides {
+            let Ok(v) = value.trim().parse::<i64>() else {
+                continue;
+            };
+            match key {
+                Self::CONSUMER_SESSION_TIMEOUT_MS => config.consumer_session_timeout_ms = v,
+                Self::CONSUMER_HEARTBEAT_INTERVAL_MS => config.consumer_heartbeat_interval_ms = v,
+                _ => {}
+            }
+        }
+        config
     }
 }
 

@@ -7,6 +7,9 @@
 //! describes as an empty list and altering any logger is INVALID_CONFIG ("does not exist"), as
 //! Kafka answers for an unknown logger. After a successful change the partition logs pick up the
 //! new retention and segment settings.
+//!
+//! CLIENT_METRICS resources (16) are served by `telemetry.rs` and GROUP resources (32) by
+//! `group_configs.rs`.
 
 use std::collections::{HashMap, HashSet};
 
@@ -162,6 +165,46 @@ fn describe_resource(
                     is_sensitive: false,
                     ..Default::default()
                 })
+                .collect());
+        }
+        super::group_configs::RESOURCE_GROUP => {
+            let entries =
+                super::group_configs::describe(broker, name).map_err(|(code, message)| {
+                    ResourceError {
+                        code,
+                        message: Some(message),
+                    }
+                })?;
+            let wanted: Option<HashSet<&str>> = resource
+                .configuration_keys
+                .as_ref()
+                .filter(|keys| !keys.is_empty())
+                .map(|keys| keys.iter().map(|k| &**k).collect());
+            return Ok(entries
+                .into_iter()
+                .filter(|(key, ..)| wanted.as_ref().is_none_or(|w| w.contains(key.as_str())))
+                .map(
+                    |(key, value, source, config_type)| DescribeConfigsResourceResult {
+                        // Kafka's createGroupConfigEntry: the only synonym is the key itself.
+                        synonyms: if include_synonyms {
+                            vec![DescribeConfigsSynonym {
+                                name: bs(key.clone()),
+                                value: Some(bs(value.clone())),
+                                source,
+                                ..Default::default()
+                            }]
+                        } else {
+                            Vec::new()
+                        },
+                        name: bs(key),
+                        value: Some(bs(value)),
+                        read_only: false,
+                        config_source: source,
+                        is_sensitive: false,
+                        config_type,
+                        ..Default::default()
+                    },
+                )
                 .collect());
         }
         other => {
@@ -379,6 +422,14 @@ fn alter_resource(
                 }),
                 None => Ok(()),
             }
+        }
+        super::group_configs::RESOURCE_GROUP => {
+            super::group_configs::alter(broker, name, &ops, validate_only).map_err(
+                |(code, message)| ResourceError {
+                    code,
+                    message: Some(message),
+                },
+            )
         }
         other => Err(ResourceError::invalid_request(format!(
             "Unknown resource type {other}"

@@ -174,16 +174,12 @@ pub fn consumer_group_heartbeat(
             client_id: ctx.client_id.as_deref().unwrap_or(""),
             client_host: &host,
         };
+        let config = coordinator.group_config(inner, &group_id);
         let Inner { groups, topics, .. } = inner;
         let result = match groups.get_mut(&group_id) {
-            Some(Group::Consumer(group)) => group.heartbeat(
-                &request,
-                ctx.version,
-                client,
-                topics,
-                &coordinator.config,
-                now,
-            ),
+            Some(Group::Consumer(group)) => {
+                group.heartbeat(&request, ctx.version, client, topics, &config, now)
+            }
             _ => Err(GroupError::new(
                 error_codes::GROUP_ID_NOT_FOUND,
                 "group vanished",
@@ -218,7 +214,8 @@ pub fn consumer_group_describe(
         .iter()
         .map(|id| match inner.groups.get(&**id) {
             Some(Group::Consumer(g)) => {
-                let mut described = g.describe(&inner.topics, &coordinator.config);
+                let config = coordinator.group_config(&inner, id);
+                let mut described = g.describe(&inner.topics, &config);
                 described.authorized_operations = if request.include_authorized_operations {
                     super::metadata::group_authorized_operations()
                 } else {

@@ -16,6 +16,7 @@ pub mod api_versions;
 pub mod cluster;
 pub mod configs;
 pub mod fetch;
+pub mod group_configs;
 pub mod groups;
 pub mod list_offsets;
 pub mod metadata;
