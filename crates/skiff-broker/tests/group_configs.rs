@@ -27,6 +27,9 @@ const SOURCE_DEFAULT: i8 = 5;
 const HB: &str = "consumer.heartbeat.interval.ms";
 const SESSION: &str = "consumer.session.timeout.ms";
 
+/// (key, operation, value).
+type Op<'a> = (&'a str, i8, Option<&'a str>);
+
 async fn alter(
     c: &mut Client,
     group: &str,
@@ -209,7 +212,7 @@ async fn short_session_timeout_override_removes_a_silent_member() {
 async fn invalid_values_are_refused_as_kafka_does() {
     let tb = TestBroker::start().await;
     let mut c = tb.client().await;
-    let cases: &[(&[(&str, i8, Option<&str>)], i16, &str)] = &[
+    let cases: &[(&[Op], i16, &str)] = &[
         (
             &[("nope", SET, Some("1"))],
             error_codes::INVALID_CONFIG,
