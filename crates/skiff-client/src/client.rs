@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use crate::connection::{Connection, ConnectionSettings};
 use crate::error::{Error, Result};
+use crate::telemetry::{self, ClientMetrics, Telemetry};
 use crate::util::{backoff, lock};
 
 /// Settings shared by producers, consumers and admin calls built on one [`Client`].
@@ -37,6 +38,9 @@ pub struct ClientConfig {
     pub max_frame_size: usize,
     /// Let Metadata requests auto-create topics (when the broker allows it).
     pub allow_auto_create_topics: bool,
+    /// KIP-714 `enable.metrics.push`: push this client's metrics when the cluster subscribes to
+    /// them (GetTelemetrySubscriptions/PushTelemetry with the instance ID). Default on.
+    pub enable_metrics_push: bool,
 }
 
 impl ClientConfig {
@@ -67,6 +71,7 @@ impl Default for ClientConfig {
             metadata_max_age: Duration::from_secs(300),
             max_frame_size: 256 * 1024 * 1024,
             allow_auto_create_topics: false,
+            enable_metrics_push: true,
         }
     }
 }
@@ -130,7 +135,7 @@ struct NodeSlot {
     next_attempt: Option<Instant>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     config: ClientConfig,
     settings: ConnectionSettings,
     slots: Mutex<HashMap<i32, Arc<tokio::sync::Mutex<NodeSlot>>>>,
@@ -138,6 +143,7 @@ struct Inner {
     addresses: Mutex<HashMap<i32, String>>,
     metadata: Mutex<(Arc<Metadata>, Option<Instant>, bool)>,
     coordinators: Mutex<HashMap<String, i32>>,
+    telemetry: Telemetry,
 }
 
 /// A Kafka client: one KIP-1313 instance ID for its whole life, shared by every connection,
@@ -190,6 +196,7 @@ impl Client {
                 addresses: Mutex::new(HashMap::new()),
                 metadata: Mutex::new((Arc::new(Metadata::default()), None, true)),
                 coordinators: Mutex::new(HashMap::new()),
+                telemetry: Telemetry::new(),
             }),
         })
     }
@@ -214,6 +221,33 @@ impl Client {
 
     pub fn config(&self) -> &ClientConfig {
         &self.inner.config
+    }
+
+    pub(crate) fn from_inner(inner: Arc<Inner>) -> Client {
+        Client { inner }
+    }
+
+    pub(crate) fn telemetry(&self) -> &Telemetry {
+        &self.inner.telemetry
+    }
+
+    /// Open (not broken) broker connections right now.
+    pub(crate) fn open_connections(&self) -> usize {
+        lock(&self.inner.slots)
+            .values()
+            .filter(|slot| {
+                slot.try_lock()
+                    .is_ok_and(|s| s.conn.as_ref().is_some_and(|c| !c.is_broken()))
+            })
+            .count()
+    }
+
+    /// The subscription the broker last answered to this client's GetTelemetrySubscriptions:
+    /// (subscription ID, requested metric prefixes, push interval), if any.
+    pub fn telemetry_subscription(&self) -> Option<(i32, Vec<String>, Duration)> {
+        lock(&self.inner.telemetry.subscription)
+            .as_ref()
+            .map(|s| (s.subscription_id, s.requested.clone(), s.push_interval))
     }
 
     fn address(&self, node: i32) -> Option<String> {
@@ -257,6 +291,8 @@ impl Client {
         };
         match Connection::connect(node, &addr, &self.inner.settings).await {
             Ok(conn) => {
+                ClientMetrics::add(&self.inner.telemetry.metrics.connections_created, 1);
+                telemetry::start(self, Arc::downgrade(&self.inner));
                 slot.failures = 0;
                 slot.next_attempt = None;
                 slot.conn = Some(Arc::clone(&conn));
@@ -601,8 +637,10 @@ impl Client {
         result
     }
 
-    /// Closes every connection (pending requests fail with a broken-connection error).
+    /// Sends a terminating telemetry push (when subscribed), then closes every connection
+    /// (pending requests fail with a broken-connection error).
     pub async fn close(&self) {
+        telemetry::terminate(self).await;
         let slots: Vec<_> = lock(&self.inner.slots).drain().map(|(_, s)| s).collect();
         for slot in slots {
             slot.lock().await.conn = None;

@@ -43,6 +43,8 @@ pub fn client_versions(api: ApiKey) -> Option<(i16, i16)> {
         ApiKey::DeleteGroups => (0, 2),
         ApiKey::ConsumerGroupHeartbeat => (0, 1),
         ApiKey::ConsumerGroupDescribe => (0, 1),
+        ApiKey::GetTelemetrySubscriptions => (0, 0),
+        ApiKey::PushTelemetry => (0, 0),
         _ => return None,
     })
 }

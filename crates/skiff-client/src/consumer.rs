@@ -366,6 +366,10 @@ impl Consumer {
                 .fetch_max_wait
                 .min(deadline.saturating_duration_since(Instant::now()));
             let records = self.fetch(fetchable, wait).await?;
+            crate::telemetry::ClientMetrics::add(
+                &self.inner.client.telemetry().metrics.records_consumed,
+                records.len() as u64,
+            );
             if !records.is_empty() || Instant::now() >= deadline {
                 return Ok(records);
             }

@@ -16,6 +16,7 @@ pub mod connection;
 mod consumer;
 mod error;
 mod producer;
+mod telemetry;
 mod util;
 
 pub use admin::{Admin, GroupDescription, GroupListing, GroupMember, NewTopic, TopicDescription};

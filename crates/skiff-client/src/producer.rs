@@ -738,6 +738,13 @@ fn finish(inner: &Inner, mut batch: SealedBatch, outcome: Result<i64>) {
             }
             let idle = state.outstanding == 0;
             drop(state);
+            let metrics = &inner.client.telemetry().metrics;
+            let counter = if outcome.is_ok() {
+                &metrics.records_sent
+            } else {
+                &metrics.record_errors
+            };
+            crate::telemetry::ClientMetrics::add(counter, done as u64);
             for (waiter, index, timestamp) in batch.waiters {
                 let result = match &outcome {
                     Ok(base) => Ok(RecordMetadata {
