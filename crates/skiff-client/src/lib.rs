@@ -9,6 +9,9 @@
 //! - [`Consumer`]: a KIP-848 group member whose member ID is the instance ID (KIP-1082), or a
 //!   plain assigned consumer; offsets, long-poll fetch, seek, pause/resume.
 //! - [`Admin`]: topics and groups.
+//! - KIP-714 telemetry: when the cluster subscribes to client metrics, each [`Client`] fetches its
+//!   subscription and pushes its own metrics (OTLP, body ID = header ID = its instance ID), with a
+//!   terminating push on [`Client::close`]; [`ClientConfig::enable_metrics_push`] turns it off.
 
 mod admin;
 mod client;

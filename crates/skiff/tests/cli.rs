@@ -143,6 +143,7 @@ fn help_lists_commands_examples_and_exit_codes() {
         "produce",
         "consume",
         "group",
+        "clients",
         "Examples",
         "Exit codes",
     ] {
