@@ -27,6 +27,7 @@ FAKE = textwrap.dedent("""\
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--fail", action="store_true")
     ap.add_argument("--ignore-term", action="store_true")
+    ap.add_argument("--set", action="append", default=[])
     a = ap.parse_args()
     assert a.cmd == "broker", a.cmd
     if a.fail:
