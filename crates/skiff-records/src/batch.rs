@@ -399,8 +399,10 @@ impl RecordBatch {
         }
     }
 
-    /// Iterates the records of any batch, decompressing first if needed. Decompression stops with
-    /// an error once it would produce more than `max_decompressed_bytes` (a bomb guard).
+    /// Iterates the records of any batch, decompressing first if needed (gzip, snappy in xerial
+    /// framing or as one raw block, LZ4 frames, zstd with a 16 MiB window limit). Decompression
+    /// stops with [`RecordsError::Decompression`] once it would produce more than
+    /// `max_decompressed_bytes` (a bomb guard); the output buffer never grows past that bound.
     pub fn decompressed_records(&self, max_decompressed_bytes: usize) -> Result<Records> {
         let payload = crate::compression::decompress(
             self.compression(),

@@ -35,6 +35,9 @@ pub enum RecordsError {
     /// Decompression failed or produced more than the allowed number of bytes.
     #[error("decompression failed: {0}")]
     Decompression(String),
+    /// Compressing a built batch's records failed.
+    #[error("compression failed: {0}")]
+    Compression(String),
     /// A builder input cannot be encoded (too many records, too large, bad offsets).
     #[error("cannot encode batch: {0}")]
     Encode(&'static str),

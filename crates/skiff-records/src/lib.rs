@@ -5,7 +5,8 @@
 //!   header consistency) over [`bytes::Bytes`]; a trailing partial batch is a distinct error;
 //! - [`RecordBatchMut`]: the in-place rewrites of a broker append (base offset, leader epoch,
 //!   log-append time) without re-encoding records;
-//! - [`RecordBatchBuilder`] and [`Records`]: encoding and bounded decoding of individual records.
+//! - [`RecordBatchBuilder`] and [`Records`]: encoding (optionally compressed) and bounded decoding
+//!   (with bounded decompression) of individual records.
 //!
 //! Nothing here panics or sizes an allocation from a length read off the wire or the disk.
 

@@ -487,3 +487,212 @@ fn exercise(bytes: Vec<u8>) {
         }
     }
 }
+
+const CODECS: [Compression; 5] = [
+    Compression::None,
+    Compression::Gzip,
+    Compression::Snappy,
+    Compression::Lz4,
+    Compression::Zstd,
+];
+
+fn compressible_batch(codec: Compression, records: usize, value_len: usize) -> RecordBatch {
+    let mut builder = RecordBatchBuilder::new()
+        .base_offset(1_000)
+        .producer(5, 2, 40)
+        .compression(codec);
+    for i in 0..records {
+        let key = format!("key-{i}");
+        let value = vec![(i % 7) as u8; value_len];
+        builder
+            .append(
+                10_000 + i as i64,
+                Some(key.as_bytes()),
+                Some(&value),
+                &[(b"h", Some(b"v"))],
+            )
+            .unwrap();
+    }
+    builder.build().unwrap()
+}
+
+#[test]
+fn every_codec_round_trips_through_the_builder() {
+    for codec in CODECS {
+        let batch = compressible_batch(codec, 500, 300);
+        let reparsed = RecordBatch::parse(batch.as_bytes().clone()).unwrap();
+        assert_eq!(reparsed.compression(), codec);
+        assert_eq!(reparsed.attributes() & 0x07, codec.code());
+        assert_eq!(reparsed.record_count(), 500);
+        if codec != Compression::None {
+            assert!(
+                reparsed.size_in_bytes() < 500 * 300 / 4,
+                "{codec:?} did not compress: {}",
+                reparsed.size_in_bytes()
+            );
+            assert_eq!(
+                reparsed.records().unwrap_err(),
+                RecordsError::CompressedBatch(codec)
+            );
+        }
+        let records: Vec<Record> = reparsed
+            .decompressed_records(1 << 20)
+            .unwrap()
+            .collect::<Result<_>>()
+            .unwrap();
+        assert_eq!(records.len(), 500, "{codec:?}");
+        for (i, record) in records.iter().enumerate() {
+            assert_eq!(record.offset, 1_000 + i as i64);
+            assert_eq!(record.timestamp, 10_000 + i as i64);
+            assert_eq!(record.key.as_deref(), Some(format!("key-{i}").as_bytes()));
+            assert_eq!(record.value.as_deref(), Some(&vec![(i % 7) as u8; 300][..]));
+            assert_eq!(record.headers.len(), 1);
+        }
+    }
+}
+
+#[test]
+fn decompression_is_bounded() {
+    for codec in CODECS {
+        // About 2 MiB of records, compressed to little.
+        let batch = compressible_batch(codec, 64, 32 * 1024);
+        let limit = 256 << 10;
+        let err = batch.decompressed_records(limit).unwrap_err();
+        assert!(
+            matches!(err, RecordsError::Decompression(_)),
+            "{codec:?}: {err:?}"
+        );
+        assert!(batch.decompressed_records(4 << 20).is_ok(), "{codec:?}");
+    }
+}
+
+#[test]
+fn decompression_bombs_are_rejected() {
+    // 64 MiB of zeros inside one record value: every codec squeezes it far below 1 MiB.
+    let bomb = vec![0u8; 64 << 20];
+    for codec in [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        let mut builder = RecordBatchBuilder::new().compression(codec);
+        builder.append(0, None, Some(&bomb), &[]).unwrap();
+        let batch = builder.build().unwrap();
+        assert!(
+            batch.size_in_bytes() < 4 << 20,
+            "{codec:?}: {}",
+            batch.size_in_bytes()
+        );
+        let err = batch.decompressed_records(1 << 20).unwrap_err();
+        assert!(
+            matches!(err, RecordsError::Decompression(ref m) if m.contains("exceed")),
+            "{codec:?}: {err:?}"
+        );
+    }
+}
+
+/// Replaces the records section of `batch` with `payload` under `codec` and re-signs it.
+fn with_payload(codec: Compression, payload: &[u8]) -> RecordBatch {
+    let mut bytes = sample_batch(1)[..61].to_vec();
+    bytes.extend_from_slice(payload);
+    let length = (bytes.len() - 12) as i32;
+    bytes[8..12].copy_from_slice(&length.to_be_bytes());
+    bytes[22] = (bytes[22] & !0x07) | codec.code() as u8;
+    resign(&mut bytes);
+    RecordBatch::parse(bytes.into()).unwrap()
+}
+
+#[test]
+fn snappy_raw_blocks_and_declared_lengths() {
+    // librdkafka writes one raw snappy block, not xerial framing.
+    let records = sample_batch(1).slice(61..);
+    let raw = snap::raw::Encoder::new().compress_vec(&records).unwrap();
+    let batch = with_payload(Compression::Snappy, &raw);
+    assert_eq!(batch.decompressed_records(1 << 20).unwrap().count(), 1);
+    // A raw block whose header claims 2^32-1 bytes is refused before allocating.
+    let batch = with_payload(Compression::Snappy, &[0xff, 0xff, 0xff, 0xff, 0x0f, 0x00]);
+    assert!(matches!(
+        batch.decompressed_records(1 << 20),
+        Err(RecordsError::Decompression(m)) if m.contains("exceed")
+    ));
+}
+
+#[test]
+fn garbage_payloads_are_errors_not_panics() {
+    for codec in [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        let batch = with_payload(codec, b"definitely not compressed data");
+        assert!(
+            matches!(
+                batch.decompressed_records(1 << 20),
+                Err(RecordsError::Decompression(_))
+            ),
+            "{codec:?}"
+        );
+    }
+    let good = compressible_batch(Compression::Snappy, 10, 10);
+    let payload = good.records_payload();
+    let batch = with_payload(Compression::Snappy, &payload[..payload.len() - 3]);
+    assert!(batch.decompressed_records(1 << 20).is_err());
+}
+
+#[test]
+fn reads_kafka_protocol_compressed_batches() {
+    use kafka_protocol::records as kp;
+    for (theirs, ours) in [
+        (kp::Compression::Gzip, Compression::Gzip),
+        (kp::Compression::Snappy, Compression::Snappy),
+    ] {
+        let records: Vec<kp::Record> = (0..50)
+            .map(|i| kp::Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: kp::TimestampType::Creation,
+                offset: i,
+                // kafka-protocol splits batches where offset - sequence changes.
+                sequence: i as i32,
+                timestamp: 1_000 + i,
+                key: None,
+                value: Some(Bytes::from(vec![i as u8; 200])),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut encoded = BytesMut::new();
+        kp::RecordBatchEncoder::encode(
+            &mut encoded,
+            &records,
+            &kp::RecordEncodeOptions {
+                version: 2,
+                compression: theirs,
+            },
+        )
+        .unwrap();
+        let batch = RecordBatch::parse(encoded.freeze()).unwrap();
+        assert_eq!(batch.compression(), ours);
+        let decoded: Vec<Record> = batch
+            .decompressed_records(1 << 20)
+            .unwrap()
+            .collect::<Result<_>>()
+            .unwrap();
+        assert_eq!(decoded.len(), 50);
+        assert_eq!(decoded[49].value.as_deref(), Some(&[49u8; 200][..]));
+
+        // And they read ours.
+        let mine = compressible_batch(ours, 20, 100).into_bytes();
+        let back = kp::RecordBatchDecoder::decode(&mut mine.clone()).unwrap();
+        assert_eq!(back.records.len(), 20, "{ours:?}");
+        assert_eq!(
+            back.records[19].value.as_deref(),
+            Some(&[(19 % 7) as u8; 100][..])
+        );
+    }
+}
