@@ -77,6 +77,17 @@ pub enum OffsetReset {
     None,
 }
 
+/// Bound on the decompressed size of one fetched batch: four times the larger fetch limit, and
+/// at least 1 MiB. A compressed batch that would inflate past it is a decompression bomb and
+/// fails the poll instead of exhausting memory.
+fn max_decompressed_bytes(config: &ConsumerConfig) -> usize {
+    let fetch = config.fetch_max_bytes.max(config.max_partition_fetch_bytes);
+    usize::try_from(fetch)
+        .unwrap_or(0)
+        .saturating_mul(4)
+        .max(1 << 20)
+}
+
 /// Consumer settings.
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
@@ -548,6 +559,7 @@ impl Consumer {
                     continue; // seeked meanwhile
                 }
                 let records = p.records.unwrap_or_default();
+                let max_decompressed = max_decompressed_bytes(&self.inner.config);
                 for batch in RecordBatches::new(records) {
                     let Ok(batch) = batch else { break }; // partial trailing batch
                     if batch.next_offset() <= position {
@@ -558,7 +570,7 @@ impl Consumer {
                         continue;
                     }
                     let iter = batch
-                        .records()
+                        .decompressed_records(max_decompressed)
                         .map_err(|e| Error::Records(format!("{tp}: {e}")))?;
                     for record in iter {
                         let record = record.map_err(|e| Error::Records(format!("{tp}: {e}")))?;

@@ -5,7 +5,8 @@
 //!   throttle times honoured, a metadata cache with topic IDs. One KIP-1313 client instance ID per
 //!   client, sent in every v2 request header on every connection, for the client's whole life.
 //! - [`Producer`]: per-partition batching (linger, batch size), Kafka's murmur2 partitioner,
-//!   acks 0/1/all, idempotence with ordered retries, delivery futures.
+//!   acks 0/1/all, idempotence with ordered retries, delivery futures, [`Compression`] (gzip,
+//!   snappy, lz4, zstd); the consumer decompresses every codec, bounded.
 //! - [`Consumer`]: a KIP-848 group member whose member ID is the instance ID (KIP-1082), or a
 //!   plain assigned consumer; offsets, long-poll fetch, seek, pause/resume.
 //! - [`Admin`]: topics and groups.
@@ -34,3 +35,4 @@ pub use producer::{
     partition_for_key,
 };
 pub use skiff_protocol::Uuid;
+pub use skiff_records::Compression;

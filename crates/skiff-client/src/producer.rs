@@ -19,7 +19,7 @@ use bytes::Bytes;
 use skiff_protocol::generated::produce_request::{PartitionProduceData, TopicProduceData};
 use skiff_protocol::generated::{InitProducerIdRequest, ProduceRequest};
 use skiff_protocol::{ApiKey, Request, Response, error_codes};
-use skiff_records::RecordBatchBuilder;
+use skiff_records::{Compression, RecordBatchBuilder};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
@@ -62,6 +62,10 @@ pub struct ProducerConfig {
     pub delivery_timeout: Duration,
     /// Buffered bytes beyond which `send` waits (`buffer.memory`).
     pub buffer_memory: usize,
+    /// Codec for the records of each batch (`compression.type`): none, gzip, snappy (xerial
+    /// framing, as the Java client writes it), lz4 (frame format) or zstd. `batch_size` counts
+    /// uncompressed bytes.
+    pub compression: Compression,
 }
 
 impl Default for ProducerConfig {
@@ -73,6 +77,7 @@ impl Default for ProducerConfig {
             idempotent: true,
             delivery_timeout: Duration::from_secs(120),
             buffer_memory: 32 * 1024 * 1024,
+            compression: Compression::None,
         }
     }
 }
@@ -334,6 +339,7 @@ impl Producer {
             .map(|(k, v)| (k.as_bytes(), v.as_deref()))
             .collect();
         let batch_size = self.inner.config.batch_size;
+        let compression = self.inner.config.compression;
         let queue = state
             .queues
             .entry((record.topic.clone(), partition))
@@ -351,7 +357,7 @@ impl Producer {
             sealed = true;
         }
         let open = queue.open.get_or_insert_with(|| OpenBatch {
-            builder: RecordBatchBuilder::new(),
+            builder: RecordBatchBuilder::new().compression(compression),
             created: Instant::now(),
             waiters: Vec::new(),
             bytes: 0,
