@@ -1,10 +1,16 @@
-//! Admin operations: topics (create, delete, list, describe) and groups (list, describe, delete).
+//! Admin operations: topics (create, delete, list, describe), groups (list, describe, delete) and
+//! KIP-714 client-metrics subscriptions (alter, describe, list: config resources of type 16).
 
 use skiff_protocol::generated::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use skiff_protocol::generated::delete_topics_request::DeleteTopicState;
+use skiff_protocol::generated::describe_configs_request::DescribeConfigsResource;
+use skiff_protocol::generated::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
 use skiff_protocol::generated::{
     ConsumerGroupDescribeRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest,
-    DescribeGroupsRequest, ListGroupsRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, IncrementalAlterConfigsRequest,
+    ListConfigResourcesRequest, ListGroupsRequest,
 };
 use skiff_protocol::{ApiKey, Request, Response, Uuid, error_codes};
 
@@ -73,6 +79,45 @@ pub struct GroupDescription {
     pub members: Vec<GroupMember>,
     /// (partition, committed offset) for every partition with a commit.
     pub offsets: Vec<(TopicPartition, i64)>,
+}
+
+/// Config resource type of KIP-714 client-metrics subscriptions.
+pub const CLIENT_METRICS_RESOURCE: i8 = 16;
+
+/// The operation of one IncrementalAlterConfigs change (Kafka's `AlterConfigOp.OpType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AlterConfigOp {
+    /// Set the value (0).
+    Set,
+    /// Revert to the default; the value is ignored (1).
+    Delete,
+    /// Add to a list value (2).
+    Append,
+    /// Remove from a list value (3).
+    Subtract,
+}
+
+impl AlterConfigOp {
+    /// The protocol code.
+    pub fn code(self) -> i8 {
+        match self {
+            AlterConfigOp::Set => 0,
+            AlterConfigOp::Delete => 1,
+            AlterConfigOp::Append => 2,
+            AlterConfigOp::Subtract => 3,
+        }
+    }
+}
+
+/// One config of a described resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigEntry {
+    pub name: String,
+    pub value: Option<String>,
+    /// Kafka's `ConfigSource` code (for client metrics: 7 = set on the subscription, 5 = default).
+    pub source: i8,
+    pub read_only: bool,
+    pub is_sensitive: bool,
 }
 
 /// Admin calls over a [`Client`] (single-node clusters and Skiff: any broker serves them).
@@ -511,5 +556,150 @@ impl Admin {
             }
         }
         Ok(())
+    }
+
+    /// Creates or changes the client-metrics subscription `name` (IncrementalAlterConfigs on
+    /// resource type 16): each change is (key, operation, value), e.g.
+    /// `("metrics", AlterConfigOp::Set, "org.apache.kafka.producer.")`,
+    /// `("interval.ms", AlterConfigOp::Set, "1000")`, `("match", AlterConfigOp::Set,
+    /// "client_id=app.*")`. The value of a [`AlterConfigOp::Delete`] is not sent.
+    pub async fn alter_client_metrics(
+        &self,
+        name: &str,
+        changes: &[(&str, AlterConfigOp, &str)],
+    ) -> Result<()> {
+        let request = IncrementalAlterConfigsRequest {
+            resources: vec![AlterConfigsResource {
+                resource_type: CLIENT_METRICS_RESOURCE,
+                resource_name: name.into(),
+                configs: changes
+                    .iter()
+                    .map(|(key, op, value)| AlterableConfig {
+                        name: (*key).into(),
+                        config_operation: op.code(),
+                        value: (*op != AlterConfigOp::Delete).then(|| (*value).into()),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            validate_only: false,
+            ..Default::default()
+        };
+        let response = self
+            .client
+            .call_any(ApiKey::IncrementalAlterConfigs, |_| {
+                Request::IncrementalAlterConfigs(request)
+            })
+            .await?;
+        let Response::IncrementalAlterConfigs(r) = response else {
+            return Err(Error::protocol(
+                "IncrementalAlterConfigs",
+                "unexpected response type",
+            ));
+        };
+        let mut answered = false;
+        for resource in r.responses {
+            answered = true;
+            if resource.error_code != error_codes::NONE {
+                return Err(Error::broker_for(
+                    "IncrementalAlterConfigs",
+                    resource.error_code,
+                    format!("client metrics {}", resource.resource_name),
+                    resource.error_message.map(|m| m.to_string()),
+                ));
+            }
+        }
+        if !answered {
+            return Err(Error::protocol(
+                "IncrementalAlterConfigs",
+                "no result for the resource",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The configs of the client-metrics subscription `name` (DescribeConfigs on resource type
+    /// 16). An unknown subscription is the broker's RESOURCE_NOT_FOUND error.
+    pub async fn describe_client_metrics(&self, name: &str) -> Result<Vec<ConfigEntry>> {
+        let request = DescribeConfigsRequest {
+            resources: vec![DescribeConfigsResource {
+                resource_type: CLIENT_METRICS_RESOURCE,
+                resource_name: name.into(),
+                configuration_keys: None,
+                ..Default::default()
+            }],
+            include_synonyms: false,
+            include_documentation: false,
+            ..Default::default()
+        };
+        let response = self
+            .client
+            .call_any(ApiKey::DescribeConfigs, |_| {
+                Request::DescribeConfigs(request)
+            })
+            .await?;
+        let Response::DescribeConfigs(r) = response else {
+            return Err(Error::protocol(
+                "DescribeConfigs",
+                "unexpected response type",
+            ));
+        };
+        let result = r
+            .results
+            .into_iter()
+            .find(|res| res.resource_type == CLIENT_METRICS_RESOURCE && &*res.resource_name == name)
+            .ok_or_else(|| Error::protocol("DescribeConfigs", "no result for the resource"))?;
+        if result.error_code != error_codes::NONE {
+            return Err(Error::broker_for(
+                "DescribeConfigs",
+                result.error_code,
+                format!("client metrics {name}"),
+                result.error_message.map(|m| m.to_string()),
+            ));
+        }
+        Ok(result
+            .configs
+            .into_iter()
+            .map(|c| ConfigEntry {
+                name: c.name.to_string(),
+                value: c.value.map(|v| v.to_string()),
+                source: c.config_source,
+                read_only: c.read_only,
+                is_sensitive: c.is_sensitive,
+            })
+            .collect())
+    }
+
+    /// Names of the client-metrics subscriptions, sorted (ListConfigResources filtered to type
+    /// 16; v0, ListClientMetricsResources, lists only those anyway).
+    pub async fn list_client_metrics(&self) -> Result<Vec<String>> {
+        let response = self
+            .client
+            .call_any(ApiKey::ListConfigResources, |_| {
+                Request::ListConfigResources(ListConfigResourcesRequest {
+                    resource_types: vec![CLIENT_METRICS_RESOURCE],
+                    ..Default::default()
+                })
+            })
+            .await?;
+        let Response::ListConfigResources(r) = response else {
+            return Err(Error::protocol(
+                "ListConfigResources",
+                "unexpected response type",
+            ));
+        };
+        if r.error_code != error_codes::NONE {
+            return Err(Error::broker("ListConfigResources", r.error_code, None));
+        }
+        let mut names: Vec<String> = r
+            .config_resources
+            .into_iter()
+            .filter(|c| c.resource_type == CLIENT_METRICS_RESOURCE)
+            .map(|c| c.resource_name.to_string())
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
     }
 }

@@ -45,6 +45,9 @@ pub fn client_versions(api: ApiKey) -> Option<(i16, i16)> {
         ApiKey::ConsumerGroupDescribe => (0, 1),
         ApiKey::GetTelemetrySubscriptions => (0, 0),
         ApiKey::PushTelemetry => (0, 0),
+        ApiKey::DescribeConfigs => (1, 4),
+        ApiKey::IncrementalAlterConfigs => (0, 1),
+        ApiKey::ListConfigResources => (0, 1),
         _ => return None,
     })
 }

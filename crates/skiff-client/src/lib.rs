@@ -9,7 +9,7 @@
 //!   snappy, lz4, zstd); the consumer decompresses every codec, bounded.
 //! - [`Consumer`]: a KIP-848 group member whose member ID is the instance ID (KIP-1082), or a
 //!   plain assigned consumer; offsets, long-poll fetch, seek, pause/resume.
-//! - [`Admin`]: topics and groups.
+//! - [`Admin`]: topics, groups and client-metrics subscriptions.
 //! - KIP-714 telemetry: when the cluster subscribes to client metrics, each [`Client`] fetches its
 //!   subscription and pushes its own metrics (OTLP, body ID = header ID = its instance ID), with a
 //!   terminating push on [`Client::close`]; [`ClientConfig::enable_metrics_push`] turns it off.
@@ -23,7 +23,10 @@ mod producer;
 mod telemetry;
 mod util;
 
-pub use admin::{Admin, GroupDescription, GroupListing, GroupMember, NewTopic, TopicDescription};
+pub use admin::{
+    Admin, AlterConfigOp, CLIENT_METRICS_RESOURCE, ConfigEntry, GroupDescription, GroupListing,
+    GroupMember, NewTopic, TopicDescription,
+};
 pub use client::{BrokerInfo, Client, ClientConfig, Metadata, PartitionMetadata, TopicMetadata};
 pub use connection::{Connection, client_versions};
 pub use consumer::{
