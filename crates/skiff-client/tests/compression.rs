@@ -1,7 +1,7 @@
 //! Compressed record batches end to end through an in-process Skiff broker: the skiff-client
 //! producer writes each codec and the consumer reads it back; batches compressed by librdkafka
-//! (rdkafka crate) with every codec are read too; a consumer refuses a batch that inflates past
-//! its bound.
+//! (rdkafka crate) with every codec are read too, and librdkafka reads what skiff-client
+//! compressed; a consumer refuses a batch that inflates past its bound.
 
 mod common;
 
@@ -161,8 +161,33 @@ async fn every_codec_round_trips_through_skiff() {
             assert_eq!(record.value.as_deref(), Some(value(i).as_bytes()));
             assert_eq!(record.headers.len(), 1);
         }
+        rdkafka_reads(&broker.bootstrap(), &topic, 300).await;
     }
     broker.stop().await;
+}
+
+/// librdkafka consumes `n` records of partition 0 of `topic` from the start, in order.
+async fn rdkafka_reads(bootstrap: &str, topic: &str, n: usize) {
+    use rdkafka::consumer::{Consumer as _, StreamConsumer};
+    use rdkafka::{Message, Offset, TopicPartitionList};
+    let consumer: StreamConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", format!("rdkafka-{topic}"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("rdkafka consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .expect("partition");
+    consumer.assign(&tpl).expect("assign");
+    for i in 0..n {
+        let message = timeout(TIMEOUT, consumer.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{topic}: record {i} in time"))
+            .unwrap_or_else(|e| panic!("{topic}: record {i}: {e}"));
+        assert_eq!(message.offset(), i as i64, "{topic}");
+        assert_eq!(message.payload(), Some(value(i).as_bytes()), "{topic}");
+    }
 }
 
 #[tokio::test]
