@@ -404,7 +404,7 @@ impl RecordBatch {
     /// stops with [`RecordsError::Decompression`] once it would produce more than
     /// `max_decompressed_bytes` (a bomb guard); the output buffer never grows past that bound.
     pub fn decompressed_records(&self, max_decompressed_bytes: usize) -> Result<Records> {
-        let payload = crate::compression::decompress(
+        let payload = crate::compression::decompress_records(
             self.compression(),
             &self.records_payload(),
             max_decompressed_bytes,

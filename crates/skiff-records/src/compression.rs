@@ -27,47 +27,78 @@ const XERIAL_BLOCK: usize = 32 * 1024;
 /// Scratch buffer for streaming decoders.
 const CHUNK: usize = 32 * 1024;
 
-fn corrupt(codec: &str, reason: impl std::fmt::Display) -> RecordsError {
-    RecordsError::Decompression(format!("corrupt {codec} payload: {reason}"))
+/// Why a payload could not be decompressed within its limit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecompressError {
+    #[error("decompressed data exceeds the limit of {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("corrupt {codec} payload: {reason}")]
+    Corrupt { codec: &'static str, reason: String },
 }
 
-fn too_large(limit: usize) -> RecordsError {
-    RecordsError::Decompression(format!(
-        "decompressed records exceed the limit of {limit} bytes"
-    ))
+impl From<DecompressError> for RecordsError {
+    fn from(e: DecompressError) -> Self {
+        RecordsError::Decompression(e.to_string())
+    }
+}
+
+type Bounded<T> = std::result::Result<T, DecompressError>;
+
+fn corrupt(codec: &'static str, reason: impl std::fmt::Display) -> DecompressError {
+    DecompressError::Corrupt {
+        codec,
+        reason: reason.to_string(),
+    }
+}
+
+fn too_large(limit: usize) -> DecompressError {
+    DecompressError::TooLarge { limit }
 }
 
 /// Returns the decompressed record payload, at most `max_bytes` long.
-pub(crate) fn decompress(codec: Compression, payload: &Bytes, max_bytes: usize) -> Result<Bytes> {
-    let input: &[u8] = payload;
+pub(crate) fn decompress_records(
+    codec: Compression,
+    payload: &Bytes,
+    max_bytes: usize,
+) -> Result<Bytes> {
+    if codec == Compression::None {
+        if payload.len() > max_bytes {
+            return Err(too_large(max_bytes).into());
+        }
+        return Ok(payload.clone());
+    }
+    Ok(Bytes::from(decompress(codec, payload, max_bytes)?))
+}
+
+/// Decompresses `input` written with `codec` (Kafka's formats: gzip members, xerial-framed or
+/// raw snappy, LZ4 frames, zstd frames), producing at most `limit` bytes: output past the limit
+/// is refused as soon as it would be produced (for snappy, from the declared length, before
+/// anything is allocated). Shared by record batches and KIP-714 telemetry payloads.
+pub fn decompress(codec: Compression, input: &[u8], limit: usize) -> Bounded<Vec<u8>> {
     let out = match codec {
         Compression::None => {
-            if payload.len() > max_bytes {
-                return Err(too_large(max_bytes));
+            if input.len() > limit {
+                return Err(too_large(limit));
             }
-            return Ok(payload.clone());
+            input.to_vec()
         }
-        Compression::Gzip => {
-            read_bounded(flate2::read::MultiGzDecoder::new(input), max_bytes, "gzip")?
-        }
-        Compression::Snappy => snappy(input, max_bytes)?,
-        Compression::Lz4 => {
-            read_bounded(lz4_flex::frame::FrameDecoder::new(input), max_bytes, "lz4")?
-        }
+        Compression::Gzip => read_bounded(flate2::read::MultiGzDecoder::new(input), limit, "gzip")?,
+        Compression::Snappy => snappy(input, limit)?,
+        Compression::Lz4 => read_bounded(lz4_flex::frame::FrameDecoder::new(input), limit, "lz4")?,
         Compression::Zstd => {
             let mut decoder =
                 zstd::stream::read::Decoder::new(input).map_err(|e| corrupt("zstd", e))?;
             decoder
                 .window_log_max(ZSTD_WINDOW_LOG_MAX)
                 .map_err(|e| corrupt("zstd", e))?;
-            read_bounded(decoder, max_bytes, "zstd")?
+            read_bounded(decoder, limit, "zstd")?
         }
     };
-    Ok(Bytes::from(out))
+    Ok(out)
 }
 
 /// Appends `data` to `out` unless that takes `out` past `limit`; capacity never exceeds `limit`.
-fn push_bounded(out: &mut Vec<u8>, data: &[u8], limit: usize) -> Result<()> {
+fn push_bounded(out: &mut Vec<u8>, data: &[u8], limit: usize) -> Bounded<()> {
     let needed = out
         .len()
         .checked_add(data.len())
@@ -81,7 +112,7 @@ fn push_bounded(out: &mut Vec<u8>, data: &[u8], limit: usize) -> Result<()> {
     Ok(())
 }
 
-fn read_bounded<R: Read>(mut reader: R, limit: usize, codec: &'static str) -> Result<Vec<u8>> {
+fn read_bounded<R: Read>(mut reader: R, limit: usize, codec: &'static str) -> Bounded<Vec<u8>> {
     let mut out = Vec::new();
     let mut chunk = vec![0u8; CHUNK];
     loop {
@@ -95,7 +126,7 @@ fn read_bounded<R: Read>(mut reader: R, limit: usize, codec: &'static str) -> Re
     }
 }
 
-fn snappy(input: &[u8], limit: usize) -> Result<Vec<u8>> {
+fn snappy(input: &[u8], limit: usize) -> Bounded<Vec<u8>> {
     let mut out = Vec::new();
     if input.starts_with(&XERIAL_MAGIC) {
         snappy_xerial(input, limit, &mut out)?;
@@ -107,7 +138,7 @@ fn snappy(input: &[u8], limit: usize) -> Result<Vec<u8>> {
 
 /// One raw snappy block appended to `out`, refused from its declared length when `out` would grow
 /// past `limit`.
-fn snappy_block(block: &[u8], limit: usize, out: &mut Vec<u8>) -> Result<()> {
+fn snappy_block(block: &[u8], limit: usize, out: &mut Vec<u8>) -> Bounded<()> {
     let len = snap::raw::decompress_len(block).map_err(|e| corrupt("snappy", e))?;
     let end = out
         .len()
@@ -127,7 +158,7 @@ fn snappy_block(block: &[u8], limit: usize, out: &mut Vec<u8>) -> Result<()> {
 }
 
 /// xerial framing: 8-byte magic, two big-endian i32 versions, then (i32 length, raw block)*.
-fn snappy_xerial(input: &[u8], limit: usize, out: &mut Vec<u8>) -> Result<()> {
+fn snappy_xerial(input: &[u8], limit: usize, out: &mut Vec<u8>) -> Bounded<()> {
     let mut rest = input
         .get(XERIAL_HEADER_LEN..)
         .ok_or_else(|| corrupt("snappy", "truncated xerial header"))?;
@@ -150,8 +181,8 @@ fn encode_error(codec: &str, e: impl std::fmt::Display) -> RecordsError {
     RecordsError::Compression(format!("{codec}: {e}"))
 }
 
-/// Compresses an encoded records section the way Kafka's Java producer does.
-pub(crate) fn compress(codec: Compression, data: &[u8]) -> Result<Vec<u8>> {
+/// Compresses data the way Kafka's Java producer does (xerial-framed snappy, LZ4 frames).
+pub fn compress(codec: Compression, data: &[u8]) -> Result<Vec<u8>> {
     match codec {
         Compression::None => Ok(data.to_vec()),
         Compression::Gzip => {

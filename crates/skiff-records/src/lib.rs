@@ -12,7 +12,7 @@
 
 mod batch;
 mod builder;
-mod compression;
+pub mod compression;
 mod error;
 mod record;
 mod wire;

@@ -7,7 +7,8 @@
 //! limit: a payload that would decompress past it is refused as soon as the limit is crossed (or,
 //! for snappy, from the declared length before anything is allocated).
 
-use std::io::Read;
+use skiff_records::Compression;
+use skiff_records::compression as records;
 
 pub const NONE: i8 = 0;
 pub const GZIP: i8 = 1;
@@ -18,11 +19,8 @@ pub const ZSTD: i8 = 4;
 /// What GetTelemetrySubscriptions offers, in preference order.
 pub const ACCEPTED_COMPRESSION_TYPES: [i8; 4] = [ZSTD, LZ4, GZIP, SNAPPY];
 
-/// zstd frames may ask for a window up to 2^31 bytes; refuse anything past 16 MiB.
-const ZSTD_WINDOW_LOG_MAX: u32 = 24;
-
+#[cfg(test)]
 const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
-const XERIAL_HEADER_LEN: usize = 16;
 
 /// Whether Kafka knows the compression type (`CompressionType.forId`); NONE counts.
 pub fn is_known(compression_type: i8) -> bool {
@@ -40,108 +38,24 @@ pub enum DecompressError {
     Corrupt { codec: &'static str, reason: String },
 }
 
-fn corrupt(codec: &'static str, reason: impl ToString) -> DecompressError {
-    DecompressError::Corrupt {
-        codec,
-        reason: reason.to_string(),
-    }
-}
-
 /// Decompresses `input` compressed with `compression_type`, producing at most `limit` bytes.
+/// The codecs are the record batches' (`skiff_records::compression`), as in Kafka.
 pub fn decompress(
     compression_type: i8,
     input: &[u8],
     limit: usize,
 ) -> Result<Vec<u8>, DecompressError> {
-    match compression_type {
-        NONE => {
-            if input.len() > limit {
-                return Err(DecompressError::TooLarge { limit });
-            }
-            Ok(input.to_vec())
+    if !is_known(compression_type) {
+        return Err(DecompressError::Unsupported(compression_type));
+    }
+    let codec = Compression::from_attributes(i16::from(compression_type))
+        .map_err(|_| DecompressError::Unsupported(compression_type))?;
+    skiff_records::compression::decompress(codec, input, limit).map_err(|e| match e {
+        records::DecompressError::TooLarge { limit } => DecompressError::TooLarge { limit },
+        records::DecompressError::Corrupt { codec, reason } => {
+            DecompressError::Corrupt { codec, reason }
         }
-        GZIP => read_bounded(flate2::read::MultiGzDecoder::new(input), limit, "gzip"),
-        SNAPPY => snappy(input, limit),
-        LZ4 => read_bounded(lz4_flex::frame::FrameDecoder::new(input), limit, "lz4"),
-        ZSTD => {
-            let mut decoder =
-                zstd::stream::read::Decoder::new(input).map_err(|e| corrupt("zstd", e))?;
-            decoder
-                .window_log_max(ZSTD_WINDOW_LOG_MAX)
-                .map_err(|e| corrupt("zstd", e))?;
-            read_bounded(decoder, limit, "zstd")
-        }
-        other => Err(DecompressError::Unsupported(other)),
-    }
-}
-
-fn read_bounded<R: Read>(
-    reader: R,
-    limit: usize,
-    codec: &'static str,
-) -> Result<Vec<u8>, DecompressError> {
-    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
-    let mut out = Vec::new();
-    reader
-        .take(cap)
-        .read_to_end(&mut out)
-        .map_err(|e| corrupt(codec, e))?;
-    if out.len() > limit {
-        return Err(DecompressError::TooLarge { limit });
-    }
-    Ok(out)
-}
-
-fn snappy(input: &[u8], limit: usize) -> Result<Vec<u8>, DecompressError> {
-    match input.strip_prefix(&XERIAL_MAGIC[..]) {
-        Some(_) => snappy_xerial(input, limit),
-        None => {
-            let mut out = Vec::new();
-            snappy_block(input, limit, &mut out)?;
-            Ok(out)
-        }
-    }
-}
-
-/// One raw snappy block appended to `out`, refused from its declared length when `out` would grow
-/// past `limit`.
-fn snappy_block(block: &[u8], limit: usize, out: &mut Vec<u8>) -> Result<(), DecompressError> {
-    let len = snap::raw::decompress_len(block).map_err(|e| corrupt("snappy", e))?;
-    if out.len().saturating_add(len) > limit {
-        return Err(DecompressError::TooLarge { limit });
-    }
-    let start = out.len();
-    out.resize(start + len, 0);
-    let target = out
-        .get_mut(start..)
-        .ok_or_else(|| corrupt("snappy", "bad block bounds"))?;
-    let written = snap::raw::Decoder::new()
-        .decompress(block, target)
-        .map_err(|e| corrupt("snappy", e))?;
-    out.truncate(start + written);
-    Ok(())
-}
-
-/// xerial framing: 8-byte magic, two big-endian i32 versions, then (i32 length, raw block)*.
-fn snappy_xerial(input: &[u8], limit: usize) -> Result<Vec<u8>, DecompressError> {
-    let mut rest = input
-        .get(XERIAL_HEADER_LEN..)
-        .ok_or_else(|| corrupt("snappy", "truncated xerial header"))?;
-    let mut out = Vec::new();
-    while !rest.is_empty() {
-        let (len_bytes, tail) = rest
-            .split_first_chunk::<4>()
-            .ok_or_else(|| corrupt("snappy", "truncated xerial block length"))?;
-        let len = i32::from_be_bytes(*len_bytes);
-        let len =
-            usize::try_from(len).map_err(|_| corrupt("snappy", "negative xerial block length"))?;
-        let block = tail
-            .get(..len)
-            .ok_or_else(|| corrupt("snappy", "truncated xerial block"))?;
-        snappy_block(block, limit, &mut out)?;
-        rest = tail.get(len..).unwrap_or_default();
-    }
-    Ok(out)
+    })
 }
 
 #[cfg(test)]
