@@ -457,6 +457,32 @@ impl RecordBatches {
         Ok(batches)
     }
 
+    /// The headers of a produced record set, without checking CRCs: no partial batch, at least one
+    /// batch, and each header passes [`BatchHeader::validate_for_produce`]. For callers that need
+    /// the headers before the bytes are checked and appended (the log verifies the CRCs then, so
+    /// the produce path reads each batch's checksum once).
+    pub fn produce_headers(records: &[u8]) -> Result<Vec<BatchHeader>> {
+        let mut headers = Vec::new();
+        let mut rest = records;
+        while !rest.is_empty() {
+            let header = BatchHeader::parse(rest)?;
+            let len = header.total_len();
+            if len > rest.len() {
+                return Err(RecordsError::PartialBatch {
+                    needed: len as u64,
+                    available: rest.len(),
+                });
+            }
+            header.validate_for_produce()?;
+            headers.push(header);
+            rest = rest.get(len..).unwrap_or_default();
+        }
+        if headers.is_empty() {
+            return Err(RecordsError::Empty);
+        }
+        Ok(headers)
+    }
+
     /// Validates the complete batches of a fetched record set and returns them with the trailing
     /// partial batch, if any (Kafka cuts Fetch responses at `max_bytes` regardless of batches).
     pub fn parse_fetch(records: Bytes) -> Result<(Vec<RecordBatch>, Option<Bytes>)> {

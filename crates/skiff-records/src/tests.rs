@@ -696,3 +696,29 @@ fn reads_kafka_protocol_compressed_batches() {
         );
     }
 }
+
+#[test]
+fn produce_headers_walk_without_checksums() {
+    let one = sample_batch(3);
+    let mut two = one.to_vec();
+    two.extend_from_slice(&sample_batch(2));
+    let headers = RecordBatches::produce_headers(&two).expect("two batches");
+    assert_eq!(headers.len(), 2);
+    assert_eq!(headers[0].record_count, 3);
+    assert_eq!(headers[1].record_count, 2);
+    // A partial trailing batch and an empty set are refused, as parse_produce refuses them.
+    assert!(matches!(
+        RecordBatches::produce_headers(&two[..two.len() - 1]),
+        Err(RecordsError::PartialBatch { .. })
+    ));
+    assert!(matches!(
+        RecordBatches::produce_headers(&[]),
+        Err(RecordsError::Empty)
+    ));
+    // The CRC is not read here (the log verifies it on append).
+    let mut bad_crc = one.to_vec();
+    let last = bad_crc.len() - 1;
+    bad_crc[last] ^= 0xff;
+    assert!(RecordBatches::produce_headers(&bad_crc).is_ok());
+    assert!(RecordBatches::parse_produce(Bytes::from(bad_crc)).is_err());
+}
