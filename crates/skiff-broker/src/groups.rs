@@ -465,10 +465,6 @@ impl GroupCoordinator {
         }
     }
 
-    pub fn committer(&self) -> Option<Arc<GroupCommitter>> {
-        self.committer.clone()
-    }
-
     /// The earliest deadline of any group.
     pub fn next_deadline(&self) -> Option<i64> {
         let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);

@@ -26,8 +26,8 @@ use skiff_protocol::generated::incremental_alter_configs_response::{
 use skiff_protocol::generated::{DescribeConfigsRequest, IncrementalAlterConfigsRequest};
 use skiff_protocol::{ByteString, Response, error_codes};
 
-use super::RequestContext;
 use super::topics::admin_lock;
+use super::{RequestContext, bs};
 use crate::state::Broker;
 
 pub const RESOURCE_TOPIC: i8 = 2;
@@ -59,10 +59,6 @@ impl From<MetaError> for ResourceError {
             message: e.client_message(),
         }
     }
-}
-
-fn bs(s: impl Into<String>) -> ByteString {
-    ByteString::from(s.into())
 }
 
 /// Kafka's check that a BROKER / BROKER_LOGGER resource names this node.

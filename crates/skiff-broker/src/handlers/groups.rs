@@ -36,7 +36,7 @@ use skiff_protocol::generated::{
 };
 use skiff_protocol::{ByteString, Request, Response, Uuid, error_codes};
 
-use super::{Reply, RequestContext};
+use super::{Reply, RequestContext, bs};
 use crate::groups::{Group, GroupCoordinator, Inner};
 use crate::state::now_ms;
 
@@ -46,10 +46,6 @@ const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 const MAX_OFFSET_METADATA: usize = 4096;
 /// FindCoordinator key types.
 const KEY_TYPE_GROUP: i8 = 0;
-
-fn bs(s: &str) -> ByteString {
-    ByteString::from(s.to_string())
-}
 
 fn client_host(ctx: &RequestContext) -> String {
     format!("/{}", ctx.peer.ip())
@@ -226,13 +222,13 @@ pub fn consumer_group_describe(
             Some(_) => ConsumerDescribed {
                 group_id: id.clone(),
                 error_code: error_codes::GROUP_ID_NOT_FOUND,
-                error_message: Some(bs(&format!("Group {id} is not a consumer group."))),
+                error_message: Some(bs(format!("Group {id} is not a consumer group."))),
                 ..Default::default()
             },
             None => ConsumerDescribed {
                 group_id: id.clone(),
                 error_code: error_codes::GROUP_ID_NOT_FOUND,
-                error_message: Some(bs(&format!("Group {id} not found."))),
+                error_message: Some(bs(format!("Group {id} not found."))),
                 ..Default::default()
             },
         })

@@ -26,6 +26,11 @@ pub mod records_admin;
 pub mod telemetry;
 pub mod topics;
 
+/// A response string from anything string-like.
+pub(crate) fn bs(s: impl Into<String>) -> skiff_protocol::ByteString {
+    skiff_protocol::ByteString::from(s.into())
+}
+
 /// What a handler knows about the request beyond its body.
 pub struct RequestContext {
     pub broker: Arc<Broker>,

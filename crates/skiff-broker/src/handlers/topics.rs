@@ -27,7 +27,7 @@ use skiff_protocol::generated::{
 };
 use skiff_protocol::{ByteString, Response, Uuid, error_codes};
 
-use super::RequestContext;
+use super::{RequestContext, bs};
 use crate::state::Broker;
 
 const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
@@ -66,10 +66,6 @@ impl From<MetaError> for TopicError {
             message: e.client_message(),
         }
     }
-}
-
-fn bs(s: impl Into<String>) -> ByteString {
-    ByteString::from(s.into())
 }
 
 // ----- CreateTopics --------------------------------------------------------------------------
