@@ -167,6 +167,42 @@ async fn subscriptions_are_config_resources_and_survive_a_restart() {
         }
         other => panic!("unexpected {other:?}"),
     }
+    // v1 also lists topics (2) and the broker (4).
+    c.call(
+        skiff_protocol::generated::MetadataRequest {
+            topics: Some(vec![
+                skiff_protocol::generated::metadata_request::MetadataRequestTopic {
+                    name: Some("listed".into()),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        },
+        12,
+    )
+    .await;
+    match c
+        .call(
+            ListConfigResourcesRequest {
+                resource_types: vec![2, 4],
+                ..Default::default()
+            },
+            1,
+        )
+        .await
+    {
+        Response::ListConfigResources(r) => {
+            let listed: Vec<(i8, &str)> = r
+                .config_resources
+                .iter()
+                .map(|c| (c.resource_type, &*c.resource_name))
+                .collect();
+            assert!(listed.contains(&(2, "listed")), "{listed:?}");
+            assert!(listed.contains(&(4, "1")), "{listed:?}");
+            assert!(listed.iter().all(|(t, _)| *t == 2 || *t == 4), "{listed:?}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
 
     // The subscription changes what this client is asked for, and its subscription ID.
     let mut c2 = broker.client().await;
