@@ -144,6 +144,12 @@ class KPMember:
         # auto-commit commits the consumed positions before every rebalance (and on close) instead.
         # No rebalance listener: the member's own thread reads assignment() after every poll.
         self.c.subscribe([topic])
+        # Refresh metadata after subscribing and before the first poll joins the group. kafka-python
+        # 3.0.12 loses a rebalance when a leader assigned from a stale metadata snapshot: the next
+        # metadata update triggers a rejoin that need_rejoin() forgets as soon as the leader has
+        # reassigned, so if poll() times out while that JoinGroup/SyncGroup is in flight the result
+        # is never applied, the member stops heartbeating and never rejoins after its session expires.
+        assert topic in self.c.topics(), "topic metadata"
         self.t = threading.Thread(target=self._run, daemon=True, name=f"kp-{client_id}")
         self.t.start()
 
