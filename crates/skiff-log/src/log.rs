@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
+use std::io::IoSlice;
 use std::path::{Path, PathBuf};
 
 use bytes::{Bytes, BytesMut};
-use skiff_records::{NO_TIMESTAMP, RecordBatchMut, RecordsError};
+use skiff_records::{BatchHeader, LOG_OVERHEAD, NO_TIMESTAMP, RecordBatchMut, RecordsError};
 
 use crate::checkpoint;
 use crate::config::{FlushPolicy, LogConfig, RecoveryMode, TimestampPolicy};
@@ -14,6 +15,10 @@ use crate::error::{IoContext, LogError, Result};
 use crate::segment::{
     INDEX_SUFFIX, LOG_SUFFIX, ScanEnd, Segment, TIME_INDEX_SUFFIX, parse_file_name,
 };
+
+/// The bytes of a batch that an append rewrites without touching the CRC: base offset, batch
+/// length (unchanged, but contiguous) and partition leader epoch.
+const REWRITTEN_PREFIX_LEN: usize = LOG_OVERHEAD + 4;
 
 /// What an append did, for the Produce response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -235,61 +240,147 @@ impl PartitionLog {
 
     /// Validates and appends a produced record set, assigning offsets from the log end.
     ///
-    /// The input is copied once into a buffer that is rewritten in place (base offsets, leader
-    /// epoch, and under `LogAppendTime` the timestamp and CRC); records are never re-encoded.
-    /// Nothing is written unless every batch is valid.
+    /// Nothing is written unless every batch is valid, and records are never re-encoded. Under
+    /// `CreateTime` the batches are not copied at all: the fields Kafka rewrites on append (base
+    /// offset, partition leader epoch) sit in the first 16 bytes, outside the CRC, so each batch
+    /// is written as a rewritten 16-byte prefix followed by the producer's own bytes. Under
+    /// `LogAppendTime` the timestamp and CRC change too, so the set is copied and rewritten.
     pub fn append(&mut self, batches: Bytes, now_ms: i64) -> Result<AppendInfo> {
         if batches.is_empty() {
             return Err(RecordsError::Empty.into());
         }
-        let mut buf = BytesMut::from(&batches[..]);
-        let append_time =
-            (self.config.timestamp_policy == TimestampPolicy::LogAppendTime).then_some(now_ms);
+        match self.config.timestamp_policy {
+            TimestampPolicy::CreateTime => self.append_unchanged_bodies(&batches, now_ms),
+            TimestampPolicy::LogAppendTime => self.append_rewritten(&batches, now_ms),
+        }
+    }
+
+    /// The `CreateTime` append: validates each batch in place and writes rewritten prefixes
+    /// interleaved with slices of `batches`.
+    fn append_unchanged_bodies(&mut self, batches: &[u8], now_ms: i64) -> Result<AppendInfo> {
+        let mut headers = Vec::new();
+        let mut prefixes: Vec<[u8; REWRITTEN_PREFIX_LEN]> = Vec::new();
+        let mut bodies: Vec<&[u8]> = Vec::new();
+        let mut next_offset = self.log_end_offset;
+        let mut rest = batches;
+        while !rest.is_empty() {
+            let total = BatchHeader::parse(rest)?.total_len();
+            let Some((batch, tail)) = rest.split_at_checked(total) else {
+                return Err(RecordsError::PartialBatch {
+                    needed: total as u64,
+                    available: rest.len(),
+                }
+                .into());
+            };
+            rest = tail;
+            let mut header = BatchHeader::parse_validated(batch)?;
+            self.check_produced(&header)?;
+            header.base_offset = next_offset;
+            if let Some(epoch) = self.leader_epoch {
+                header.partition_leader_epoch = epoch;
+            }
+            next_offset = next_offset
+                .checked_add(i64::from(header.last_offset_delta) + 1)
+                .ok_or(LogError::OffsetOverflow)?;
+            let mut prefix = [0u8; REWRITTEN_PREFIX_LEN];
+            prefix[..8].copy_from_slice(&header.base_offset.to_be_bytes());
+            prefix[8..12].copy_from_slice(&header.batch_length.to_be_bytes());
+            prefix[12..].copy_from_slice(&header.partition_leader_epoch.to_be_bytes());
+            prefixes.push(prefix);
+            // `parse_validated` checked the batch holds at least a full header.
+            bodies.push(batch.get(REWRITTEN_PREFIX_LEN..).unwrap_or_default());
+            headers.push(header);
+        }
+        let mut parts: Vec<IoSlice<'_>> = prefixes
+            .iter()
+            .zip(&bodies)
+            .flat_map(|(prefix, body)| [IoSlice::new(prefix), IoSlice::new(body)])
+            .collect();
+        self.write_validated(
+            &mut parts,
+            batches.len(),
+            &headers,
+            next_offset,
+            None,
+            now_ms,
+        )
+    }
+
+    /// The `LogAppendTime` append: copies the set once and rewrites it in place (base offsets,
+    /// leader epoch, timestamp type, max timestamp, CRC).
+    fn append_rewritten(&mut self, batches: &[u8], now_ms: i64) -> Result<AppendInfo> {
+        let mut buf = BytesMut::from(batches);
         let mut headers = Vec::new();
         let mut next_offset = self.log_end_offset;
         for batch in RecordBatchMut::split_all(&mut buf) {
             let mut batch = batch?;
-            batch.header().validate_for_produce()?;
-            let size = batch.header().total_len();
-            if size > self.config.max_message_bytes {
-                return Err(LogError::MessageTooLarge {
-                    size,
-                    max: self.config.max_message_bytes,
-                });
-            }
+            self.check_produced(batch.header())?;
             batch.set_base_offset(next_offset);
             if let Some(epoch) = self.leader_epoch {
                 batch.set_partition_leader_epoch(epoch);
             }
-            if let Some(timestamp) = append_time {
-                batch.set_log_append_time(timestamp);
-            }
+            batch.set_log_append_time(now_ms);
             next_offset = next_offset
                 .checked_add(i64::from(batch.header().last_offset_delta) + 1)
                 .ok_or(LogError::OffsetOverflow)?;
             headers.push(*batch.header());
         }
+        let mut parts = [IoSlice::new(&buf)];
+        self.write_validated(
+            &mut parts,
+            buf.len(),
+            &headers,
+            next_offset,
+            Some(now_ms),
+            now_ms,
+        )
+    }
+
+    /// What Kafka's `LogValidator` demands of every produced batch, plus the size limit.
+    fn check_produced(&self, header: &BatchHeader) -> Result<()> {
+        header.validate_for_produce()?;
+        let size = header.total_len();
+        if size > self.config.max_message_bytes {
+            return Err(LogError::MessageTooLarge {
+                size,
+                max: self.config.max_message_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes validated batches (`parts` hold `len` bytes that `headers` describe, with their
+    /// final offsets) to the active segment, rolling first if needed.
+    fn write_validated(
+        &mut self,
+        parts: &mut [IoSlice<'_>],
+        len: usize,
+        headers: &[BatchHeader],
+        next_offset: i64,
+        append_time: Option<i64>,
+        now_ms: i64,
+    ) -> Result<AppendInfo> {
         let (Some(first), Some(last)) = (headers.first(), headers.last()) else {
             return Err(RecordsError::Empty.into());
         };
         let (base_offset, last_offset) = (first.base_offset, last.last_offset());
-        if buf.len() as u64 > self.config.segment_bytes {
+        if len as u64 > self.config.segment_bytes {
             return Err(LogError::RecordSetTooLarge {
-                size: buf.len(),
+                size: len,
                 max: self.config.segment_bytes,
             });
         }
         let (mut max_timestamp, mut offset_of_max_timestamp) = (NO_TIMESTAMP, base_offset);
-        for header in &headers {
+        for header in headers {
             if header.max_timestamp > max_timestamp {
                 max_timestamp = header.max_timestamp;
                 offset_of_max_timestamp = header.base_offset;
             }
         }
 
-        self.maybe_roll(buf.len() as u64, last_offset, now_ms)?;
+        self.maybe_roll(len as u64, last_offset, now_ms)?;
         let interval = self.config.index_interval_bytes;
-        self.active.append(&buf, &headers, interval, now_ms)?;
+        self.active.append(parts, headers, interval, now_ms)?;
         self.log_end_offset = next_offset;
         self.first_unflushed_ms.get_or_insert(now_ms);
         Ok(AppendInfo {
@@ -300,7 +391,7 @@ impl PartitionLog {
             offset_of_max_timestamp,
             log_start_offset: self.log_start_offset,
             batch_count: headers.len(),
-            size_in_bytes: buf.len(),
+            size_in_bytes: len,
         })
     }
 

@@ -1,11 +1,11 @@
 //! One segment: a `.log` file of whole batches plus its two sparse indexes.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::ErrorKind;
+use std::io::{ErrorKind, IoSlice};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use skiff_records::{BATCH_HEADER_LEN, BatchHeader, Compression, RecordBatch, TimestampType};
 
 use crate::error::{IoContext, LogError, Result};
@@ -17,6 +17,53 @@ pub(crate) const TIME_INDEX_SUFFIX: &str = "timeindex";
 
 /// Recovery reads segments in windows of this size instead of one syscall per batch.
 const SCAN_WINDOW: usize = 1 << 20;
+
+/// Linux's `UIO_MAXIOV`: the most slices one `pwritev` accepts.
+const MAX_IOV: usize = 1024;
+
+/// Writes every byte of `parts` at `offset` with `pwritev`, retrying short writes and `EINTR`.
+///
+/// Appends hand the producer's batch bytes straight to the kernel with only the rewritten
+/// header prefixes as separate slices, so a produced record set is never copied in user space.
+fn write_all_vectored_at(
+    file: &File,
+    parts: &mut [IoSlice<'_>],
+    offset: u64,
+) -> std::io::Result<()> {
+    let mut parts = parts;
+    let mut offset = offset;
+    IoSlice::advance_slices(&mut parts, 0);
+    while !parts.is_empty() {
+        let window = parts.get(..parts.len().min(MAX_IOV)).unwrap_or(&[]);
+        match rustix::io::pwritev(file, window, offset) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(written) => {
+                offset += written as u64;
+                IoSlice::advance_slices(&mut parts, written);
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Reads exactly `len` bytes at `offset` into a fresh buffer that is never zero-filled first
+/// (a fetch of many megabytes would otherwise pay for clearing pages it then overwrites).
+fn read_exact_at_uninit(file: &File, len: usize, offset: u64) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(len);
+    while buf.len() < len {
+        let at = offset + buf.len() as u64;
+        match rustix::io::pread(file, rustix::buffer::spare_capacity(&mut buf), at) {
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    buf.truncate(len);
+    Ok(buf)
+}
 
 /// `00000000000000000042.log`: 20 digits, like Kafka, so names sort by offset.
 pub(crate) fn file_name(base_offset: i64, suffix: &str) -> String {
@@ -337,17 +384,16 @@ impl Segment {
         &self.log
     }
 
-    /// Appends already validated batches (`headers` describe `bytes` in order).
+    /// Appends already validated batches: `parts` hold their bytes in order (any split) and
+    /// `headers` describe them.
     pub(crate) fn append(
         &mut self,
-        bytes: &[u8],
+        parts: &mut [IoSlice<'_>],
         headers: &[BatchHeader],
         interval: u64,
         now_ms: i64,
     ) -> Result<()> {
-        self.log
-            .write_all_at(bytes, self.size)
-            .io("write segment", &self.log_path)?;
+        write_all_vectored_at(&self.log, parts, self.size).io("write segment", &self.log_path)?;
         let mut position = self.size;
         for header in headers {
             let at = u32::try_from(position).map_err(|_| LogError::Corrupt {
@@ -467,9 +513,7 @@ impl Segment {
     ) -> Result<Bytes> {
         let available = self.size.saturating_sub(position);
         let want = (max_bytes.max(first.total_len()) as u64).min(available);
-        let mut buf = BytesMut::zeroed(usize::try_from(want).unwrap_or(0));
-        self.log
-            .read_exact_at(&mut buf, position)
+        let mut buf = read_exact_at_uninit(&self.log, usize::try_from(want).unwrap_or(0), position)
             .io("read segment", &self.log_path)?;
         let mut cut = 0usize;
         while let Some(rest) = buf.get(cut..) {
@@ -482,7 +526,7 @@ impl Segment {
             return Err(self.corrupt(position, "no whole batch at read position"));
         }
         buf.truncate(cut);
-        Ok(buf.freeze())
+        Ok(Bytes::from(buf))
     }
 
     fn read_batch(&self, position: u64, header: &BatchHeader) -> Result<RecordBatch> {

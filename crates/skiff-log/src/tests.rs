@@ -150,6 +150,42 @@ fn multi_batch_append_and_rejections_write_nothing() {
 }
 
 #[test]
+fn a_set_of_more_batches_than_one_pwritev_takes_is_stored_exactly_with_rewritten_prefixes() {
+    // 1,500 batches are 3,000 slices (prefix + body each): more than Linux's 1,024 per call.
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), config()).unwrap();
+    log.append(batch(3, 1, 4), 0).unwrap();
+    log.set_leader_epoch(Some(9));
+    let mut set = BytesMut::new();
+    for i in 0..1_500 {
+        set.extend_from_slice(&batch(1 + i % 3, i as i64, i % 17));
+    }
+    let sent = set.freeze();
+    let info = log.append(sent.clone(), 0).unwrap();
+    assert_eq!((info.base_offset, info.batch_count), (3, 1_500));
+    assert_eq!(info.size_in_bytes, sent.len());
+
+    let read = log.read(3, usize::MAX).unwrap();
+    assert_eq!(
+        read.records.len(),
+        sent.len(),
+        "every byte stored, none extra"
+    );
+    let stored = batches_of(read.records.clone());
+    let produced = batches_of(sent);
+    assert_eq!(stored.len(), produced.len());
+    let mut next = 3;
+    for (stored, produced) in stored.iter().zip(&produced) {
+        assert_eq!(stored.base_offset(), next);
+        assert_eq!(stored.partition_leader_epoch(), 9);
+        assert_eq!(stored.crc(), produced.crc(), "CRC-covered bytes untouched");
+        assert_eq!(stored.as_bytes()[16..], produced.as_bytes()[16..]);
+        next = stored.next_offset();
+    }
+    assert_eq!(next, info.last_offset + 1);
+}
+
+#[test]
 fn log_append_time_rewrites_timestamps() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = PartitionLog::open(
