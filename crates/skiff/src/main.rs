@@ -8,6 +8,12 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use skiff_broker::{BrokerConfig, Overrides};
 
+/// mimalloc keeps freed pages for reuse: the broker allocates and frees a megabyte-sized buffer
+/// per produced or fetched batch, and with glibc's malloc those came back from the kernel as
+/// fresh pages each time (a page fault and a page clear per 4 KiB, ~13% of the broker's time).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "skiff",
