@@ -233,6 +233,32 @@ async fn acks_all_acks_zero_and_pipelined_responses_in_order() {
 }
 
 #[tokio::test]
+async fn flush_always_also_syncs_acks_1_and_acks_0_appends_without_waiting_for_them() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "bg-sync").await;
+    let r = produce(&mut c, "bg-sync", 1, batch(&[b"a", b"b"]), 9).await;
+    assert_eq!((r.error_code, r.base_offset), (0, 0));
+    let topic = broker.broker().topic_by_name("bg-sync").unwrap();
+    let committer = topic.partition(0).unwrap().committer.as_ref().unwrap();
+    // `durable_reached` never requests a sync itself: only the produce path can have asked.
+    tokio::time::timeout(Duration::from_secs(10), committer.durable_reached(2))
+        .await
+        .expect("acks=1 append synced in the background")
+        .unwrap();
+    c.send(
+        &Request::Produce(produce_request("bg-sync", 0, 0, batch(&[b"c"]))),
+        9,
+    )
+    .await;
+    tokio::time::timeout(Duration::from_secs(10), committer.durable_reached(3))
+        .await
+        .expect("acks=0 append synced in the background")
+        .unwrap();
+    broker.stop().await;
+}
+
+#[tokio::test]
 async fn produce_errors_unknown_topic_bad_acks_corrupt_batch() {
     let broker = TestBroker::start().await;
     let mut c = broker.client().await;

@@ -89,10 +89,20 @@ impl GroupCommitter {
 
     /// Waits until every offset below `end_offset` is durable, requesting a sync if needed.
     pub async fn wait_durable(&self, end_offset: i64) -> Result<()> {
+        self.wait(end_offset, true).await
+    }
+
+    /// Waits until every offset below `end_offset` is durable without asking for a sync: for
+    /// observers that must not cause the sync they are waiting for (tests of who requests them).
+    pub async fn durable_reached(&self, end_offset: i64) -> Result<()> {
+        self.wait(end_offset, false).await
+    }
+
+    async fn wait(&self, end_offset: i64, request: bool) -> Result<()> {
         let mut state = self.shared.state.subscribe();
         let covered =
             |state: &Durability| state.failure.is_some() || state.end_offset >= end_offset;
-        if !covered(&state.borrow()) {
+        if request && !covered(&state.borrow()) {
             self.shared.sync_requested.notify_one();
         }
         let state = state.wait_for(covered).await.map_err(|_| {

@@ -74,8 +74,15 @@ pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
                     response.base_offset = appended.base_offset;
                     response.log_append_time_ms = appended.log_append_time;
                     response.log_start_offset = appended.log_start_offset;
-                    if acks == -1 && partition.committer.is_some() {
-                        waits.push((t, p, partition, appended.durable_end));
+                    if let Some(committer) = &partition.committer {
+                        if acks == -1 {
+                            waits.push((t, p, partition, appended.durable_end));
+                        } else {
+                            // `flush = always` syncs every append, as Kafka's flush.messages=1
+                            // does; acks 0/1 just do not wait for it. Besides durability, this
+                            // keeps dirty pages from piling up until the kernel throttles writes.
+                            committer.request_sync();
+                        }
                     }
                 }
                 Err((code, message)) => {
