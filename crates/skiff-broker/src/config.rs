@@ -20,7 +20,8 @@ pub const DEFAULT_ADMIN_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddr
 /// When acknowledged appends reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlushMode {
-    /// acks=all is answered after fdatasync (group-committed). The default.
+    /// Every append is fdatasynced (group-committed); acks=all is answered after its sync, acks 0/1
+    /// do not wait for it. The default.
     Always,
     /// fdatasync every `flush.ms` milliseconds; acks=all does not wait for it.
     Interval { flush_ms: u64 },
