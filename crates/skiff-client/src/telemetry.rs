@@ -8,7 +8,7 @@
 //! prefix, zstd-compressed when the broker accepts it. THROTTLING_QUOTA_EXCEEDED and
 //! UNKNOWN_SUBSCRIPTION_ID (and UNSUPPORTED_COMPRESSION_TYPE, TELEMETRY_TOO_LARGE) re-fetch the
 //! subscription; INVALID_REQUEST / INVALID_RECORD or a broker without the APIs stop the task.
-//! `Client::close` sends a terminating push.
+//! `Client::close` sends a terminating push (fetching the subscription first if it never came).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -421,11 +421,21 @@ pub(crate) fn start(client: &Client, weak: Weak<Inner>) {
 }
 
 /// Stops the task and sends a terminating push if the client is subscribed.
+///
+/// A client closed before its first subscription arrived (a short CLI command, say) asks for
+/// it now, so that even short-lived instances report their metrics once.
 pub(crate) async fn terminate(client: &Client) {
     let telemetry = client.telemetry();
     let _ = telemetry.stop.send(true);
     if telemetry.terminated.swap(true, Ordering::AcqRel) {
         return;
+    }
+    let unknown = lock(&telemetry.subscription).is_none();
+    if unknown
+        && telemetry.started.load(Ordering::Acquire)
+        && let Err(e) = get_subscription(client).await
+    {
+        tracing::debug!(error = %e, "no telemetry subscription at close");
     }
     let subscribed = lock(&telemetry.subscription)
         .as_ref()

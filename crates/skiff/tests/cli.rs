@@ -457,3 +457,54 @@ fn clients_lists_and_shows_instances_from_the_admin_http() {
     let _ = consumer.kill();
     let _ = consumer.wait();
 }
+
+#[test]
+fn a_short_client_command_still_reports_its_metrics_with_a_terminating_push() {
+    let port = free_port();
+    let admin_listen = format!("admin.listen=127.0.0.1:{port}");
+    let admin = format!("http://127.0.0.1:{port}");
+    let broker = start_broker_with(&["--set", &admin_listen]);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let mut config = skiff_client::ClientConfig::new(&broker.addr);
+        config.client_id = "test-setup".into();
+        config.enable_metrics_push = false;
+        let client = skiff_client::Client::new(config).expect("client");
+        skiff_client::Admin::new(client.clone())
+            .alter_client_metrics(
+                "everything",
+                &[("metrics", skiff_client::AlterConfigOp::Set, "*")],
+            )
+            .await
+            .expect("subscribe every client to every metric");
+        client.close().await;
+    });
+
+    // `topic list` is one Metadata round trip: it ends before any periodic push is due.
+    let out = skiff(&broker, &["topic", "list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let out = skiff(&broker, &["clients", "--admin", &admin, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let list: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("json");
+    let cli: Vec<&serde_json::Value> = list
+        .as_array()
+        .expect("array")
+        .iter()
+        .filter(|v| v["telemetry"]["client_id"] == "skiff-cli")
+        .collect();
+    // The `clients` command itself talks HTTP only; the one Kafka client was `topic list`'s.
+    assert_eq!(cli.len(), 1, "{list:#}");
+    let telemetry = &cli[0]["telemetry"];
+    assert_eq!(telemetry["terminating"], true, "{telemetry:#}");
+    assert!(
+        telemetry["last_successful_push_ms"].is_number(),
+        "{telemetry:#}"
+    );
+    assert!(
+        telemetry["metrics"]
+            .as_array()
+            .is_some_and(|m| !m.is_empty()),
+        "{telemetry:#}"
+    );
+}

@@ -128,6 +128,7 @@ pub async fn run(conn: Conn, args: ConsumeArgs) -> CmdResult {
         consumer.commit().await.ok();
     }
     consumer.close().await.ok();
+    client.close().await;
     if !args.quiet {
         let secs = start.elapsed().as_secs_f64().max(1e-9);
         eprintln!(

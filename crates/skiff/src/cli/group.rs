@@ -24,6 +24,13 @@ pub enum GroupCommand {
 
 pub async fn run(conn: Conn, command: GroupCommand) -> CmdResult {
     let admin = Admin::new(conn.client()?);
+    let result = execute(&admin, &conn, command).await;
+    // Closing sends the terminating telemetry push (KIP-714) when the broker asked for metrics.
+    admin.client().close().await;
+    result
+}
+
+async fn execute(admin: &Admin, conn: &Conn, command: GroupCommand) -> CmdResult {
     match command {
         GroupCommand::List => {
             let groups = admin.list_groups().await?;

@@ -55,7 +55,7 @@ pub async fn run(conn: Conn, args: ProduceArgs) -> CmdResult {
         AcksArg::All => Acks::All,
     };
     let producer = Producer::new(
-        client,
+        client.clone(),
         ProducerConfig {
             acks,
             idempotent: acks == Acks::All,
@@ -123,7 +123,9 @@ pub async fn run(conn: Conn, args: ProduceArgs) -> CmdResult {
             Err(e) => first_error = first_error.or(Some(e)),
         }
     }
-    producer.close().await?;
+    let closed = producer.close().await;
+    client.close().await;
+    closed?;
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     if !args.quiet {
         eprintln!(

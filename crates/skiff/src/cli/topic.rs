@@ -40,6 +40,13 @@ pub enum TopicCommand {
 
 pub async fn run(conn: Conn, command: TopicCommand) -> CmdResult {
     let admin = Admin::new(conn.client()?);
+    let result = execute(&admin, &conn, command).await;
+    // Closing sends the terminating telemetry push (KIP-714) when the broker asked for metrics.
+    admin.client().close().await;
+    result
+}
+
+async fn execute(admin: &Admin, conn: &Conn, command: TopicCommand) -> CmdResult {
     match command {
         TopicCommand::Create {
             name,
