@@ -335,12 +335,16 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A broker with its admin HTTP listener on a free port; returns it and the admin base URL.
+fn start_broker_with_admin() -> (Broker, String) {
+    let port = free_port();
+    let broker = start_broker_with(&["--set", &format!("admin.listen=127.0.0.1:{port}")]);
+    (broker, format!("http://127.0.0.1:{port}"))
+}
+
 #[test]
 fn clients_lists_and_shows_instances_from_the_admin_http() {
-    let port = free_port();
-    let admin_listen = format!("admin.listen=127.0.0.1:{port}");
-    let admin = format!("http://127.0.0.1:{port}");
-    let broker = start_broker_with(&["--set", &admin_listen]);
+    let (broker, admin) = start_broker_with_admin();
     let out = skiff(&broker, &["topic", "create", "seen", "--partitions", "2"]);
     assert!(out.status.success(), "{}", stderr(&out));
 
@@ -460,10 +464,7 @@ fn clients_lists_and_shows_instances_from_the_admin_http() {
 
 #[test]
 fn a_short_client_command_still_reports_its_metrics_with_a_terminating_push() {
-    let port = free_port();
-    let admin_listen = format!("admin.listen=127.0.0.1:{port}");
-    let admin = format!("http://127.0.0.1:{port}");
-    let broker = start_broker_with(&["--set", &admin_listen]);
+    let (broker, admin) = start_broker_with_admin();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         let mut config = skiff_client::ClientConfig::new(&broker.addr);
