@@ -117,7 +117,9 @@ fn produce(bootstrap: &str, topic: &str, acks: &str, args: &Args) -> Result<Stri
                         return Err("timed out".into());
                     }
                     record = r;
-                    producer.poll(Duration::from_millis(1));
+                    // The queue is full: wait for deliveries (the polling thread serves them)
+                    // instead of spinning, which would take CPU from the broker under test.
+                    std::thread::sleep(Duration::from_millis(1));
                 }
             }
         }
@@ -218,11 +220,17 @@ fn main() {
     for (name, bootstrap) in &args.targets {
         let t1 = format!("bench-{run}-acks1");
         let tall = format!("bench-{run}-acksall");
-        for (phase, result) in [
+        let produced = [
             ("produce acks=1", produce(bootstrap, &t1, "1", &args)),
             ("produce acks=all", produce(bootstrap, &tall, "all", &args)),
-            ("consume assign", consume(bootstrap, &tall, &args)),
-        ] {
+        ];
+        let consumed = if name == "mock" {
+            // It keeps only the last few megabytes of a partition: nothing to read back.
+            Ok("skipped (the mock cluster keeps only recent data)".to_string())
+        } else {
+            consume(bootstrap, &tall, &args)
+        };
+        for (phase, result) in produced.into_iter().chain([("consume assign", consumed)]) {
             match result {
                 Ok(line) => println!("{name:<8} {phase:<16} {line}"),
                 Err(e) => println!("{name:<8} {phase:<16} FAILED: {e}"),
