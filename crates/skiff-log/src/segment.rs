@@ -679,4 +679,33 @@ mod tests {
             None
         );
     }
+
+    #[test]
+    fn vectored_positional_writes_and_unzeroed_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = OpenOptions::new()
+            .create_new(true)
+            .read(true)
+            .write(true)
+            .open(dir.path().join("f"))
+            .unwrap();
+        // Empty slices are skipped; more slices than one call takes are written in windows.
+        let pieces: Vec<[u8; 1]> = (0..3_000u32).map(|i| [(i % 251) as u8]).collect();
+        let mut parts: Vec<IoSlice<'_>> = std::iter::once(IoSlice::new(&[]))
+            .chain(pieces.iter().map(|p| IoSlice::new(p)))
+            .chain(std::iter::once(IoSlice::new(&[])))
+            .collect();
+        write_all_vectored_at(&file, &mut parts, 5).unwrap();
+        let mut none: [IoSlice<'_>; 0] = [];
+        write_all_vectored_at(&file, &mut none, 0).unwrap();
+
+        let read = read_exact_at_uninit(&file, 3_000, 5).unwrap();
+        let expected: Vec<u8> = pieces.iter().map(|p| p[0]).collect();
+        assert_eq!(read, expected);
+        assert_eq!(read_exact_at_uninit(&file, 0, 0).unwrap(), Vec::<u8>::new());
+        // The 5 bytes before the write are a hole (zeros); reading past the end is an error.
+        assert_eq!(read_exact_at_uninit(&file, 5, 0).unwrap(), vec![0; 5]);
+        let past_end = read_exact_at_uninit(&file, 10, 3_000).unwrap_err();
+        assert_eq!(past_end.kind(), ErrorKind::UnexpectedEof);
+    }
 }
