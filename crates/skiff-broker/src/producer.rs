@@ -169,44 +169,41 @@ impl ProducerStates {
     }
 }
 
-/// How far back (in offsets) a restart looks for idempotent producers' recent batches. A retry
-/// after a crash re-sends the batches at the tail, so the tail is what duplicate detection needs.
+/// A restart always looks at least this many offsets back for idempotent producers' batches.
 const REBUILD_WINDOW: i64 = 10_000;
-const REBUILD_CHUNK: usize = 1024 * 1024;
+/// ...and at least this far back in time: a producer retries a batch whose acknowledgement was
+/// lost for up to its `delivery.timeout.ms` (2 minutes by default), so every batch appended in the
+/// last five minutes must be recognisable as a duplicate after a restart, however busy the
+/// partition was (at a million records a second, 10,000 offsets are only 10 ms).
+const REBUILD_HORIZON_MS: i64 = 5 * 60 * 1000;
 
 /// Rebuilds the sequence state of a partition from the batch headers at the tail of its log,
 /// as Kafka's recovery does: a producer's batch retried after a crash is then recognised as a
-/// duplicate instead of being appended twice.
-pub fn rebuild_from_log(log: &skiff_log::PartitionLog) -> ProducerStates {
-    let mut states = ProducerStates::default();
+/// duplicate instead of being appended twice. The tail is the last [`REBUILD_WINDOW`] offsets or
+/// the batches of the last [`REBUILD_HORIZON_MS`] (by batch timestamp), whichever reaches further
+/// back; only batch headers are read.
+pub fn rebuild_from_log(log: &skiff_log::PartitionLog, now_ms: i64) -> ProducerStates {
     let end = log.log_end_offset();
-    let mut offset = log.log_start_offset().max(end - REBUILD_WINDOW);
-    while offset < end {
-        let Ok(read) = log.read(offset, REBUILD_CHUNK) else {
-            break;
-        };
-        if read.records.is_empty() {
-            break;
+    let recent = log
+        .offset_for_timestamp(now_ms.saturating_sub(REBUILD_HORIZON_MS))
+        .ok()
+        .flatten()
+        .map_or(end, |found| found.offset);
+    let from = recent.min(end.saturating_sub(REBUILD_WINDOW));
+    let mut states = ProducerStates::default();
+    let walked = log.for_each_batch_header(from, |header| {
+        if header.producer_id >= 0 {
+            states.record(
+                header.producer_id,
+                header.producer_epoch,
+                header.base_sequence,
+                header.base_sequence.wrapping_add(header.last_offset_delta),
+                header.base_offset,
+            );
         }
-        let before = offset;
-        for batch in skiff_records::RecordBatches::new(read.records) {
-            let Ok(batch) = batch else { break };
-            if batch.producer_id() >= 0 {
-                states.record(
-                    batch.producer_id(),
-                    batch.producer_epoch(),
-                    batch.base_sequence(),
-                    batch
-                        .base_sequence()
-                        .wrapping_add(batch.last_offset_delta()),
-                    batch.base_offset(),
-                );
-            }
-            offset = offset.max(batch.next_offset());
-        }
-        if offset == before {
-            break;
-        }
+    });
+    if let Err(e) = walked {
+        tracing::warn!(dir = %log.dir().display(), error = %e, "producer state rebuilt from part of the log tail");
     }
     states
 }
@@ -278,7 +275,7 @@ mod tests {
             log.append(b.build().expect("batch").into_bytes(), 1)
                 .expect("append");
         }
-        let states = rebuild_from_log(&log);
+        let states = rebuild_from_log(&log, 1);
         assert_eq!(
             states.check(9, 2, 3, 5),
             Ok(SequenceCheck::Duplicate { base_offset: 3 })
@@ -288,6 +285,44 @@ mod tests {
             states.check(9, 2, 7, 7),
             Err(error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER)
         );
+    }
+
+    /// An idempotent producer's batch followed by 12,000 other records (more than the offset
+    /// window), all stamped `timestamp`; returns the log.
+    fn busy_log(dir: &std::path::Path, timestamp: i64) -> skiff_log::PartitionLog {
+        let mut log =
+            skiff_log::PartitionLog::open(dir, skiff_log::LogConfig::default()).expect("open");
+        let mut b = skiff_records::RecordBatchBuilder::new().producer(9, 0, 0);
+        b.append(timestamp, None, Some(b"mine"), &[])
+            .expect("append");
+        log.append(b.build().expect("batch").into_bytes(), timestamp)
+            .expect("append");
+        for _ in 0..12 {
+            let mut b = skiff_records::RecordBatchBuilder::new();
+            for _ in 0..1_000 {
+                b.append(timestamp, None, Some(b"other"), &[])
+                    .expect("append");
+            }
+            log.append(b.build().expect("batch").into_bytes(), timestamp)
+                .expect("append");
+        }
+        log
+    }
+
+    #[test]
+    fn a_busy_partition_still_knows_the_producers_of_the_last_minutes() {
+        let now = 1_800_000_000_000;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = busy_log(dir.path(), now - 60_000);
+        // Its one batch is 12,001 offsets back but a minute old: a retry is still a duplicate.
+        assert_eq!(
+            rebuild_from_log(&log, now).check(9, 0, 0, 0),
+            Ok(SequenceCheck::Duplicate { base_offset: 0 })
+        );
+        // An hour later it is outside both windows, and the producer is unknown again.
+        let states = rebuild_from_log(&log, now + 3_600_000);
+        assert_eq!(states.check(9, 0, 0, 0), Ok(SequenceCheck::Append));
+        assert!(states.producers.is_empty());
     }
 
     #[test]

@@ -352,7 +352,7 @@ impl Broker {
         let log = PartitionLog::open(&dir, config)
             .with_context(|| format!("opening partition {}-{index}", info.name))?;
         let end = log.log_end_offset();
-        let producers = crate::producer::rebuild_from_log(&log);
+        let producers = crate::producer::rebuild_from_log(&log, now_ms());
         let log = Arc::new(Mutex::new(log));
         let committer = always.then(|| GroupCommitter::spawn(Arc::clone(&log)));
         Ok(Arc::new(Partition {

@@ -452,6 +452,28 @@ impl PartitionLog {
         })
     }
 
+    /// Visits the headers of the batches from the one holding `from_offset` (clamped to the log
+    /// start) to the log end, in order. Reads one 61-byte header per batch and no record bytes,
+    /// so a long stretch of large batches is cheap (used to rebuild producer state at start).
+    pub fn for_each_batch_header(
+        &self,
+        from_offset: i64,
+        mut visit: impl FnMut(&BatchHeader),
+    ) -> Result<()> {
+        let from = from_offset.max(self.log_start_offset);
+        for segment in self.segments().filter(|s| s.next_offset() > from) {
+            let Some((mut position, _)) = segment.find(from)? else {
+                continue;
+            };
+            while position < segment.size() {
+                let header = segment.header_at(position)?;
+                visit(&header);
+                position += header.total_len() as u64;
+            }
+        }
+        Ok(())
+    }
+
     /// First record at or after the log start with a timestamp of at least `timestamp`
     /// (ListOffsets by time). Exact within uncompressed batches; for compressed batches the
     /// batch's first offset (the consumer skips earlier records itself).

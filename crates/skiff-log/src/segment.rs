@@ -462,7 +462,7 @@ impl Segment {
     }
 
     /// Reads and parses the batch header at `position` (a batch boundary).
-    fn header_at(&self, position: u64) -> Result<BatchHeader> {
+    pub(crate) fn header_at(&self, position: u64) -> Result<BatchHeader> {
         let available = self
             .size
             .saturating_sub(position)

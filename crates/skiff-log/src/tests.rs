@@ -238,6 +238,15 @@ fn rolls_segments_and_finds_every_offset_through_the_index() {
     assert!(!batches_of(read).is_empty());
     // Rolled segments were synced on roll.
     assert!(log.durable_offset() > 0);
+
+    // The header walk visits every batch from the one holding the offset, across segments.
+    for from in [-5, 0, 17, 59, 60] {
+        let mut seen = Vec::new();
+        log.for_each_batch_header(from, |h| seen.push((h.base_offset, h.max_timestamp)))
+            .unwrap();
+        let expected: Vec<(i64, i64)> = (from.max(0)..60).map(|o| (o, 1_000 + 10 * o)).collect();
+        assert_eq!(seen, expected, "from {from}");
+    }
 }
 
 #[test]
