@@ -33,6 +33,7 @@ struct Args {
     value_size: usize,
     seconds: u64,
     acks: i16,
+    partitions: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -45,6 +46,7 @@ fn parse_args() -> Result<Args, String> {
         value_size: 1024,
         seconds: 5,
         acks: 1,
+        partitions: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -67,6 +69,7 @@ fn parse_args() -> Result<Args, String> {
             "--value-size" => args.value_size = num(value()?)?,
             "--seconds" => args.seconds = num(value()?)? as u64,
             "--acks" => args.acks = value()?.parse().map_err(|e| format!("{e}"))?,
+            "--partitions" => args.partitions = num(value()?)?.clamp(1, 1024),
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -123,12 +126,12 @@ impl Conn {
     }
 }
 
-async fn create_topic(addr: SocketAddr, topic: &str) -> Result<(), String> {
+async fn create_topic(addr: SocketAddr, topic: &str, partitions: usize) -> Result<(), String> {
     let mut conn = Conn::open(addr).await?;
     let request = Request::CreateTopics(CreateTopicsRequest {
         topics: vec![CreatableTopic {
             name: topic.into(),
-            num_partitions: 1,
+            num_partitions: partitions as i32,
             replication_factor: 1,
             ..Default::default()
         }],
@@ -148,6 +151,7 @@ async fn create_topic(addr: SocketAddr, topic: &str) -> Result<(), String> {
 async fn produce_loop(
     addr: SocketAddr,
     topic: String,
+    partition: i32,
     batch: Bytes,
     records_per_batch: usize,
     args_acks: i16,
@@ -161,7 +165,7 @@ async fn produce_loop(
         topic_data: vec![TopicProduceData {
             name: topic.into(),
             partition_data: vec![PartitionProduceData {
-                index: 0,
+                index: partition,
                 records: Some(batch),
                 ..Default::default()
             }],
@@ -202,16 +206,18 @@ async fn produce_loop(
     Ok((acked, latencies))
 }
 
-/// Fetches the topic from offset 0 until `records` records were returned.
+/// Fetches every partition of the topic from offset 0 until `records` records were returned.
 async fn consume_all(
     addr: SocketAddr,
     topic: &str,
+    partitions: usize,
     records: usize,
     timeout: Duration,
 ) -> Result<(usize, usize, f64), String> {
     let mut conn = Conn::open(addr).await?;
     let start = Instant::now();
-    let (mut offset, mut count, mut bytes) = (0i64, 0usize, 0usize);
+    let mut offsets = vec![0i64; partitions];
+    let (mut count, mut bytes) = (0usize, 0usize);
     while count < records {
         if start.elapsed() > timeout {
             return Err(format!("timed out after {count} records"));
@@ -224,32 +230,45 @@ async fn consume_all(
             session_epoch: -1,
             topics: vec![FetchTopic {
                 topic: topic.into(),
-                partitions: vec![FetchPartition {
-                    partition: 0,
-                    current_leader_epoch: -1,
-                    fetch_offset: offset,
-                    partition_max_bytes: 64 << 20,
-                    ..Default::default()
-                }],
+                partitions: offsets
+                    .iter()
+                    .enumerate()
+                    .map(|(partition, &offset)| FetchPartition {
+                        partition: partition as i32,
+                        current_leader_epoch: -1,
+                        fetch_offset: offset,
+                        partition_max_bytes: (64 << 20) / partitions as i32,
+                        ..Default::default()
+                    })
+                    .collect(),
                 ..Default::default()
             }],
             ..Default::default()
         });
         match conn.call(request, 12).await? {
             Response::Fetch(f) => {
-                let Some(p) = f.responses.first().and_then(|t| t.partitions.first()) else {
+                let Some(t) = f.responses.first() else {
                     return Err("empty fetch response".into());
                 };
-                if p.error_code != 0 {
-                    return Err(format!("fetch error {}", p.error_code));
-                }
-                let data = p.records.clone().unwrap_or_default();
-                bytes += data.len();
-                for batch in skiff_records::RecordBatches::new(data) {
-                    let Ok(batch) = batch else { break };
-                    if batch.next_offset() > offset {
-                        count += (batch.next_offset() - offset.max(batch.base_offset())) as usize;
-                        offset = batch.next_offset();
+                for p in &t.partitions {
+                    if p.error_code != 0 {
+                        return Err(format!("fetch error {}", p.error_code));
+                    }
+                    let Some(offset) = usize::try_from(p.partition_index)
+                        .ok()
+                        .and_then(|i| offsets.get_mut(i))
+                    else {
+                        return Err(format!("unexpected partition {}", p.partition_index));
+                    };
+                    let data = p.records.clone().unwrap_or_default();
+                    bytes += data.len();
+                    for batch in skiff_records::RecordBatches::new(data) {
+                        let Ok(batch) = batch else { break };
+                        if batch.next_offset() > *offset {
+                            count +=
+                                (batch.next_offset() - (*offset).max(batch.base_offset())) as usize;
+                            *offset = batch.next_offset();
+                        }
                     }
                 }
             }
@@ -277,17 +296,18 @@ async fn run_target(
     match mock {
         // The mock cluster has no controller for CreateTopics.
         Some(cluster) => cluster
-            .create_topic(&topic, 1, 1)
+            .create_topic(&topic, args.partitions as i32, 1)
             .map_err(|e| e.to_string())?,
-        None => create_topic(addr, &topic).await?,
+        None => create_topic(addr, &topic, args.partitions).await?,
     }
     let duration = Duration::from_secs(args.seconds);
     let start = Instant::now();
     let tasks: Vec<_> = (0..args.connections)
-        .map(|_| {
+        .map(|connection| {
             tokio::spawn(produce_loop(
                 addr,
                 topic.clone(),
+                (connection % args.partitions) as i32,
                 batch.clone(),
                 args.batch_records,
                 args.acks,
@@ -319,7 +339,14 @@ async fn run_target(
         println!("{name:<8} consume          skipped (the mock cluster keeps only recent data)");
         return Ok(());
     }
-    let (count, bytes, secs) = consume_all(addr, &topic, acked, Duration::from_secs(120)).await?;
+    let (count, bytes, secs) = consume_all(
+        addr,
+        &topic,
+        args.partitions,
+        acked,
+        Duration::from_secs(120),
+    )
+    .await?;
     println!(
         "{name:<8} consume          {:>10.0} rec/s {:>8.1} MB/s  ({} records)",
         count as f64 / secs,
@@ -355,8 +382,9 @@ async fn main() {
         }
     };
     println!(
-        "# {} connections x {} in flight, batches of {} x {} B ({} KiB), {} s per target",
+        "# {} connections x {} in flight to {} partition(s), batches of {} x {} B ({} KiB), {} s per target",
         args.connections,
+        args.partitions,
         args.in_flight,
         args.batch_records,
         args.value_size,
