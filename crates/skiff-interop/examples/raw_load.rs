@@ -147,17 +147,29 @@ async fn create_topic(addr: SocketAddr, topic: &str, partitions: usize) -> Resul
     }
 }
 
-/// One connection producing for `duration`: returns acknowledged records.
+/// What every producing connection does.
+#[derive(Clone, Copy)]
+struct Load {
+    records_per_batch: usize,
+    acks: i16,
+    in_flight: usize,
+    duration: Duration,
+}
+
+/// One connection producing to `partition` for `load.duration`: returns acknowledged records.
 async fn produce_loop(
     addr: SocketAddr,
     topic: String,
     partition: i32,
     batch: Bytes,
-    records_per_batch: usize,
-    args_acks: i16,
-    in_flight: usize,
-    duration: Duration,
+    load: Load,
 ) -> Result<(usize, Vec<Duration>), String> {
+    let Load {
+        records_per_batch,
+        acks: args_acks,
+        in_flight,
+        duration,
+    } = load;
     let mut conn = Conn::open(addr).await?;
     let request = Request::Produce(ProduceRequest {
         acks: args_acks,
@@ -309,10 +321,12 @@ async fn run_target(
                 topic.clone(),
                 (connection % args.partitions) as i32,
                 batch.clone(),
-                args.batch_records,
-                args.acks,
-                args.in_flight,
-                duration,
+                Load {
+                    records_per_batch: args.batch_records,
+                    acks: args.acks,
+                    in_flight: args.in_flight,
+                    duration,
+                },
             ))
         })
         .collect();
