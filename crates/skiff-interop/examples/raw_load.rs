@@ -398,8 +398,8 @@ async fn main() {
     println!(
         "# {} connections x {} in flight to {} partition(s), batches of {} x {} B ({} KiB), {} s per target",
         args.connections,
-        args.partitions,
         args.in_flight,
+        args.partitions,
         args.batch_records,
         args.value_size,
         batch.len() / 1024,
