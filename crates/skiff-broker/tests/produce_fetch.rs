@@ -232,6 +232,50 @@ async fn acks_all_acks_zero_and_pipelined_responses_in_order() {
     broker.stop().await;
 }
 
+/// Large produce requests are appended off the runtime worker (`block_in_place`), which only
+/// exists on the multi-threaded runtime the real broker uses; interleaved with small ones, every
+/// record comes back once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_and_small_appends_on_the_multi_threaded_runtime() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    let id = create_topic(&mut c, "large").await;
+    let big = vec![b'x'; 100 * 1024];
+    let mut expected = Vec::new();
+    for round in 0..4u8 {
+        let large: Vec<Vec<u8>> = (0..3).map(|i| [&[round, i][..], &big].concat()).collect();
+        let refs: Vec<&[u8]> = large.iter().map(Vec::as_slice).collect();
+        let r = produce(&mut c, "large", -1, batch(&refs), 9).await;
+        assert_eq!(r.error_code, 0);
+        let small = vec![round];
+        let r = produce(&mut c, "large", 1, batch(&[&small]), 9).await;
+        assert_eq!(r.error_code, 0);
+        expected.extend(large);
+        expected.push(small);
+    }
+    let mut got = Vec::new();
+    while got.len() < expected.len() {
+        let offset = got.len() as i64;
+        match c.call(fetch_request("large", id, offset, 0, 1), 13).await {
+            Response::Fetch(f) => {
+                let p = &f.responses[0].partitions[0];
+                assert_eq!(p.error_code, 0);
+                let values = values_of(p.records.as_ref().expect("records"));
+                assert!(!values.is_empty());
+                got.extend(
+                    values
+                        .into_iter()
+                        .filter(|(o, _)| *o >= offset)
+                        .map(|(_, v)| v),
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(got == expected, "records differ");
+    broker.stop().await;
+}
+
 #[tokio::test]
 async fn flush_always_also_syncs_acks_1_and_acks_0_appends_without_waiting_for_them() {
     let broker = TestBroker::start().await;

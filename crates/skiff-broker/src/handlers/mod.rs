@@ -101,10 +101,28 @@ pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
 }
 
 /// Routes a decoded request to its handler.
+/// Produce requests carrying at least this many record bytes are appended off the worker.
+const LARGE_WRITE: usize = 64 * 1024;
+
+/// Runs a handler that writes a lot to partition files. On the multi-threaded runtime the worker
+/// first hands its other tasks to another thread, so a write the kernel throttles (dirty page
+/// limits) stalls this request only, not every connection scheduled on the same worker (acks=1
+/// p99 under a saturating load went from ~250–375 ms to ~120 ms). The hand-off costs a few tens
+/// of microseconds, a third of the throughput of tiny requests, hence only for large ones.
+fn off_worker<T>(handler: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(handler),
+        _ => handler(),
+    }
+}
+
 pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
     match request {
         Request::ApiVersions(r) => api_versions::handle(ctx, r).into(),
         Request::Metadata(r) => metadata::handle(ctx, r).into(),
+        Request::Produce(r) if produce::records_bytes(&r) >= LARGE_WRITE => {
+            off_worker(|| produce::handle(ctx, r))
+        }
         Request::Produce(r) => produce::handle(ctx, r),
         Request::Fetch(r) => fetch::handle(ctx, r),
         Request::FindCoordinator(r) => groups::find_coordinator(ctx, r).into(),

@@ -28,6 +28,16 @@ struct Appended {
     log_start_offset: i64,
 }
 
+/// Record bytes in a request, over every topic and partition.
+pub fn records_bytes(request: &ProduceRequest) -> usize {
+    request
+        .topic_data
+        .iter()
+        .flat_map(|t| &t.partition_data)
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+        .sum()
+}
+
 pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
     let acks = request.acks;
     let now = now_ms();
