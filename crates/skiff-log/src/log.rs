@@ -7,7 +7,9 @@ use std::io::IoSlice;
 use std::path::{Path, PathBuf};
 
 use bytes::{Bytes, BytesMut};
-use skiff_records::{BatchHeader, LOG_OVERHEAD, NO_TIMESTAMP, RecordBatchMut, RecordsError};
+use skiff_records::{
+    BatchHeader, NO_TIMESTAMP, RecordBatchMut, RecordsError, UNCHECKED_PREFIX_LEN,
+};
 
 use crate::checkpoint;
 use crate::config::{FlushPolicy, LogConfig, RecoveryMode, TimestampPolicy};
@@ -15,10 +17,6 @@ use crate::error::{IoContext, LogError, Result};
 use crate::segment::{
     INDEX_SUFFIX, LOG_SUFFIX, ScanEnd, Segment, TIME_INDEX_SUFFIX, parse_file_name,
 };
-
-/// The bytes of a batch that an append rewrites without touching the CRC: base offset, batch
-/// length (unchanged, but contiguous) and partition leader epoch.
-const REWRITTEN_PREFIX_LEN: usize = LOG_OVERHEAD + 4;
 
 /// What an append did, for the Produce response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -259,7 +257,7 @@ impl PartitionLog {
     /// interleaved with slices of `batches`.
     fn append_unchanged_bodies(&mut self, batches: &[u8], now_ms: i64) -> Result<AppendInfo> {
         let mut headers = Vec::new();
-        let mut prefixes: Vec<[u8; REWRITTEN_PREFIX_LEN]> = Vec::new();
+        let mut prefixes: Vec<[u8; UNCHECKED_PREFIX_LEN]> = Vec::new();
         let mut bodies: Vec<&[u8]> = Vec::new();
         let mut next_offset = self.log_end_offset;
         let mut rest = batches;
@@ -282,13 +280,9 @@ impl PartitionLog {
             next_offset = next_offset
                 .checked_add(i64::from(header.last_offset_delta) + 1)
                 .ok_or(LogError::OffsetOverflow)?;
-            let mut prefix = [0u8; REWRITTEN_PREFIX_LEN];
-            prefix[..8].copy_from_slice(&header.base_offset.to_be_bytes());
-            prefix[8..12].copy_from_slice(&header.batch_length.to_be_bytes());
-            prefix[12..].copy_from_slice(&header.partition_leader_epoch.to_be_bytes());
-            prefixes.push(prefix);
+            prefixes.push(header.unchecked_prefix());
             // `parse_validated` checked the batch holds at least a full header.
-            bodies.push(batch.get(REWRITTEN_PREFIX_LEN..).unwrap_or_default());
+            bodies.push(batch.get(UNCHECKED_PREFIX_LEN..).unwrap_or_default());
             headers.push(header);
         }
         let mut parts: Vec<IoSlice<'_>> = prefixes

@@ -26,6 +26,9 @@ pub const NO_PARTITION_LEADER_EPOCH: i32 = -1;
 pub const NO_TIMESTAMP: i64 = -1;
 
 const MAGIC_OFFSET: usize = 16;
+/// Base offset, batch length and partition leader epoch: the bytes before the magic, which the
+/// CRC does not cover, so a broker can rewrite them without touching the rest of the batch.
+pub const UNCHECKED_PREFIX_LEN: usize = MAGIC_OFFSET;
 const CRC_OFFSET: usize = 17;
 /// The CRC covers attributes through the end of the batch, so the base offset and the partition
 /// leader epoch can be rewritten without touching it.
@@ -177,6 +180,24 @@ impl BatchHeader {
         }
         validate_payload(&header, bytes)?;
         Ok(header)
+    }
+
+    /// This header's base offset, batch length and partition leader epoch as they are written
+    /// at the start of a batch ([`UNCHECKED_PREFIX_LEN`] bytes, outside the CRC). Writing these
+    /// in front of the rest of an unchanged batch gives the bytes [`RecordBatchMut`]'s
+    /// `set_base_offset` and `set_partition_leader_epoch` would produce, without a copy.
+    pub fn unchecked_prefix(&self) -> [u8; UNCHECKED_PREFIX_LEN] {
+        let mut prefix = [0u8; UNCHECKED_PREFIX_LEN];
+        let fields = self
+            .base_offset
+            .to_be_bytes()
+            .into_iter()
+            .chain(self.batch_length.to_be_bytes())
+            .chain(self.partition_leader_epoch.to_be_bytes());
+        for (slot, byte) in prefix.iter_mut().zip(fields) {
+            *slot = byte;
+        }
+        prefix
     }
 
     /// Size of the whole batch in bytes, including the 12-byte log overhead.

@@ -20,7 +20,7 @@ mod wire;
 pub use batch::{
     BATCH_HEADER_LEN, BatchHeader, Compression, LOG_OVERHEAD, MAGIC_V2, NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, RecordBatch, RecordBatchMut,
-    RecordBatches, RecordBatchesMut, TimestampType,
+    RecordBatches, RecordBatchesMut, TimestampType, UNCHECKED_PREFIX_LEN,
 };
 pub use builder::RecordBatchBuilder;
 pub use error::{RecordsError, Result};

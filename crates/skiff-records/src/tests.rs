@@ -77,6 +77,27 @@ fn hand_made_batch_parses_with_every_field() {
 }
 
 #[test]
+fn unchecked_prefix_is_what_the_in_place_rewrite_writes() {
+    let mut rewritten = hand_made_batch();
+    let mut batch = RecordBatchMut::new(&mut rewritten).unwrap();
+    batch.set_base_offset(123_456_789);
+    batch.set_partition_leader_epoch(77);
+    let header = *batch.header();
+    let prefix = header.unchecked_prefix();
+    assert_eq!(prefix[..], rewritten[..UNCHECKED_PREFIX_LEN]);
+    // Prefix + the untouched rest of the original = the rewritten batch, still valid.
+    let original = hand_made_batch();
+    let spliced = [&prefix[..], &original[UNCHECKED_PREFIX_LEN..]].concat();
+    assert_eq!(spliced, rewritten);
+    assert_eq!(
+        RecordBatch::parse(Bytes::from(spliced))
+            .unwrap()
+            .base_offset(),
+        123_456_789
+    );
+}
+
+#[test]
 fn builder_matches_hand_made_layout() {
     let mut builder = RecordBatchBuilder::new()
         .base_offset(100)
