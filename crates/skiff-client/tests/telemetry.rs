@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TIMEOUT, TestBroker, client_config};
+use common::{Proxy, TIMEOUT, TestBroker, client_config};
 use skiff_client::{Admin, Client, NewTopic, Producer, ProducerConfig, ProducerRecord};
 use skiff_protocol::generated::IncrementalAlterConfigsRequest;
 use skiff_protocol::generated::incremental_alter_configs_request::{
@@ -184,4 +184,44 @@ async fn a_client_with_metrics_push_disabled_never_asks() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(view(&broker, &quiet).is_some_and(|v| v.last_push_ms.is_none()));
     quiet.close().await;
+}
+
+#[tokio::test]
+async fn a_client_closed_before_its_subscription_arrived_asks_for_it_and_still_reports() {
+    let (proxy, broker) = Proxy::with_broker().await;
+    let admin = Client::new(client_config(&broker.addr.to_string())).expect("admin client");
+    subscribe(&admin, "everything", "*", "60000").await;
+    admin.close().await;
+
+    // The background task's GetTelemetrySubscriptions never reaches the broker, so at close the
+    // client does not know it is subscribed (as when it closes before the task ever ran).
+    proxy.rules(|r| r.drop_telemetry_subscription_requests = 1);
+    let client = Client::new(client_config(&proxy.addr.to_string())).expect("client");
+    client.refresh_metadata(None).await.expect("metadata");
+    let asked = |proxy: &Proxy| {
+        proxy
+            .seen()
+            .iter()
+            .filter(|s| {
+                s.api == ApiKey::GetTelemetrySubscriptions
+                    && s.instance_id == Some(client.instance_id())
+            })
+            .count()
+    };
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while asked(&proxy) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no subscription request"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(client.telemetry_subscription().is_none());
+
+    client.close().await;
+    assert_eq!(asked(&proxy), 2, "close asked for the subscription again");
+    let v = view(&broker, &client).expect("the instance is known");
+    assert!(v.terminating, "{v:?}");
+    assert_eq!(v.last_error_code, error_codes::NONE, "{v:?}");
+    assert!(v.last_successful_push_ms.is_some(), "{v:?}");
 }

@@ -129,6 +129,9 @@ pub struct Rules {
     pub drop_heartbeat_responses: usize,
     /// Add this to the epoch of the next heartbeat with epoch > 0 (the broker then fences).
     pub bump_next_heartbeat_epoch: Option<i32>,
+    /// Swallow this many GetTelemetrySubscriptions requests (the broker never sees them, the
+    /// client waits for an answer that does not come).
+    pub drop_telemetry_subscription_requests: usize,
     /// Re-encode the next request of this API with a different header instance ID.
     pub swap_instance_id_of: Option<ApiKey>,
 }
@@ -289,6 +292,13 @@ fn on_request(
         instance_id: parsed.header.instance_id(),
         request: request.clone(),
     });
+    if parsed.api_key == ApiKey::GetTelemetrySubscriptions
+        && state.rules.drop_telemetry_subscription_requests > 0
+    {
+        state.rules.drop_telemetry_subscription_requests -= 1;
+        inflight.lock().unwrap().remove(&parsed.correlation_id());
+        return Vec::new();
+    }
     let mut rewritten: Option<(Request, Option<Uuid>)> = None;
     if state.rules.swap_instance_id_of == Some(parsed.api_key) {
         state.rules.swap_instance_id_of = None;
