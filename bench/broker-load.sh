@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Broker-only throughput of Skiff against tansu and librdkafka's mock cluster, in one run:
-#   1. the disk's own batched-fdatasync rate (the ceiling for acks=all with flush = always),
-#   2. raw_load (pipelined prebuilt 1 MiB batches of 1 KiB records) with acks=1 and acks=all,
+#   1. the disk's own ceilings: batched-fdatasync rate (acks=all with flush = always), direct
+#      sequential write rate (any durable log, any acks) and page-cache intake (fdatasync_probe),
+#   2. raw_load (pipelined prebuilt 1 MiB batches of 1 KiB records) with acks=1 and acks=all on
+#      one partition, and acks=1 on four,
 #   3. peer_bench (the same brokers through librdkafka, 1 KiB records) unless --no-client.
 # Figures are printed, never asserted. Loopback only; every process started here is stopped here.
 #
@@ -43,7 +45,7 @@ wait_port() {
   echo "nothing listening on $1" >&2; return 1
 }
 
-echo "== disk: batched fdatasync rate in $data_root"
+echo "== disk: write ceilings in $data_root"
 mkdir -p "$data_root"
 target/release/examples/fdatasync_probe --dir "$data_root" --seconds 3
 
@@ -71,9 +73,11 @@ run_round() { # acks
   pids=()
 }
 
-for acks in 1 -1; do
-  echo "== broker-only load, acks=$acks"
-  run_round target/release/examples/raw_load --acks "$acks" --seconds "$seconds"
+for load in "1 1" "-1 1" "1 4"; do
+  read -r acks partitions <<<"$load"
+  echo "== broker-only load, acks=$acks, $partitions partition(s)"
+  run_round target/release/examples/raw_load --acks "$acks" --partitions "$partitions" \
+    --seconds "$seconds"
 done
 if [[ $client == 1 ]]; then
   echo "== through librdkafka (rdkafka 0.39)"

@@ -1,9 +1,14 @@
-//! The disk's own batched-fdatasync rate: the ceiling for `acks=all` under `flush = always`.
+//! The disk's own write ceilings, measured the way a log writes:
 //!
-//! Appends chunks to a file in a directory on the disk under test and calls `fdatasync` after
-//! every `k` chunks, for several `k`, printing MB/s and syncs/s for each. An `acks=all` produce
-//! benchmark (e.g. `raw_load --acks -1`) is then compared with the best of these figures: a
-//! group-committing log cannot beat the disk, and should come close to it.
+//! - **batched fdatasync**: chunks appended to a file, `fdatasync` after every `k` chunks, for
+//!   several `k` (MB/s and syncs/s each). The best of these is the ceiling for `acks=all` under
+//!   `flush = always`: a group-committing log cannot beat it, and should come close to it.
+//! - **direct sequential write**: aligned chunks appended to a new file with `O_DIRECT` (the
+//!   device's DMA, no page cache, no sync). No log that keeps every byte on this disk sustains
+//!   more than this, whatever the acks: it bounds `acks=1` too, beyond short bursts.
+//! - **page-cache write**: buffered appends to a new file, never synced: what the kernel takes
+//!   in when nothing waits for the disk, i.e. the intake of a log written through the page cache
+//!   (on a VM whose free memory is handed back to the host, every new page costs a fault there).
 //!
 //! ```sh
 //! cargo run --release -p skiff-log --example fdatasync_probe -- --dir ./skiff-data --seconds 3
@@ -13,7 +18,8 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
-use std::path::PathBuf;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 struct Args {
@@ -82,6 +88,47 @@ fn round(
     Ok((bytes, syncs, start.elapsed()))
 }
 
+/// Block alignment for `O_DIRECT`: buffer address, file offset and length.
+const DIRECT_ALIGN: usize = 4096;
+
+/// Appends `chunk` to a new file at `path` for `budget`, opened with `extra_flags`; no sync.
+/// Returns bytes written and the time taken; the file is removed.
+fn stream_round(
+    path: &Path,
+    chunk: &[u8],
+    extra_flags: rustix::fs::OFlags,
+    budget: Duration,
+) -> std::io::Result<(u64, Duration)> {
+    let mut file = OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .custom_flags(extra_flags.bits() as i32)
+        .open(path)?;
+    let mut bytes = 0u64;
+    let start = Instant::now();
+    let written = loop {
+        if start.elapsed() >= budget {
+            break Ok(());
+        }
+        if let Err(err) = file.write_all(chunk) {
+            break Err(err);
+        }
+        bytes += chunk.len() as u64;
+    };
+    let took = start.elapsed();
+    drop(file);
+    std::fs::remove_file(path)?;
+    written.map(|()| (bytes, took))
+}
+
+/// A `len`-byte slice of `storage` whose address is `DIRECT_ALIGN`-aligned (`O_DIRECT` needs it).
+fn aligned(storage: &mut Vec<u8>, len: usize) -> &[u8] {
+    storage.clear();
+    storage.resize(len + DIRECT_ALIGN, 0x5a);
+    let start = storage.as_ptr().align_offset(DIRECT_ALIGN);
+    storage.get(start..start + len).unwrap_or_default()
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse_args()?;
     std::fs::create_dir_all(&args.dir)?;
@@ -126,5 +173,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::remove_file(&path)?;
     result?;
     println!("best batched fdatasync rate: {best:.1} MB/s");
+
+    let budget = Duration::from_secs_f64(args.seconds);
+    let direct_chunk = args.chunk.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+    let mut storage = Vec::new();
+    match stream_round(
+        &path,
+        aligned(&mut storage, direct_chunk),
+        rustix::fs::OFlags::DIRECT,
+        budget,
+    ) {
+        Ok((bytes, took)) => println!(
+            "direct sequential write (O_DIRECT, no sync): {:.1} MB/s",
+            bytes as f64 / took.as_secs_f64() / 1e6
+        ),
+        // tmpfs and some other file systems refuse O_DIRECT: there is no device to measure.
+        Err(err) => println!("direct sequential write: not measured ({err})"),
+    }
+    let (bytes, took) = stream_round(&path, &chunk, rustix::fs::OFlags::empty(), budget)?;
+    println!(
+        "page-cache write (buffered, never synced): {:.1} MB/s",
+        bytes as f64 / took.as_secs_f64() / 1e6
+    );
     Ok(())
 }
