@@ -15,6 +15,7 @@ mod kv_log;
 mod node_file;
 pub mod otlp;
 pub mod producer;
+mod producer_snapshot;
 mod server;
 pub mod state;
 

@@ -4,7 +4,11 @@
 //! must continue the last sequence (wrapping at i32::MAX); a retried batch identical to one of
 //! the last five is acknowledged with its original offsets and not appended again; an older epoch
 //! is fenced; a new epoch starts at sequence 0; a producer the partition has no state for is
-//! accepted at any sequence (its state may have gone with retention).
+//! accepted at any sequence (its state may have gone with retention or expiry).
+//!
+//! A producer idle for [`PRODUCER_EXPIRATION_MS`] is forgotten (Kafka's
+//! `producer.id.expiration.ms`), so short-lived producers do not pile up. The state survives
+//! restarts through snapshot files ([`crate::producer_snapshot`]) plus the log tail after them.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -15,7 +19,10 @@ use skiff_protocol::error_codes;
 use crate::node_file::write_atomically;
 
 /// How many recent batches per producer are remembered for duplicate detection (Kafka: 5).
-const RECENT_BATCHES: usize = 5;
+pub(crate) const RECENT_BATCHES: usize = 5;
+/// A producer with no append for this long is forgotten (Kafka's `producer.id.expiration.ms`
+/// default, one day).
+pub const PRODUCER_EXPIRATION_MS: i64 = 24 * 60 * 60 * 1000;
 /// Producer IDs are reserved on disk in blocks, so a restart never hands one out twice.
 const ID_BLOCK: i64 = 1000;
 const ID_FILE: &str = "producer-ids";
@@ -77,16 +84,19 @@ pub enum SequenceCheck {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct BatchMeta {
-    first_seq: i32,
-    last_seq: i32,
-    base_offset: i64,
+pub(crate) struct BatchMeta {
+    pub(crate) first_seq: i32,
+    pub(crate) last_seq: i32,
+    pub(crate) base_offset: i64,
 }
 
 #[derive(Debug, Clone, Default)]
-struct ProducerEntry {
-    epoch: i16,
-    recent: VecDeque<BatchMeta>,
+pub(crate) struct ProducerEntry {
+    pub(crate) epoch: i16,
+    /// When the producer last appended (broker clock; the batch timestamp when rebuilt from the
+    /// log, as Kafka does): what expiry is measured from.
+    pub(crate) last_append_ms: i64,
+    pub(crate) recent: VecDeque<BatchMeta>,
 }
 
 /// Sequence state of the idempotent producers writing to one partition.
@@ -141,7 +151,7 @@ impl ProducerStates {
         }
     }
 
-    /// Remembers an appended batch.
+    /// Remembers a batch appended at `now_ms`.
     pub fn record(
         &mut self,
         producer_id: i64,
@@ -149,11 +159,13 @@ impl ProducerStates {
         first_seq: i32,
         last_seq: i32,
         base_offset: i64,
+        now_ms: i64,
     ) {
         if producer_id < 0 {
             return;
         }
         let entry = self.producers.entry(producer_id).or_default();
+        entry.last_append_ms = entry.last_append_ms.max(now_ms);
         if epoch != entry.epoch {
             entry.epoch = epoch;
             entry.recent.clear();
@@ -167,6 +179,55 @@ impl ProducerStates {
             base_offset,
         });
     }
+
+    /// Forgets the producers idle for [`PRODUCER_EXPIRATION_MS`]; returns how many.
+    pub fn expire(&mut self, now_ms: i64) -> usize {
+        let before = self.producers.len();
+        let horizon = now_ms.saturating_sub(PRODUCER_EXPIRATION_MS);
+        self.producers
+            .retain(|_, entry| entry.last_append_ms > horizon);
+        before - self.producers.len()
+    }
+
+    /// How many producers are known.
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+
+    /// Every producer, in producer ID order (so a snapshot of the same state is the same bytes).
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
+        let mut ids: Vec<i64> = self.producers.keys().copied().collect();
+        ids.sort_unstable();
+        ids.into_iter()
+            .filter_map(|id| self.producers.get(&id).map(|entry| (id, entry)))
+    }
+
+    pub(crate) fn insert(&mut self, producer_id: i64, entry: ProducerEntry) {
+        self.producers.insert(producer_id, entry);
+    }
+
+    /// Replays the batch headers of `log` from `from_offset` to its end on top of this state.
+    fn replay(&mut self, log: &skiff_log::PartitionLog, from_offset: i64) {
+        let walked = log.for_each_batch_header(from_offset, |header| {
+            if header.producer_id >= 0 {
+                self.record(
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    header.base_sequence.wrapping_add(header.last_offset_delta),
+                    header.base_offset,
+                    header.max_timestamp,
+                );
+            }
+        });
+        if let Err(e) = walked {
+            tracing::warn!(dir = %log.dir().display(), error = %e, "producer state rebuilt from part of the log tail");
+        }
+    }
 }
 
 /// A restart always looks at least this many offsets back for idempotent producers' batches.
@@ -177,8 +238,27 @@ const REBUILD_WINDOW: i64 = 10_000;
 /// partition was (at a million records a second, 10,000 offsets are only 10 ms).
 const REBUILD_HORIZON_MS: i64 = 5 * 60 * 1000;
 
-/// Rebuilds the sequence state of a partition from the batch headers at the tail of its log,
-/// as Kafka's recovery does: a producer's batch retried after a crash is then recognised as a
+/// The sequence state of a partition at start, as Kafka's recovery builds it: the newest producer
+/// snapshot at or below the log end, with the batches after it replayed; without a usable
+/// snapshot, [`rebuild_from_log`]. Producers idle past expiry are dropped.
+pub fn restore(log: &skiff_log::PartitionLog, now_ms: i64) -> ProducerStates {
+    let loaded = crate::producer_snapshot::load(log.dir(), log.log_end_offset()).unwrap_or_else(|e| {
+        tracing::warn!(dir = %log.dir().display(), error = %e, "producer snapshots unreadable; rereading the log tail");
+        None
+    });
+    let mut states = match loaded {
+        Some((offset, mut states)) => {
+            states.replay(log, offset);
+            states
+        }
+        None => rebuild_from_log(log, now_ms),
+    };
+    states.expire(now_ms);
+    states
+}
+
+/// Rebuilds the sequence state of a partition from the batch headers at the tail of its log
+/// (when there is no snapshot): a producer's batch retried after a crash is then recognised as a
 /// duplicate instead of being appended twice. The tail is the last [`REBUILD_WINDOW`] offsets or
 /// the batches of the last [`REBUILD_HORIZON_MS`] (by batch timestamp), whichever reaches further
 /// back; only batch headers are read.
@@ -191,20 +271,7 @@ pub fn rebuild_from_log(log: &skiff_log::PartitionLog, now_ms: i64) -> ProducerS
         .map_or(end, |found| found.offset);
     let from = recent.min(end.saturating_sub(REBUILD_WINDOW));
     let mut states = ProducerStates::default();
-    let walked = log.for_each_batch_header(from, |header| {
-        if header.producer_id >= 0 {
-            states.record(
-                header.producer_id,
-                header.producer_epoch,
-                header.base_sequence,
-                header.base_sequence.wrapping_add(header.last_offset_delta),
-                header.base_offset,
-            );
-        }
-    });
-    if let Err(e) = walked {
-        tracing::warn!(dir = %log.dir().display(), error = %e, "producer state rebuilt from part of the log tail");
-    }
+    states.replay(log, from);
     states
 }
 
@@ -217,7 +284,7 @@ mod tests {
         let mut s = ProducerStates::default();
         // Unknown producer: any sequence is accepted.
         assert_eq!(s.check(7, 0, 5, 9), Ok(SequenceCheck::Append));
-        s.record(7, 0, 0, 4, 100);
+        s.record(7, 0, 0, 4, 100, 1);
         assert_eq!(s.check(7, 0, 5, 9), Ok(SequenceCheck::Append));
         assert_eq!(
             s.check(7, 0, 6, 9),
@@ -229,7 +296,7 @@ mod tests {
             Ok(SequenceCheck::Duplicate { base_offset: 100 })
         );
         // Older epoch fenced; newer epoch must start at 0.
-        s.record(7, 1, 0, 0, 200);
+        s.record(7, 1, 0, 0, 200, 1);
         assert_eq!(
             s.check(7, 0, 1, 1),
             Err(error_codes::INVALID_PRODUCER_EPOCH)
@@ -247,7 +314,7 @@ mod tests {
     fn only_the_last_five_batches_are_remembered_and_sequences_wrap() {
         let mut s = ProducerStates::default();
         for i in 0..6 {
-            s.record(1, 0, i, i, i64::from(i) * 10);
+            s.record(1, 0, i, i, i64::from(i) * 10, 1);
         }
         assert_eq!(
             s.check(1, 0, 0, 0),
@@ -258,7 +325,7 @@ mod tests {
             Ok(SequenceCheck::Duplicate { base_offset: 10 })
         );
         let mut s = ProducerStates::default();
-        s.record(1, 0, i32::MAX - 1, i32::MAX, 0);
+        s.record(1, 0, i32::MAX - 1, i32::MAX, 0, 1);
         assert_eq!(s.check(1, 0, 0, 3), Ok(SequenceCheck::Append));
     }
 
@@ -323,6 +390,68 @@ mod tests {
         let states = rebuild_from_log(&log, now + 3_600_000);
         assert_eq!(states.check(9, 0, 0, 0), Ok(SequenceCheck::Append));
         assert!(states.producers.is_empty());
+    }
+
+    #[test]
+    fn a_snapshot_keeps_producers_older_than_the_tail_window() {
+        let now = 1_800_000_000_000;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut log = busy_log(dir.path(), now - 3_600_000);
+        let mut states = rebuild_from_log(&log, now - 3_600_000);
+        crate::producer_snapshot::write(dir.path(), &states, log.log_end_offset())
+            .expect("snapshot");
+        // After the snapshot the same producer appends once more (sequence 1).
+        let mut b = skiff_records::RecordBatchBuilder::new().producer(9, 0, 1);
+        b.append(now - 3_600_000, None, Some(b"later"), &[])
+            .expect("append");
+        let info = log
+            .append(b.build().expect("batch").into_bytes(), now - 3_600_000)
+            .expect("append");
+        states.record(9, 0, 1, 1, info.base_offset, now - 3_600_000);
+
+        // An hour later the tail windows alone no longer reach its first batch (a retry of it
+        // would be refused as out of order)...
+        assert_eq!(
+            rebuild_from_log(&log, now).check(9, 0, 0, 0),
+            Err(error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER)
+        );
+        // ...but the snapshot plus the replay of the batch after it know both its batches.
+        let restored = restore(&log, now);
+        assert_eq!(
+            restored.check(9, 0, 0, 0),
+            Ok(SequenceCheck::Duplicate { base_offset: 0 })
+        );
+        assert_eq!(
+            restored.check(9, 0, 1, 1),
+            Ok(SequenceCheck::Duplicate {
+                base_offset: info.base_offset
+            })
+        );
+        assert_eq!(restored.check(9, 0, 2, 2), Ok(SequenceCheck::Append));
+        // A day after its last append the producer has expired, snapshot or not.
+        let later = restore(&log, now - 3_600_000 + PRODUCER_EXPIRATION_MS + 1);
+        assert!(later.is_empty());
+    }
+
+    #[test]
+    fn idle_producers_expire_after_a_day() {
+        let mut s = ProducerStates::default();
+        s.record(1, 0, 0, 0, 0, 1_000);
+        s.record(2, 0, 0, 0, 1, 5_000);
+        assert_eq!(s.expire(1_000 + PRODUCER_EXPIRATION_MS - 1), 0);
+        assert_eq!(s.expire(1_000 + PRODUCER_EXPIRATION_MS), 1);
+        assert_eq!(
+            s.check(2, 0, 0, 0),
+            Ok(SequenceCheck::Duplicate { base_offset: 1 })
+        );
+        assert_eq!(
+            s.check(1, 0, 7, 7),
+            Ok(SequenceCheck::Append),
+            "unknown again"
+        );
+        // A late batch timestamp from a rebuild never moves the last append back.
+        s.record(2, 0, 1, 1, 2, 10);
+        assert_eq!(s.expire(5_000 + PRODUCER_EXPIRATION_MS - 1), 0);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The listener: binds, accepts connections under a cap, runs background maintenance, and shuts
-//! down gracefully (stop accepting, let connections finish what they have read, flush, return).
+//! down gracefully (stop accepting, let connections finish what they have read, flush, snapshot
+//! producer state, return).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -143,9 +144,12 @@ async fn serve(
     maintenance.abort();
     group_timers.abort();
     let flushing = Arc::clone(&broker);
-    tokio::task::spawn_blocking(move || flushing.flush_due(true))
-        .await
-        .context("final flush panicked")?;
+    tokio::task::spawn_blocking(move || {
+        flushing.flush_due(true);
+        flushing.snapshot_producers();
+    })
+    .await
+    .context("final flush panicked")?;
     tracing::info!("skiff broker stopped");
     Ok(())
 }

@@ -87,6 +87,29 @@ impl Partition {
     pub fn lock_log(&self) -> MutexGuard<'_, PartitionLog> {
         self.log.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    pub fn lock_producers(&self) -> MutexGuard<'_, ProducerStates> {
+        self.producers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Writes the producer snapshot of `states`, which must describe the log up to `end_offset`
+    /// (the caller holds the producers lock across its append, so they do). A failure is
+    /// logged, not returned: the snapshot only shortens the next start's replay.
+    pub fn write_producer_snapshot(&self, states: &ProducerStates, end_offset: i64) {
+        let dir = self.lock_log().dir().to_path_buf();
+        if let Err(e) = crate::producer_snapshot::write(&dir, states, end_offset) {
+            tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "producer snapshot not written");
+        }
+    }
+
+    /// Snapshots the producer state as of the current log end (clean shutdown).
+    pub fn snapshot_producers(&self) {
+        let states = self.lock_producers();
+        let end = self.lock_log().log_end_offset();
+        self.write_producer_snapshot(&states, end);
+    }
 }
 
 /// A topic and its partitions, by index.
@@ -352,7 +375,7 @@ impl Broker {
         let log = PartitionLog::open(&dir, config)
             .with_context(|| format!("opening partition {}-{index}", info.name))?;
         let end = log.log_end_offset();
-        let producers = crate::producer::rebuild_from_log(&log, now_ms());
+        let producers = crate::producer::restore(&log, now_ms());
         let log = Arc::new(Mutex::new(log));
         let committer = always.then(|| GroupCommitter::spawn(Arc::clone(&log)));
         Ok(Arc::new(Partition {
@@ -494,6 +517,19 @@ impl Broker {
                 if let Err(e) = partition.lock_log().apply_retention(now) {
                     tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e, "retention failed");
                 }
+                let expired = partition.lock_producers().expire(now);
+                if expired > 0 {
+                    tracing::debug!(topic = %partition.topic, partition = partition.index, expired, "idle producers forgotten");
+                }
+            }
+        }
+    }
+
+    /// Snapshots every partition's producer state (at a clean shutdown, after the final flush).
+    pub fn snapshot_producers(&self) {
+        for topic in self.all_topics() {
+            for partition in &topic.partitions {
+                partition.snapshot_producers();
             }
         }
     }

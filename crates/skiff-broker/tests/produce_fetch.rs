@@ -585,6 +585,110 @@ async fn idempotent_retry_after_restart_is_still_a_duplicate() {
     drop(tmp);
 }
 
+/// An idempotent producer's batch, then 12,000 other records (more than the 10,000 offsets a
+/// start rereads without a snapshot), all stamped in 2023 (older than the five minutes it also
+/// rereads); `value_size` bytes each. Returns the producer's batch.
+async fn old_producer_then_busy_log(c: &mut Client, topic: &str, value_size: usize) -> Bytes {
+    const STAMP: i64 = 1_700_000_000_000;
+    let mut builder = skiff_records::RecordBatchBuilder::new().producer(77, 0, 0);
+    builder
+        .append(STAMP, None, Some(b"once"), &[])
+        .expect("append");
+    let mine = builder.build().expect("batch").into_bytes();
+    let r = produce(c, topic, -1, mine.clone(), 9).await;
+    assert_eq!((r.error_code, r.base_offset), (0, 0));
+    let value = vec![b'x'; value_size];
+    for _ in 0..12 {
+        let mut other = skiff_records::RecordBatchBuilder::new();
+        for _ in 0..1_000 {
+            other
+                .append(STAMP, None, Some(&value), &[])
+                .expect("append");
+        }
+        let r = produce(c, topic, -1, other.build().expect("batch").into_bytes(), 9).await;
+        assert_eq!(r.error_code, 0);
+    }
+    mine
+}
+
+/// Retries `mine` and checks it is acknowledged at offset 0 without being appended again.
+async fn assert_retry_is_a_duplicate(broker: &TestBroker, topic: &str, mine: Bytes) {
+    let mut c = broker.client().await;
+    let r = produce(&mut c, topic, -1, mine, 9).await;
+    assert_eq!(
+        (r.error_code, r.base_offset),
+        (0, 0),
+        "the retry is recognised as a duplicate"
+    );
+    let partition = &broker
+        .broker()
+        .topic_by_name(topic)
+        .expect("topic")
+        .partitions[0];
+    assert_eq!(
+        partition.lock_log().log_end_offset(),
+        12_001,
+        "nothing appended"
+    );
+}
+
+#[tokio::test]
+async fn an_idle_producer_is_still_known_after_a_clean_restart() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "quiet").await;
+    let mine = old_producer_then_busy_log(&mut c, "quiet", 1).await;
+    drop(c);
+    // The clean shutdown writes the producer snapshot; the start loads it.
+    let broker = broker.restart().await;
+    assert_retry_is_a_duplicate(&broker, "quiet", mine).await;
+    broker.stop().await;
+}
+
+/// Copies a data directory while its broker runs: what a crash at this moment leaves on disk
+/// (every append here was acks=all, so fsynced), without the clean-shutdown snapshot.
+fn crash_image(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            crash_image(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+#[tokio::test]
+async fn after_a_crash_the_roll_snapshot_still_knows_an_idle_producer() {
+    let broker = TestBroker::start_with(|config| {
+        config
+            .kafka
+            .insert("log.segment.bytes".into(), "1048576".into());
+    })
+    .await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "rolled").await;
+    // 12 MB of records: the log rolls several times, and each roll writes a snapshot.
+    let mine = old_producer_then_busy_log(&mut c, "rolled", 1_000).await;
+    drop(c);
+    let partition_dir = broker.data_dir().join("rolled-0");
+    let snapshots = std::fs::read_dir(&partition_dir)
+        .expect("read_dir")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".snapshot"))
+        .count();
+    assert_eq!(snapshots, 2, "the newest two roll snapshots are kept");
+
+    let crashed = tempfile::tempdir().expect("tempdir");
+    crash_image(&broker.data_dir(), crashed.path());
+    broker.stop().await;
+    let broker = TestBroker::start_with(|config| config.data_dir = crashed.path().into()).await;
+    assert_retry_is_a_duplicate(&broker, "rolled", mine).await;
+    broker.stop().await;
+}
+
 /// A response that is complete goes out at once, even when a later request on the same
 /// connection is a long poll and more requests are already buffered behind it.
 #[tokio::test]

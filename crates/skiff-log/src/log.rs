@@ -226,6 +226,11 @@ impl PartitionLog {
     pub fn size_in_bytes(&self) -> u64 {
         self.segments().map(Segment::size).sum()
     }
+    /// Base offset of the segment appends go to; it changes when the log rolls.
+    pub fn active_segment_base_offset(&self) -> i64 {
+        self.active.base_offset()
+    }
+
     pub fn segment_count(&self) -> usize {
         self.sealed.len() + 1
     }

@@ -175,10 +175,7 @@ fn append(
     }
 
     // Producer state first, then the log: the same order everywhere.
-    let mut producers = partition
-        .producers
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut producers = partition.lock_producers();
     let mut single_duplicate = None;
     for batch in &batches {
         let last_seq = batch.base_sequence.wrapping_add(batch.last_offset_delta);
@@ -219,6 +216,7 @@ fn append(
             log_start_offset: log.log_start_offset(),
         });
     }
+    let segment_before = log.active_segment_base_offset();
     let info = log.append(records, now).map_err(|e| {
         let code = match &e {
             LogError::MessageTooLarge { .. } => error_codes::MESSAGE_TOO_LARGE,
@@ -231,6 +229,7 @@ fn append(
         }
         (code, e.to_string())
     })?;
+    let rolled = log.active_segment_base_offset() != segment_before;
     drop(log);
 
     let mut next_base = info.base_offset;
@@ -242,12 +241,19 @@ fn append(
             batch.base_sequence,
             last_seq,
             next_base,
+            now,
         );
         next_base += i64::from(batch.last_offset_delta) + 1;
     }
+    let end = info.last_offset + 1;
+    if rolled {
+        // Kafka's snapshot-at-roll: the next start replays at most one segment after it. Under
+        // the producers lock, so the snapshot matches the log up to `end`; rare (once per
+        // segment) and small (a few bytes per producer), so it is written in line.
+        partition.write_producer_snapshot(&producers, end);
+    }
     drop(producers);
 
-    let end = info.last_offset + 1;
     partition.end_offset.send_replace(end);
     Ok(Appended {
         base_offset: info.base_offset,
