@@ -139,8 +139,15 @@ fn list(dir: &Path) -> Result<Vec<(i64, PathBuf)>> {
 }
 
 /// Writes the snapshot of `states` as of `offset` and prunes all but the newest [`KEEP`].
+/// Nothing is written when there are no producers (a partition without idempotent producers
+/// never pays for snapshots; an older snapshot still replays correctly) or when a snapshot at
+/// this offset exists (nothing was appended since: a restart without appends rewrites nothing).
 pub fn write(dir: &Path, states: &ProducerStates, offset: i64) -> Result<()> {
-    write_atomically(&dir.join(file_name(offset)), &encode(states, offset))?;
+    let path = dir.join(file_name(offset));
+    if states.is_empty() || path.exists() {
+        return Ok(());
+    }
+    write_atomically(&path, &encode(states, offset))?;
     let files = list(dir)?;
     let stale = files.len().saturating_sub(KEEP);
     for (_, path) in files.into_iter().take(stale) {
@@ -283,6 +290,19 @@ mod tests {
             Ok(SequenceCheck::Duplicate { base_offset: 20 })
         );
         assert_eq!(list(dir.path()).expect("list").len(), 1);
+
+        // No producers, or a snapshot at that offset already: nothing is written.
+        write(dir.path(), &ProducerStates::default(), 24).expect("write");
+        assert_eq!(list(dir.path()).expect("list").len(), 1);
+        let mut other = ProducerStates::default();
+        other.record(99, 0, 0, 0, 99, 1);
+        write(dir.path(), &other, 20).expect("write");
+        let (_, kept) = load(dir.path(), 25).expect("load").expect("found");
+        assert_eq!(
+            kept.check(99, 0, 0, 0),
+            Ok(SequenceCheck::Append),
+            "not rewritten"
+        );
 
         // A corrupt snapshot is skipped, not fatal.
         std::fs::write(dir.path().join(file_name(22)), b"garbage").expect("write");
