@@ -29,6 +29,9 @@ const SUFFIX: &str = ".snapshot";
 pub const KEEP: usize = 2;
 /// Bytes of a producer with no batches: the lower bound that caps a hostile producer count.
 const MIN_ENTRY_LEN: usize = 8 + 2 + 8 + 1;
+/// A larger file is not read (about two million producers active within a day on one
+/// partition): a damaged or foreign file must not make the broker allocate its size.
+const MAX_FILE_LEN: u64 = 256 << 20;
 
 /// Serialises `states` as of log offset `offset`.
 pub fn encode(states: &ProducerStates, offset: i64) -> Vec<u8> {
@@ -156,6 +159,14 @@ pub fn write(dir: &Path, states: &ProducerStates, offset: i64) -> Result<()> {
     Ok(())
 }
 
+fn read_bounded(path: &Path) -> Result<Vec<u8>> {
+    let len = std::fs::metadata(path)?.len();
+    if len > MAX_FILE_LEN {
+        bail!("{len} bytes, more than a snapshot can be");
+    }
+    Ok(std::fs::read(path)?)
+}
+
 /// The newest readable snapshot at or below `log_end`, with its offset. Snapshots beyond the log
 /// end (their batches were lost in a crash) are deleted; unreadable ones are skipped.
 pub fn load(dir: &Path, log_end: i64) -> Result<Option<(i64, ProducerStates)>> {
@@ -165,9 +176,7 @@ pub fn load(dir: &Path, log_end: i64) -> Result<Option<(i64, ProducerStates)>> {
             std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
             continue;
         }
-        let read = std::fs::read(&path)
-            .map_err(anyhow::Error::from)
-            .and_then(|bytes| decode(&bytes));
+        let read = read_bounded(&path).and_then(|bytes| decode(&bytes));
         match read {
             Ok((stored, states)) if stored == offset => return Ok(Some((offset, states))),
             Ok((stored, _)) => {
