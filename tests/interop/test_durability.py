@@ -3,7 +3,9 @@ numbered messages, restart it on the same data dir each time, and check that eve
 producer saw acknowledged is on disk, once, at the offset it was acknowledged at. Plus a
 graceful-shutdown test (SIGTERM with clients connected: exit 0, quickly, nothing lost).
 
-The broker runs with its default ``flush=always`` (acks=all answered after fdatasync).
+The broker runs with its default ``flush=always`` (acks=all answered after fdatasync). One
+idempotent loop uses 1 MiB segments and ~4 KiB messages, so segments roll (and producer-state
+snapshots are written) between the crashes, and each restart loads a snapshot and replays after it.
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ class NumberedProducer:
 
     live: list[NumberedProducer] = []
 
-    def __init__(self, bootstrap: str, topic: str, idempotent: bool, rate_sleep: float = 0.001):
+    def __init__(self, bootstrap: str, topic: str, idempotent: bool, rate_sleep: float = 0.001,
+                 pad: int = 0):
         NumberedProducer.live.append(self)
         self.topic = topic
+        self.pad = b"." * pad
         self.rate_sleep = rate_sleep
         self.acked: dict[int, int] = {}  # message number -> offset
         self.failed: dict[int, str] = {}
@@ -55,7 +59,7 @@ class NumberedProducer:
             self.fatal.append(str(err))
 
     def _on_delivery(self, err, msg) -> None:
-        n = int(msg.value()[1:])
+        n = number(msg.value())
         if err is None:
             assert n not in self.acked, f"m{n} acknowledged twice"
             self.acked[n] = msg.offset()
@@ -68,7 +72,7 @@ class NumberedProducer:
     def _run(self) -> None:
         while not self._stop.is_set() and not self.fatal:
             try:
-                self.p.produce(self.topic, value=b"m%07d" % self.produced, partition=0, on_delivery=self._on_delivery)
+                self.p.produce(self.topic, value=b"m%07d" % self.produced + self.pad, partition=0, on_delivery=self._on_delivery)
                 self.produced += 1
             except BufferError:
                 self.p.poll(0.05)
@@ -94,6 +98,11 @@ def _stop_producer_threads():
             np_.thread.join(timeout=5)
 
 
+def number(value: bytes) -> int:
+    """The message number of a value: ``m0000042`` followed by optional padding."""
+    return int(value[1:8])
+
+
 def read_log(bootstrap: str, topic: str) -> list[tuple[int, bytes]]:
     c = consumer(bootstrap)
     try:
@@ -105,13 +114,14 @@ def read_log(bootstrap: str, topic: str) -> list[tuple[int, bytes]]:
     return [(g.offset, g.value) for g in got]
 
 
-def crash_loop(make_broker, idempotent: bool, seed: int) -> tuple[NumberedProducer, list[tuple[int, bytes]]]:
+def crash_loop(make_broker, idempotent: bool, seed: int, *broker_args: str,
+               pad: int = 0) -> tuple[NumberedProducer, list[tuple[int, bytes]]]:
     rnd = random.Random(seed)
-    b = make_broker()  # flush=always is the default
+    b = make_broker(*broker_args)  # flush=always is the default
     if idempotent:
         kw.require_api(b.bootstrap, kw.INIT_PRODUCER_ID)
     topic = f"crash-{uuid.uuid4().hex[:8]}"
-    np_ = NumberedProducer(b.bootstrap, topic, idempotent)
+    np_ = NumberedProducer(b.bootstrap, topic, idempotent, pad=pad)
     np_.start()
     # Let the topic get created and the first acks come back before the first crash.
     deadline = time.monotonic() + 15
@@ -137,19 +147,17 @@ def crash_loop(make_broker, idempotent: bool, seed: int) -> tuple[NumberedProduc
 
 def check_acked_present(np_: NumberedProducer, log: list[tuple[int, bytes]]) -> None:
     assert [o for o, _ in log] == list(range(len(log))), "offsets are not contiguous from 0"
-    missing = [n for n, off in sorted(np_.acked.items()) if off >= len(log) or log[off][1] != b"m%07d" % n]
+    missing = [n for n, off in sorted(np_.acked.items()) if off >= len(log) or number(log[off][1]) != n]
     assert not missing, (f"{len(missing)} acknowledged messages are missing or not at their acknowledged offset, "
                          f"e.g. {[(n, np_.acked[n]) for n in missing[:5]]}; log has {len(log)} records")
 
 
-@pytest.mark.timeout(150)
-def test_sigkill_loop_idempotent_acks_all(make_broker):
-    np_, log = crash_loop(make_broker, idempotent=True, seed=11)
+def check_exactly_once(np_: NumberedProducer, log: list[tuple[int, bytes]]) -> None:
     check_acked_present(np_, log)
-    numbers = [int(v[1:]) for _, v in log]
+    numbers = [number(v) for _, v in log]
     dups = sorted({n for n in numbers if numbers.count(n) > 1}) if len(set(numbers)) != len(numbers) else []
     if dups:
-        where = {n: [o for o, v in log if v == b"m%07d" % n] for n in dups[:10]}
+        where = {n: [o for o, v in log if number(v) == n] for n in dups[:10]}
         detail = ", ".join(f"m{n} at offsets {offs} (acked at {np_.acked.get(n)})" for n, offs in where.items())
         pytest.fail(f"idempotent producer, yet {len(dups)} messages are in the log twice after SIGKILL + restart "
                     f"(the retry of a batch persisted before the crash was appended again): {detail}")
@@ -159,12 +167,29 @@ def test_sigkill_loop_idempotent_acks_all(make_broker):
 
 
 @pytest.mark.timeout(150)
+def test_sigkill_loop_idempotent_acks_all(make_broker):
+    np_, log = crash_loop(make_broker, idempotent=True, seed=11)
+    check_exactly_once(np_, log)
+
+
+@pytest.mark.timeout(150)
+def test_sigkill_loop_idempotent_with_segment_rolls(make_broker):
+    """The same with 1 MiB segments and ~4 KiB messages: several rolls, each writing a
+    producer-state snapshot, happen between crashes, so restarts load a snapshot and replay the
+    log after it; a retry of a batch stored before a crash must still be recognised."""
+    np_, log = crash_loop(make_broker, True, 31, "--set", "log.segment.bytes=1048576", pad=4000)
+    check_exactly_once(np_, log)
+    total = sum(len(v) for _, v in log)
+    assert total > 3 * 1048576, f"only {total} bytes written: too few for several segment rolls"
+
+
+@pytest.mark.timeout(150)
 def test_sigkill_loop_plain_acks_all(make_broker):
     """Without idempotence, a batch written just before a crash whose ack was lost is retried and
     may be stored twice; acknowledged messages must still all be at their acknowledged offsets."""
     np_, log = crash_loop(make_broker, idempotent=False, seed=23)
     check_acked_present(np_, log)
-    numbers = [int(v[1:]) for _, v in log]
+    numbers = [number(v) for _, v in log]
     assert set(numbers) == set(range(np_.produced))
     # max.in.flight=1: duplicates can only be re-sends of the batch in flight at a crash, which
     # come right after their first copy.
@@ -189,7 +214,7 @@ def _restart_and_check(b, topic: str, np_: NumberedProducer) -> None:
     log = read_log(b.bootstrap, topic)
     check_acked_present(np_, log)
     for n, off in acked_before_restart.items():
-        assert log[off][1] == b"m%07d" % n
+        assert number(log[off][1]) == n
 
 
 @pytest.mark.timeout(90)
