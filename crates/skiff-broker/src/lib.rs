@@ -8,6 +8,7 @@ mod admin;
 pub mod clients;
 pub mod config;
 mod connection;
+pub mod fetch_session;
 pub mod groups;
 pub mod handlers;
 pub mod identity;

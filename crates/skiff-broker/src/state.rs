@@ -199,6 +199,8 @@ pub struct Broker {
     pub otlp: Option<crate::otlp::Forwarder>,
     /// When the broker started (ms since the epoch).
     pub started_ms: i64,
+    /// KIP-227 incremental fetch sessions.
+    fetch_sessions: Mutex<crate::fetch_session::FetchSessions>,
 }
 
 impl Broker {
@@ -232,6 +234,7 @@ impl Broker {
             topics: RwLock::new(HashMap::new()),
             metrics: Metrics::default(),
             producer_ids: Mutex::new(producer_ids),
+            fetch_sessions: Mutex::default(),
             topics_generation: AtomicU64::new(0),
             groups,
             clients: crate::clients::ClientRegistry::default(),
@@ -253,6 +256,12 @@ impl Broker {
 
     pub fn meta_mut(&self) -> RwLockWriteGuard<'_, MetadataStore> {
         self.meta.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn lock_fetch_sessions(&self) -> MutexGuard<'_, crate::fetch_session::FetchSessions> {
+        self.fetch_sessions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     pub fn lock_telemetry(&self) -> MutexGuard<'_, skiff_telemetry::TelemetryManager> {

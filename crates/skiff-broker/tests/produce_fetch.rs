@@ -689,6 +689,130 @@ async fn after_a_crash_the_roll_snapshot_still_knows_an_idle_producer() {
     broker.stop().await;
 }
 
+/// (topic, partition) pairs a fetch response carries; the topic by name, or by ID from v13.
+fn fetched(r: &skiff_protocol::generated::FetchResponse) -> Vec<(String, i32)> {
+    r.responses
+        .iter()
+        .flat_map(|t| {
+            let topic = if t.topic.is_empty() {
+                format!("{:?}", t.topic_id)
+            } else {
+                t.topic.to_string()
+            };
+            t.partitions
+                .iter()
+                .map(move |p| (topic.clone(), p.partition_index))
+        })
+        .collect()
+}
+
+async fn fetch(
+    c: &mut Client,
+    request: FetchRequest,
+    version: i16,
+) -> skiff_protocol::generated::FetchResponse {
+    match c.call(request, version).await {
+        Response::Fetch(f) => f,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// KIP-227 over TCP: a full fetch opens a session, incremental fetches (by name at v12, by
+/// topic ID at v13+) answer only the partitions with something new, a long poll in a session is
+/// woken by an append, and a wrong epoch or unknown session is refused.
+#[tokio::test]
+async fn incremental_fetch_sessions() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    for version in [12, 17] {
+        let (one, two) = (format!("sess-a-{version}"), format!("sess-b-{version}"));
+        let id_one = create_topic(&mut c, &one).await;
+        let id_two = create_topic(&mut c, &two).await;
+        let (a, b) = if version >= 13 {
+            (format!("{id_one:?}"), format!("{id_two:?}"))
+        } else {
+            (one.clone(), two.clone())
+        };
+        produce(&mut c, &one, -1, batch(&[b"1"]), 9).await;
+        produce(&mut c, &two, -1, batch(&[b"2"]), 9).await;
+
+        // Full fetch, epoch 0: both partitions, and a session.
+        let mut full = fetch_request(&one, id_one, 0, 0, 0);
+        full.session_epoch = 0;
+        let other_topic = fetch_request(&two, id_two, 0, 0, 0).topics;
+        full.topics.extend(other_topic);
+        let r = fetch(&mut c, full, version).await;
+        assert_eq!(r.error_code, 0);
+        assert_ne!(r.session_id, 0, "a session is opened");
+        assert_eq!(fetched(&r), vec![(a.clone(), 0), (b.clone(), 0)]);
+        let session = r.session_id;
+
+        // Epoch 1: both positions advance to 1; nothing new anywhere, so nothing answered.
+        let mut next = fetch_request(&one, id_one, 1, 0, 0);
+        next.topics
+            .extend(fetch_request(&two, id_two, 1, 0, 0).topics);
+        next.session_id = session;
+        next.session_epoch = 1;
+        let r = fetch(&mut c, next, version).await;
+        assert_eq!((r.error_code, r.session_id), (0, session));
+        assert!(fetched(&r).is_empty(), "nothing changed: {:?}", fetched(&r));
+
+        // Epoch 2, long poll listing no partitions: an append to the second topic wakes it and
+        // only that partition is answered, with the new record.
+        let mut wait = fetch_request(&one, id_one, 1, 5_000, 1);
+        wait.topics.clear();
+        wait.session_id = session;
+        wait.session_epoch = 2;
+        let correlation = c.send(&Request::Fetch(wait), version).await;
+        let mut producer = broker.client().await;
+        produce(&mut producer, &two, -1, batch(&[b"new"]), 9).await;
+        let r = match c.receive(ApiKey::Fetch, version, correlation).await {
+            Response::Fetch(f) => f,
+            other => panic!("unexpected {other:?}"),
+        };
+        assert_eq!(fetched(&r), vec![(b.clone(), 0)]);
+        let records = r.responses[0].partitions[0]
+            .records
+            .as_ref()
+            .expect("records");
+        assert_eq!(values_of(records), vec![(1, b"new".to_vec())]);
+
+        // A stale epoch, then an unknown session: refused, and the client can start over.
+        let mut stale = fetch_request(&one, id_one, 1, 0, 0);
+        stale.session_id = session;
+        stale.session_epoch = 2;
+        let r = fetch(&mut c, stale, version).await;
+        assert_eq!(
+            r.error_code,
+            skiff_broker::fetch_session::INVALID_FETCH_SESSION_EPOCH
+        );
+        let mut unknown = fetch_request(&one, id_one, 1, 0, 0);
+        unknown.session_id = session.wrapping_add(1).max(1);
+        unknown.session_epoch = 1;
+        let r = fetch(&mut c, unknown, version).await;
+        assert_eq!(
+            r.error_code,
+            skiff_broker::fetch_session::FETCH_SESSION_ID_NOT_FOUND
+        );
+        // Epoch -1 closes it: a plain full fetch with session ID 0.
+        let mut close = fetch_request(&one, id_one, 0, 0, 0);
+        close.session_id = session;
+        close.session_epoch = -1;
+        let r = fetch(&mut c, close, version).await;
+        assert_eq!((r.error_code, r.session_id), (0, 0));
+        assert_eq!(fetched(&r), vec![(a.clone(), 0)]);
+        let mut gone = fetch_request(&one, id_one, 1, 0, 0);
+        gone.session_id = session;
+        gone.session_epoch = 3;
+        let r = fetch(&mut c, gone, version).await;
+        assert_eq!(
+            r.error_code,
+            skiff_broker::fetch_session::FETCH_SESSION_ID_NOT_FOUND
+        );
+    }
+    broker.stop().await;
+}
+
 /// A response that is complete goes out at once, even when a later request on the same
 /// connection is a long poll and more requests are already buffered behind it.
 #[tokio::test]

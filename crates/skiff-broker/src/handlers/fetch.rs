@@ -2,8 +2,9 @@
 //! `min_bytes` waits (up to `max_wait_ms`) for an append to one of its partitions, woken by the
 //! partitions' end-offset signals rather than by polling.
 //!
-//! Fetch sessions (KIP-227) are declined: every response carries session ID 0, which tells the
-//! client to keep sending full requests.
+//! Incremental fetch sessions (KIP-227) are kept by [`crate::fetch_session`]: this handler asks
+//! it how to serve each request, reads the partitions that implies, and lets it trim the
+//! response of an incremental fetch to the partitions with something new.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use skiff_log::LogError;
 use skiff_protocol::generated::FetchRequest;
+use skiff_protocol::generated::fetch_request::{FetchPartition, FetchTopic};
 use skiff_protocol::generated::fetch_response::{
     FetchResponse, FetchableTopicResponse, PartitionData,
 };
@@ -18,9 +20,9 @@ use skiff_protocol::{ByteString, Response, Uuid, error_codes};
 use tokio::sync::watch;
 
 use super::{Reply, RequestContext};
-use crate::state::{Broker, Partition};
+use crate::fetch_session::{FetchContext, PartitionKey, SessionPartition};
+use crate::state::{Broker, Partition, now_ms};
 
-const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 const KAFKA_STORAGE_ERROR: i16 = 56;
 /// Longest wait a client may ask for; longer requests are cut to this.
 const MAX_WAIT: Duration = Duration::from_secs(30);
@@ -42,26 +44,45 @@ struct Plan {
     targets: Vec<Target>,
     max_bytes: usize,
     read_committed: bool,
+    /// How the fetch session (if any) serves this request.
+    session: FetchContext,
 }
 
-pub fn handle(ctx: &RequestContext, request: FetchRequest) -> Reply {
+/// A random session ID (0, meaning none, if the system has no randomness to give).
+fn random_session_id() -> i32 {
+    getrandom::u32().map_or(0, |v| (v >> 1) as i32)
+}
+
+pub fn handle(ctx: &RequestContext, mut request: FetchRequest) -> Reply {
     let version = ctx.version;
-    if request.session_id != 0 {
-        return Reply::Now(Response::Fetch(FetchResponse {
-            error_code: FETCH_SESSION_ID_NOT_FOUND,
-            session_id: 0,
-            ..Default::default()
-        }));
-    }
-    let plan = plan(&ctx.broker, version, &request);
+    let begun =
+        ctx.broker
+            .lock_fetch_sessions()
+            .begin(&request, version, now_ms(), random_session_id);
+    let session = match begun {
+        Ok(session) => session,
+        Err(code) => {
+            return Reply::Now(Response::Fetch(FetchResponse {
+                error_code: code,
+                session_id: 0,
+                ..Default::default()
+            }));
+        }
+    };
+    let topics = match &session {
+        FetchContext::Full { .. } => std::mem::take(&mut request.topics),
+        FetchContext::Incremental { partitions, .. } => session_topics(partitions),
+    };
+    let plan = plan(&ctx.broker, version, &topics, &request, session);
     let (response, bytes, errors) = read(&plan);
     let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
     let max_wait =
         Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0)).min(MAX_WAIT);
     if bytes >= min_bytes || errors || max_wait.is_zero() || plan.targets.is_empty() {
-        return Reply::Now(Response::Fetch(response));
+        return Reply::Now(complete(&ctx.broker, &plan, response));
     }
     Reply::Later(Box::pin(long_poll(
+        Arc::clone(&ctx.broker),
         plan,
         min_bytes,
         max_wait,
@@ -69,7 +90,45 @@ pub fn handle(ctx: &RequestContext, request: FetchRequest) -> Reply {
     )))
 }
 
+/// The session's partitions as request topics (consecutive partitions of one topic together,
+/// which the session's key order guarantees).
+fn session_topics(partitions: &[(PartitionKey, SessionPartition)]) -> Vec<FetchTopic> {
+    let mut topics: Vec<(PartitionKey, FetchTopic)> = Vec::new();
+    for (key, p) in partitions {
+        let partition = FetchPartition {
+            partition: key.1,
+            fetch_offset: p.fetch_offset,
+            partition_max_bytes: p.max_bytes,
+            current_leader_epoch: p.leader_epoch,
+            ..Default::default()
+        };
+        match topics.last_mut() {
+            Some((last, topic)) if last.0 == key.0 => topic.partitions.push(partition),
+            _ => topics.push((
+                key.clone(),
+                FetchTopic {
+                    topic: p.topic.clone(),
+                    topic_id: p.topic_id,
+                    partitions: vec![partition],
+                    ..Default::default()
+                },
+            )),
+        }
+    }
+    topics.into_iter().map(|(_, topic)| topic).collect()
+}
+
+/// The response as sent: the session sets its ID and, for an incremental fetch, keeps only the
+/// partitions with something new. Runs once per request, on the response that goes out.
+fn complete(broker: &Broker, plan: &Plan, mut response: FetchResponse) -> Response {
+    broker
+        .lock_fetch_sessions()
+        .finish(&plan.session, &mut response);
+    Response::Fetch(response)
+}
+
 async fn long_poll(
+    broker: Arc<Broker>,
     plan: Plan,
     min_bytes: usize,
     max_wait: Duration,
@@ -93,16 +152,22 @@ async fn long_poll(
         };
         let (response, bytes, errors) = read(&plan);
         if finished || bytes >= min_bytes || errors {
-            return Response::Fetch(response);
+            return complete(&broker, &plan, response);
         }
     }
 }
 
-fn plan(broker: &Broker, version: i16, request: &FetchRequest) -> Plan {
+fn plan(
+    broker: &Broker,
+    version: i16,
+    fetch_topics: &[FetchTopic],
+    request: &FetchRequest,
+    session: FetchContext,
+) -> Plan {
     let by_id = version >= 13;
-    let mut topics = Vec::with_capacity(request.topics.len());
+    let mut topics = Vec::with_capacity(fetch_topics.len());
     let mut targets = Vec::new();
-    for (t, fetch_topic) in request.topics.iter().enumerate() {
+    for (t, fetch_topic) in fetch_topics.iter().enumerate() {
         let topic = if by_id {
             broker.topic_by_id(fetch_topic.topic_id)
         } else {
@@ -138,6 +203,7 @@ fn plan(broker: &Broker, version: i16, request: &FetchRequest) -> Plan {
         targets,
         max_bytes: usize::try_from(request.max_bytes).unwrap_or(0),
         read_committed: request.isolation_level == 1,
+        session,
     }
 }
 
