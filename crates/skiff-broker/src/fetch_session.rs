@@ -37,9 +37,9 @@ pub const MAX_TOTAL_PARTITIONS: usize = 200_000;
 /// A session unused for this long may be evicted to make room for a new one.
 pub const EVICTION_IDLE_MS: i64 = 120_000;
 
-pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
-pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
-pub const FETCH_SESSION_TOPIC_ID_ERROR: i16 = 106;
+pub use error_codes::{
+    FETCH_SESSION_ID_NOT_FOUND, FETCH_SESSION_TOPIC_ID_ERROR, INVALID_FETCH_SESSION_EPOCH,
+};
 
 /// How a session names topics: by name (Fetch v7-12) or by ID (v13+).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

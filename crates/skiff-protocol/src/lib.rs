@@ -60,6 +60,8 @@ pub mod error_codes {
     pub const INVALID_TIMESTAMP: i16 = 32;
     pub const UNKNOWN_PRODUCER_ID: i16 = 59;
     pub const GROUP_ID_NOT_FOUND: i16 = 69;
+    pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+    pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
     pub const NON_EMPTY_GROUP: i16 = 68;
     pub const FENCED_LEADER_EPOCH: i16 = 74;
     pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
@@ -72,6 +74,7 @@ pub mod error_codes {
     pub const RESOURCE_NOT_FOUND: i16 = 91;
     pub const UNKNOWN_TOPIC_ID: i16 = 100;
     pub const INCONSISTENT_TOPIC_ID: i16 = 103;
+    pub const FETCH_SESSION_TOPIC_ID_ERROR: i16 = 106;
     pub const FENCED_MEMBER_EPOCH: i16 = 110;
     pub const UNRELEASED_INSTANCE_ID: i16 = 111;
     pub const UNSUPPORTED_ASSIGNOR: i16 = 112;
