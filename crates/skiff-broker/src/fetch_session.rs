@@ -196,6 +196,7 @@ impl FetchSessions {
         if session.by_id != by_id {
             return Err(FETCH_SESSION_TOPIC_ID_ERROR);
         }
+        let size_before = session.partitions.len();
         for (key, mut asked) in requested(request, by_id) {
             match session.partitions.get_mut(&key) {
                 Some(existing) => {
@@ -220,8 +221,9 @@ impl FetchSessions {
             .iter()
             .map(|(k, p)| (k.clone(), p.clone()))
             .collect();
+        // The total is only summed when this session grew (it costs a pass over the sessions).
         if partitions.len() > MAX_SESSION_PARTITIONS
-            || self.total_partitions() > MAX_TOTAL_PARTITIONS
+            || (partitions.len() > size_before && self.total_partitions() > MAX_TOTAL_PARTITIONS)
         {
             // Grown past a limit: the session ends, and the client starts over with a full
             // fetch (served without a session if it is still too large).

@@ -121,9 +121,12 @@ fn session_topics(partitions: &[(PartitionKey, SessionPartition)]) -> Vec<FetchT
 /// The response as sent: the session sets its ID and, for an incremental fetch, keeps only the
 /// partitions with something new. Runs once per request, on the response that goes out.
 fn complete(broker: &Broker, plan: &Plan, mut response: FetchResponse) -> Response {
-    broker
-        .lock_fetch_sessions()
-        .finish(&plan.session, &mut response);
+    // A sessionless fetch (librdkafka's kind) needs nothing from the shared session cache.
+    if plan.session != (FetchContext::Full { session_id: 0 }) {
+        broker
+            .lock_fetch_sessions()
+            .finish(&plan.session, &mut response);
+    }
     Response::Fetch(response)
 }
 
