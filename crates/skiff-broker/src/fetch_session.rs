@@ -5,6 +5,8 @@
 //! its ID; later fetches name the session and the next epoch, list only the partitions whose
 //! fetch position changed (plus `forgotten_topics_data` to drop some), and get back only the
 //! partitions with something new: records, an error, or a moved high watermark or log start.
+//! Partitions are read in session order, and one that returned records moves to the end, so a
+//! fetch capped by `max_bytes` does not always serve the same partitions first.
 //! Epoch -1 closes a session (and is a plain full fetch). Unknown session: FETCH_SESSION_ID_NOT_FOUND;
 //! wrong epoch: INVALID_FETCH_SESSION_EPOCH; switching between topic names and topic IDs (Fetch
 //! v13) inside a session: FETCH_SESSION_TOPIC_ID_ERROR. The client reacts to each by starting over
@@ -17,7 +19,9 @@
 //! client accepts. Session IDs are random, so a client from before a restart cannot land in a
 //! new client's session.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+
+use indexmap::IndexMap;
 
 use skiff_protocol::generated::FetchRequest;
 use skiff_protocol::generated::fetch_response::FetchResponse;
@@ -74,7 +78,9 @@ struct Session {
     /// The epoch the next fetch in this session must carry.
     next_epoch: i32,
     by_id: bool,
-    partitions: BTreeMap<PartitionKey, SessionPartition>,
+    /// In the order they are read; a partition that returned records moves to the end, so
+    /// that under `max_bytes` every partition gets its turn (Kafka does the same).
+    partitions: IndexMap<PartitionKey, SessionPartition>,
     last_used_ms: i64,
 }
 
@@ -211,7 +217,9 @@ impl FetchSessions {
         for forgotten in &request.forgotten_topics_data {
             let topic = topic_key(by_id, &forgotten.topic, forgotten.topic_id);
             for partition in &forgotten.partitions {
-                session.partitions.remove(&(topic.clone(), *partition));
+                session
+                    .partitions
+                    .shift_remove(&(topic.clone(), *partition));
             }
         }
         session.next_epoch = next_epoch(session.next_epoch);
@@ -275,13 +283,12 @@ impl FetchSessions {
         let Some(session) = self.sessions.get_mut(&session_id) else {
             return;
         };
+        let mut with_records = Vec::new();
         for topic in &mut response.responses {
             let key = topic_key(session.by_id, &topic.topic, topic.topic_id);
             topic.partitions.retain(|data| {
-                let Some(cached) = session
-                    .partitions
-                    .get_mut(&(key.clone(), data.partition_index))
-                else {
+                let partition = (key.clone(), data.partition_index);
+                let Some(cached) = session.partitions.get_mut(&partition) else {
                     return !incremental;
                 };
                 let now = Sent {
@@ -292,11 +299,19 @@ impl FetchSessions {
                 let changed =
                     cached.sent != Some(now) || has_records || data.error_code != error_codes::NONE;
                 cached.sent = Some(now);
+                if has_records {
+                    with_records.push(partition);
+                }
                 changed || !incremental
             });
         }
         if incremental {
             response.responses.retain(|t| !t.partitions.is_empty());
+            for partition in with_records {
+                if let Some(cached) = session.partitions.shift_remove(&partition) {
+                    session.partitions.insert(partition, cached);
+                }
+            }
         }
     }
 }
@@ -459,6 +474,31 @@ mod tests {
     }
 
     #[test]
+    fn a_partition_that_returned_records_is_read_last_next_time() {
+        let mut s = FetchSessions::default();
+        let id = open(&mut s, 12);
+        let order = |ctx: &FetchContext| match ctx {
+            FetchContext::Incremental { partitions, .. } => partitions
+                .iter()
+                .map(|(key, p)| (p.topic.to_string(), key.1))
+                .collect::<Vec<_>>(),
+            FetchContext::Full { .. } => panic!("incremental expected"),
+        };
+        let ctx = s.begin(&request(id, 1, &[]), 12, 1, ids(100)).expect("ok");
+        assert_eq!(
+            order(&ctx),
+            vec![("a".into(), 0), ("a".into(), 1), ("bb".into(), 0)]
+        );
+        let mut r = response(&[("a", 0, 10, b"x"), ("a", 1, 0, b""), ("bb", 0, 5, b"")]);
+        s.finish(&ctx, &mut r);
+        let ctx = s.begin(&request(id, 2, &[]), 12, 2, ids(100)).expect("ok");
+        assert_eq!(
+            order(&ctx),
+            vec![("a".into(), 1), ("bb".into(), 0), ("a".into(), 0)]
+        );
+    }
+
+    #[test]
     fn partitions_are_added_and_forgotten() {
         let mut s = FetchSessions::default();
         let id = open(&mut s, 12);
@@ -511,6 +551,86 @@ mod tests {
             s.begin(&request(id, 1, &[]), 12, 1, ids(1)),
             Ok(FetchContext::Incremental { .. })
         ));
+    }
+
+    /// One step of a client (or a hostile peer): which session it names, with which epoch, at
+    /// which version, which partitions it lists and forgets, and what the response then holds.
+    type Step = (
+        u8,
+        i32,
+        bool,
+        Vec<(u8, i32)>,
+        Vec<(u8, i32)>,
+        Vec<(u8, i32, bool)>,
+    );
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        let partition = (0u8..3, 0i32..4);
+        (
+            0u8..4,
+            -2i32..4,
+            any::<bool>(),
+            proptest::collection::vec(partition.clone(), 0..6),
+            proptest::collection::vec(partition, 0..3),
+            proptest::collection::vec((0u8..3, 0i32..4, any::<bool>()), 0..6),
+        )
+    }
+
+    proptest::proptest! {
+        /// Any sequence of fetches keeps the cache consistent: no panic, incremental contexts
+        /// list each partition once, responses never grow, sessions stay within bounds.
+        #[test]
+        fn any_fetch_sequence_keeps_the_cache_consistent(steps in proptest::collection::vec(step(), 1..40)) {
+            let names = ["a", "bb", "ccc"];
+            let mut s = FetchSessions::default();
+            let mut known = vec![0i32];
+            let mut next = ids(1);
+            for (now, (which, epoch, by_id, listed, forgotten, answered)) in steps.into_iter().enumerate() {
+                let session_id = known.get(usize::from(which)).copied().unwrap_or(which.into());
+                let parts: Vec<(&str, i32, i64)> = listed
+                    .iter()
+                    .map(|(t, p)| (names[usize::from(*t)], *p, 0))
+                    .collect();
+                let mut req = request(session_id, epoch, &parts);
+                req.forgotten_topics_data = forgotten
+                    .iter()
+                    .map(|(t, p)| ForgottenTopic {
+                        topic: names[usize::from(*t)].into(),
+                        topic_id: id_of(names[usize::from(*t)]),
+                        partitions: vec![*p],
+                        ..Default::default()
+                    })
+                    .collect();
+                let version = if by_id { 13 } else { 12 };
+                let Ok(ctx) = s.begin(&req, version, now as i64, &mut next) else { continue };
+                if let FetchContext::Incremental { partitions, .. } = &ctx {
+                    let mut keys: Vec<_> = partitions.iter().map(|(k, _)| k.clone()).collect();
+                    keys.sort();
+                    keys.dedup();
+                    proptest::prop_assert_eq!(keys.len(), partitions.len());
+                }
+                let resp: Vec<(&str, i32, i64, &[u8])> = answered
+                    .iter()
+                    .map(|(t, p, data)| (names[usize::from(*t)], *p, 1, if *data { &b"x"[..] } else { &b""[..] }))
+                    .collect();
+                let mut r = response(&resp);
+                let before = answered.len();
+                s.finish(&ctx, &mut r);
+                proptest::prop_assert!(answered_count(&r) <= before);
+                if let FetchContext::Full { session_id } = ctx
+                    && session_id != 0
+                {
+                    known.push(session_id);
+                }
+                proptest::prop_assert!(s.len() <= MAX_SESSIONS);
+                proptest::prop_assert!(s.total_partitions() <= MAX_TOTAL_PARTITIONS);
+            }
+        }
+    }
+
+    fn answered_count(r: &FetchResponse) -> usize {
+        r.responses.iter().map(|t| t.partitions.len()).sum()
     }
 
     #[test]

@@ -276,6 +276,39 @@ mod tests {
         assert!(decode(&with_body(&body)).is_err());
     }
 
+    proptest::proptest! {
+        /// Whatever a snapshot file holds, decoding returns an error or a state, never panics.
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = decode(&bytes);
+            let mut framed = MAGIC.to_vec();
+            framed.extend_from_slice(&VERSION.to_be_bytes());
+            framed.extend_from_slice(&crc32c::crc32c(&bytes).to_be_bytes());
+            framed.extend_from_slice(&bytes);
+            let _ = decode(&framed);
+        }
+
+        /// Any state survives a snapshot unchanged (its encoding is the same bytes again).
+        #[test]
+        fn any_state_round_trips(
+            batches in proptest::collection::vec(
+                (0i64..20, proptest::num::i16::ANY, proptest::num::i32::ANY, proptest::num::i32::ANY,
+                 proptest::num::i64::ANY, proptest::num::i64::ANY),
+                0..64,
+            ),
+            offset in proptest::num::i64::ANY,
+        ) {
+            let mut states = ProducerStates::default();
+            for (id, epoch, first, last, base, now) in batches {
+                states.record(id, epoch, first, last, base, now);
+            }
+            let bytes = encode(&states, offset);
+            let (back_offset, back) = decode(&bytes).map_err(|e| proptest::test_runner::TestCaseError::fail(e.to_string()))?;
+            proptest::prop_assert_eq!(back_offset, offset);
+            proptest::prop_assert_eq!(encode(&back, offset), bytes);
+        }
+    }
+
     #[test]
     fn files_newest_at_or_below_the_end_is_loaded_and_older_ones_pruned() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -90,8 +90,8 @@ pub fn handle(ctx: &RequestContext, mut request: FetchRequest) -> Reply {
     )))
 }
 
-/// The session's partitions as request topics (consecutive partitions of one topic together,
-/// which the session's key order guarantees).
+/// The session's partitions as request topics, in session order: consecutive partitions of one
+/// topic share an entry, so a topic can appear more than once (as in Kafka's own responses).
 fn session_topics(partitions: &[(PartitionKey, SessionPartition)]) -> Vec<FetchTopic> {
     let mut topics: Vec<(PartitionKey, FetchTopic)> = Vec::new();
     for (key, p) in partitions {
