@@ -102,6 +102,22 @@ pub fn render_metrics(broker: &Broker) -> String {
         "gauge",
         m.connections_open.load(Ordering::Relaxed),
     );
+    let (sessions, session_partitions) = {
+        let sessions = broker.lock_fetch_sessions();
+        (sessions.len(), sessions.total_partitions())
+    };
+    gauge(
+        "skiff_fetch_sessions",
+        "Incremental fetch sessions held (KIP-227).",
+        "gauge",
+        sessions as u64,
+    );
+    gauge(
+        "skiff_fetch_session_partitions",
+        "Partitions held by all incremental fetch sessions.",
+        "gauge",
+        session_partitions as u64,
+    );
     gauge(
         "skiff_connections_accepted_total",
         "Client connections accepted.",

@@ -244,7 +244,8 @@ impl FetchSessions {
         })
     }
 
-    fn total_partitions(&self) -> usize {
+    /// Partitions held by all sessions together.
+    pub fn total_partitions(&self) -> usize {
         self.sessions.values().map(|s| s.partitions.len()).sum()
     }
 

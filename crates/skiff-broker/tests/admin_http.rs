@@ -5,8 +5,9 @@ mod common;
 
 use common::TestBroker;
 use skiff_protocol::generated::consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest;
+use skiff_protocol::generated::fetch_request::{FetchPartition, FetchTopic};
 use skiff_protocol::generated::metadata_request::MetadataRequestTopic;
-use skiff_protocol::generated::{ApiVersionsRequest, MetadataRequest};
+use skiff_protocol::generated::{ApiVersionsRequest, FetchRequest, MetadataRequest};
 use skiff_protocol::{Response, Uuid};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -96,8 +97,33 @@ async fn health_metrics_and_the_client_instance_view() {
     assert_eq!(status, 200);
     assert!(body.contains("\"status\":\"ok\""), "{body}");
 
+    // A fetch that opens an incremental fetch session (epoch 0) on the one partition.
+    let open_session = FetchRequest {
+        session_epoch: 0,
+        max_bytes: 1 << 20,
+        topics: vec![FetchTopic {
+            topic: "viewed".into(),
+            partitions: vec![FetchPartition {
+                partition: 0,
+                partition_max_bytes: 1 << 20,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    match c.call(open_session, 12).await {
+        Response::Fetch(f) => assert_ne!(f.session_id, 0),
+        other => panic!("unexpected {other:?}"),
+    }
+
     let (status, body) = http_get(admin, "/metrics").await;
     assert_eq!(status, 200);
+    assert!(body.contains("\nskiff_fetch_sessions 1\n"), "{body}");
+    assert!(
+        body.contains("\nskiff_fetch_session_partitions 1\n"),
+        "{body}"
+    );
     assert!(
         body.contains("skiff_kip1313_rejections_total{reason=\"different_id\"} 1"),
         "{body}"
