@@ -1,15 +1,17 @@
 """kafka-python 3.0.12 against a real Skiff broker: produce (acks 1/all), consume with manual
-assignment across 3 partitions, metadata and offset queries. No consumer groups (the broker has
-no group APIs yet): assign() + seek only, auto-commit off.
+assignment across 3 partitions (through KIP-227 incremental fetch sessions, which kafka-python
+uses when the broker offers them), metadata and offset queries. Consumer groups are in
+test_groups_classic.py; here assign() + seek only, auto-commit off.
 
 kafka-python 3.x enables idempotence by default (like the Java client), which needs
-InitProducerId (key 22); the default-config test is xfailed at run time until the broker
-advertises it. The other producer tests pass enable_idempotence=False.
+InitProducerId (key 22); one test uses the default config, the others pass enable_idempotence=False.
 """
 
 from __future__ import annotations
 
+import re
 import time
+import urllib.request
 import uuid
 
 import kafka
@@ -94,6 +96,76 @@ def test_produce_consume_manual_assignment(b3, acks):
     sent = sent_records(int(time.time() * 1000) - 60_000)
     produce(b3.bootstrap, topic, sent, acks=acks, enable_idempotence=False)
     check(consume(b3.bootstrap, topic, {p: N_PER_PART for p in range(PARTS)}), sent)
+
+
+def session_gauges(b) -> tuple[int, int]:
+    """(fetch sessions, partitions they hold) from the broker's /metrics."""
+    with urllib.request.urlopen(f"{b.admin_url}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    sessions = re.search(r"^skiff_fetch_sessions (\d+)$", text, re.M)
+    partitions = re.search(r"^skiff_fetch_session_partitions (\d+)$", text, re.M)
+    assert sessions and partitions, text
+    return int(sessions.group(1)), int(partitions.group(1))
+
+
+def test_incremental_fetch_session_follows_assignment_changes(b3):
+    """kafka-python keeps one fetch session and changes it incrementally: dropping partitions
+    (forgotten_topics_data) and adding one back. Every record arrives exactly once, and the
+    broker's session holds exactly the assigned partitions each time."""
+    topic = topic_name("session")
+    sent = sent_records(int(time.time() * 1000) - 60_000)
+    produce(b3.bootstrap, topic, sent, acks=1, enable_idempotence=False)
+    tps = [kafka.TopicPartition(topic, p) for p in range(PARTS)]
+    c = kafka.KafkaConsumer(bootstrap_servers=b3.bootstrap, enable_auto_commit=False, group_id=None,
+                            auto_offset_reset="earliest", **COMMON)
+
+    def drain(want: dict[int, int]) -> dict[int, list[int]]:
+        got: dict[int, list[int]] = {}
+        deadline = time.monotonic() + DEADLINE_S
+        while any(len(got.get(p, [])) < n for p, n in want.items()) and time.monotonic() < deadline:
+            for tp, recs in c.poll(timeout_ms=300, max_records=1000).items():
+                got.setdefault(tp.partition, []).extend(r.offset for r in recs)
+        # One more short poll: nothing beyond what was asked for may arrive.
+        for tp, recs in c.poll(timeout_ms=300).items():
+            got.setdefault(tp.partition, []).extend(r.offset for r in recs)
+        return got
+
+    def wait_for_session(partitions: int) -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while session_gauges(b3) != (1, partitions) and time.monotonic() < deadline:
+            c.poll(timeout_ms=100)
+        assert session_gauges(b3) == (1, partitions)
+
+    try:
+        c.assign(tps)
+        got = drain({p: N_PER_PART for p in range(PARTS)})
+        assert got == {p: list(range(N_PER_PART)) for p in range(PARTS)}
+        wait_for_session(PARTS)
+
+        # Down to one partition: the others are forgotten in the session.
+        c.assign(tps[:1])
+        c.seek(tps[0], N_PER_PART)
+        wait_for_session(1)
+        more = {p: [(None, b"more-%d" % i, [], int(time.time() * 1000)) for i in range(10)]
+                for p in range(PARTS)}
+        p = kafka.KafkaProducer(bootstrap_servers=b3.bootstrap, enable_idempotence=False, **COMMON)
+        try:
+            for part, recs in more.items():
+                for k, v, h, ts in recs:
+                    p.send(topic, key=k, value=v, partition=part, timestamp_ms=ts)
+            p.flush(timeout=DEADLINE_S)
+        finally:
+            p.close(timeout=5)
+        assert drain({0: 10}) == {0: list(range(N_PER_PART, N_PER_PART + 10))}
+
+        # A partition added back to the session, from where this consumer left it.
+        c.assign([tps[0], tps[2]])
+        c.seek(tps[0], N_PER_PART + 10)
+        c.seek(tps[2], N_PER_PART)
+        assert drain({2: 10}) == {2: list(range(N_PER_PART, N_PER_PART + 10))}
+        wait_for_session(2)
+    finally:
+        c.close(autocommit=False)
 
 
 def test_gzip_roundtrip(b3):
