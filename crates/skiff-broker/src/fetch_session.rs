@@ -116,14 +116,21 @@ pub fn topic_key(by_id: bool, name: &ByteString, id: Uuid) -> TopicKey {
     }
 }
 
-fn requested(request: &FetchRequest, by_id: bool) -> Vec<(PartitionKey, SessionPartition)> {
+/// The partitions a request lists, ready to keep in a session; `None` when a topic name is
+/// longer than any topic's can be (such a fetch is served without a session). Names are copied
+/// out of the request: a slice would keep the whole request frame alive as long as the session.
+fn requested(request: &FetchRequest, by_id: bool) -> Option<Vec<(PartitionKey, SessionPartition)>> {
     let mut out = Vec::new();
     for topic in &request.topics {
+        if topic.topic.len() > skiff_meta::MAX_TOPIC_NAME_LEN {
+            return None;
+        }
+        let name = ByteString::from(&*topic.topic);
         for p in &topic.partitions {
             out.push((
-                (topic_key(by_id, &topic.topic, topic.topic_id), p.partition),
+                (topic_key(by_id, &name, topic.topic_id), p.partition),
                 SessionPartition {
-                    topic: topic.topic.clone(),
+                    topic: name.clone(),
                     topic_id: topic.topic_id,
                     fetch_offset: p.fetch_offset,
                     max_bytes: p.partition_max_bytes,
@@ -133,7 +140,7 @@ fn requested(request: &FetchRequest, by_id: bool) -> Vec<(PartitionKey, SessionP
             ));
         }
     }
-    out
+    Some(out)
 }
 
 impl FetchSessions {
@@ -166,7 +173,9 @@ impl FetchSessions {
             if epoch == FINAL_EPOCH {
                 return Ok(FetchContext::Full { session_id: 0 });
             }
-            let partitions = requested(request, by_id);
+            let Some(partitions) = requested(request, by_id) else {
+                return Ok(FetchContext::Full { session_id: 0 });
+            };
             if partitions.len() > MAX_SESSION_PARTITIONS
                 || !self.make_room(now_ms, partitions.len())
             {
@@ -203,7 +212,11 @@ impl FetchSessions {
             return Err(FETCH_SESSION_TOPIC_ID_ERROR);
         }
         let size_before = session.partitions.len();
-        for (key, mut asked) in requested(request, by_id) {
+        let Some(listed) = requested(request, by_id) else {
+            self.sessions.remove(&id);
+            return Err(FETCH_SESSION_ID_NOT_FOUND);
+        };
+        for (key, mut asked) in listed {
             match session.partitions.get_mut(&key) {
                 Some(existing) => {
                     asked.sent = existing.sent;
@@ -708,6 +721,19 @@ mod tests {
         let ctx = s.begin(&request(1, 1, &[("zz", 0, 0)]), 12, 0, &mut next);
         assert_eq!(ctx, Err(FETCH_SESSION_ID_NOT_FOUND));
         assert_eq!(s.len(), fit - 1);
+    }
+
+    #[test]
+    fn names_longer_than_a_topic_name_get_no_session() {
+        let long = "t".repeat(skiff_meta::MAX_TOPIC_NAME_LEN + 1);
+        let mut s = FetchSessions::default();
+        let ctx = s.begin(&request(0, INITIAL_EPOCH, &[(&long, 0, 0)]), 12, 0, ids(1));
+        assert_eq!(ctx, Ok(FetchContext::Full { session_id: 0 }));
+        assert!(s.is_empty());
+        let id = open(&mut s, 12);
+        let ctx = s.begin(&request(id, 1, &[(&long, 0, 0)]), 12, 0, ids(1));
+        assert_eq!(ctx, Err(FETCH_SESSION_ID_NOT_FOUND), "the session ends");
+        assert!(s.is_empty());
     }
 
     #[test]
