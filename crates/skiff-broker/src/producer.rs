@@ -189,6 +189,18 @@ impl ProducerStates {
         before - self.producers.len()
     }
 
+    /// Forgets the producers whose last batch starts below `log_start`: their batches were
+    /// deleted, so what is known of them may be older than what they have written since
+    /// (after a DeleteRecords, say); unknown, their next batch is accepted instead of refused.
+    pub fn forget_below(&mut self, log_start: i64) {
+        self.producers.retain(|_, entry| {
+            entry
+                .recent
+                .back()
+                .is_some_and(|last| last.base_offset >= log_start)
+        });
+    }
+
     /// How many producers are known.
     pub fn len(&self) -> usize {
         self.producers.len()
@@ -239,8 +251,9 @@ const REBUILD_WINDOW: i64 = 10_000;
 const REBUILD_HORIZON_MS: i64 = 5 * 60 * 1000;
 
 /// The sequence state of a partition at start, as Kafka's recovery builds it: the newest producer
-/// snapshot at or below the log end, with the batches after it replayed; without a usable
-/// snapshot, [`rebuild_from_log`]. Producers idle past expiry are dropped.
+/// snapshot at or below the log end, without the producers whose last batch lies below the log
+/// start (their batches are gone; Kafka drops them too), with the batches after it replayed;
+/// without a usable snapshot, [`rebuild_from_log`]. Producers idle past expiry are dropped.
 pub fn restore(log: &skiff_log::PartitionLog, now_ms: i64) -> ProducerStates {
     let loaded = crate::producer_snapshot::load(log.dir(), log.log_end_offset()).unwrap_or_else(|e| {
         tracing::warn!(dir = %log.dir().display(), error = %e, "producer snapshots unreadable; rereading the log tail");
@@ -248,6 +261,7 @@ pub fn restore(log: &skiff_log::PartitionLog, now_ms: i64) -> ProducerStates {
     });
     let mut states = match loaded {
         Some((offset, mut states)) => {
+            states.forget_below(log.log_start_offset());
             states.replay(log, offset);
             states
         }
@@ -431,6 +445,25 @@ mod tests {
         // A day after its last append the producer has expired, snapshot or not.
         let later = restore(&log, now - 3_600_000 + PRODUCER_EXPIRATION_MS + 1);
         assert!(later.is_empty());
+    }
+
+    #[test]
+    fn producers_whose_batches_are_below_the_log_start_are_not_restored() {
+        let now = 1_800_000_000_000;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut log = busy_log(dir.path(), now - 60_000);
+        let states = rebuild_from_log(&log, now);
+        crate::producer_snapshot::write(dir.path(), &states, log.log_end_offset())
+            .expect("snapshot");
+        assert_eq!(
+            restore(&log, now).check(9, 0, 0, 0),
+            Ok(SequenceCheck::Duplicate { base_offset: 0 })
+        );
+        // DeleteRecords past the producer's only batch: it is forgotten, not kept stale.
+        log.delete_records_before(1).expect("delete records");
+        let restored = restore(&log, now);
+        assert!(restored.is_empty());
+        assert_eq!(restored.check(9, 0, 7, 7), Ok(SequenceCheck::Append));
     }
 
     #[test]
