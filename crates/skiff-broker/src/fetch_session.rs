@@ -103,6 +103,12 @@ pub struct FetchSessions {
     sessions: HashMap<i32, Session>,
 }
 
+/// A fetch that neither uses nor opens nor closes a session (before v7, or session 0 with the
+/// final epoch: librdkafka's kind). The handler serves it without touching the shared cache.
+pub fn is_sessionless(request: &FetchRequest, version: i16) -> bool {
+    version < 7 || (request.session_id == 0 && request.session_epoch == FINAL_EPOCH)
+}
+
 fn next_epoch(epoch: i32) -> i32 {
     if epoch == i32::MAX { 1 } else { epoch + 1 }
 }
@@ -163,7 +169,7 @@ impl FetchSessions {
     ) -> Result<FetchContext, i16> {
         let by_id = version >= 13;
         let (id, epoch) = (request.session_id, request.session_epoch);
-        if version < 7 || (id == 0 && epoch == FINAL_EPOCH) {
+        if is_sessionless(request, version) {
             return Ok(FetchContext::Full { session_id: 0 });
         }
         if epoch == INITIAL_EPOCH || epoch == FINAL_EPOCH {

@@ -20,7 +20,7 @@ use skiff_protocol::{ByteString, Response, Uuid, error_codes};
 use tokio::sync::watch;
 
 use super::{Reply, RequestContext};
-use crate::fetch_session::{FetchContext, PartitionKey, SessionPartition};
+use crate::fetch_session::{self, FetchContext, PartitionKey, SessionPartition};
 use crate::state::{Broker, Partition, now_ms};
 
 const KAFKA_STORAGE_ERROR: i16 = 56;
@@ -55,10 +55,14 @@ fn random_session_id() -> i32 {
 
 pub fn handle(ctx: &RequestContext, mut request: FetchRequest) -> Reply {
     let version = ctx.version;
-    let begun =
+    // Sessionless fetches (librdkafka's) never take the shared session cache's lock.
+    let begun = if fetch_session::is_sessionless(&request, version) {
+        Ok(FetchContext::Full { session_id: 0 })
+    } else {
         ctx.broker
             .lock_fetch_sessions()
-            .begin(&request, version, now_ms(), random_session_id);
+            .begin(&request, version, now_ms(), random_session_id)
+    };
     let session = match begun {
         Ok(session) => session,
         Err(code) => {
@@ -121,7 +125,6 @@ fn session_topics(partitions: &[(PartitionKey, SessionPartition)]) -> Vec<FetchT
 /// The response as sent: the session sets its ID and, for an incremental fetch, keeps only the
 /// partitions with something new. Runs once per request, on the response that goes out.
 fn complete(broker: &Broker, plan: &Plan, mut response: FetchResponse) -> Response {
-    // A sessionless fetch (librdkafka's kind) needs nothing from the shared session cache.
     if plan.session != (FetchContext::Full { session_id: 0 }) {
         broker
             .lock_fetch_sessions()
