@@ -73,6 +73,11 @@ pub(crate) struct Telemetry {
     reported: Mutex<HashMap<&'static str, u64>>,
     pub started: std::sync::atomic::AtomicBool,
     pub stop: watch::Sender<bool>,
+    /// Held across each telemetry request, so that `terminate` waits for the task's request in
+    /// flight instead of racing it: a second GetTelemetrySubscriptions within the push interval
+    /// is throttled by the broker (as Kafka's), which would leave a short-lived client
+    /// without its terminating push.
+    exchange: tokio::sync::Mutex<()>,
     /// Set once a terminating push was sent (or telemetry stopped for good).
     pub terminated: std::sync::atomic::AtomicBool,
 }
@@ -85,6 +90,7 @@ impl Telemetry {
             reported: Mutex::new(HashMap::new()),
             started: std::sync::atomic::AtomicBool::new(false),
             stop: watch::channel(false).0,
+            exchange: tokio::sync::Mutex::new(()),
             terminated: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -395,11 +401,12 @@ pub(crate) fn start(client: &Client, weak: Weak<Inner>) {
                     _ = stop.wait_for(|s| *s) => return,
                 }
             }
+            let Some(inner) = weak.upgrade() else { return };
+            let client = Client::from_inner(inner);
+            let _exchange = client.telemetry().exchange.lock().await;
             if *stop.borrow() {
                 return;
             }
-            let Some(inner) = weak.upgrade() else { return };
-            let client = Client::from_inner(inner);
             let outcome = if pushing {
                 push(&client, false, start_nanos).await
             } else {
@@ -430,6 +437,9 @@ pub(crate) async fn terminate(client: &Client) {
     if telemetry.terminated.swap(true, Ordering::AcqRel) {
         return;
     }
+    // The task sees `stop` once its request in flight (if any) has finished and stored its
+    // answer; from then on only this function talks telemetry.
+    let _exchange = telemetry.exchange.lock().await;
     let unknown = lock(&telemetry.subscription).is_none();
     if unknown
         && telemetry.started.load(Ordering::Acquire)
