@@ -6,11 +6,16 @@
 //! is fenced; a new epoch starts at sequence 0; a producer the partition has no state for is
 //! accepted at any sequence (its state may have gone with retention or expiry).
 //!
+//! Transactions add two things per partition, as Kafka's `ProducerStateManager` keeps them: the
+//! first offset of each producer's open transaction (the smallest is the last stable offset,
+//! which read_committed consumers never pass) and the aborted transactions (producer, first
+//! offset, marker offset) that read_committed fetches list so consumers drop their records.
+//!
 //! A producer idle for [`PRODUCER_EXPIRATION_MS`] is forgotten (Kafka's
 //! `producer.id.expiration.ms`), so short-lived producers do not pile up. The state survives
 //! restarts through snapshot files ([`crate::producer_snapshot`]) plus the log tail after them.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -97,12 +102,28 @@ pub(crate) struct ProducerEntry {
     /// log, as Kafka does): what expiry is measured from.
     pub(crate) last_append_ms: i64,
     pub(crate) recent: VecDeque<BatchMeta>,
+    /// The offset of the producer's first batch in its open transaction on this partition.
+    pub(crate) txn_first_offset: Option<i64>,
+}
+
+/// A transaction that ended with an abort marker: read_committed consumers skip the producer's
+/// records from `first_offset` up to the marker at `last_offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    pub last_offset: i64,
 }
 
 /// Sequence state of the idempotent producers writing to one partition.
 #[derive(Debug, Default)]
 pub struct ProducerStates {
     producers: HashMap<i64, ProducerEntry>,
+    /// Open transactions by first offset (→ producer ID); the first key is the first unstable
+    /// offset.
+    ongoing: BTreeMap<i64, i64>,
+    /// Aborted transactions in marker order (ascending `last_offset`).
+    aborted: Vec<AbortedTxn>,
 }
 
 fn in_sequence(last: i32, next: i32) -> bool {
@@ -180,24 +201,124 @@ impl ProducerStates {
         });
     }
 
-    /// Forgets the producers idle for [`PRODUCER_EXPIRATION_MS`]; returns how many.
+    /// Notes that the transactional batch at `base_offset` belongs to `producer_id`'s open
+    /// transaction (opening it on this partition if it is the first).
+    pub fn record_txn_data(&mut self, producer_id: i64, base_offset: i64) {
+        let Some(entry) = self.producers.get_mut(&producer_id) else {
+            return;
+        };
+        if entry.txn_first_offset.is_none() {
+            entry.txn_first_offset = Some(base_offset);
+            self.ongoing.insert(base_offset, producer_id);
+        }
+    }
+
+    /// Checks a transaction marker: one from an older epoch than the producer's is fenced.
+    pub fn check_marker(&self, producer_id: i64, epoch: i16) -> Result<(), i16> {
+        match self.producers.get(&producer_id) {
+            Some(entry) if epoch < entry.epoch => Err(error_codes::INVALID_PRODUCER_EPOCH),
+            _ => Ok(()),
+        }
+    }
+
+    /// Applies the marker at `marker_offset` ending `producer_id`'s transaction: its epoch
+    /// becomes the marker's (a coordinator's abort may have bumped it), the transaction is no
+    /// longer open, and an aborted one with records here is remembered.
+    pub fn record_marker(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        kind: skiff_records::ControlRecordType,
+        marker_offset: i64,
+        now_ms: i64,
+    ) {
+        let entry = self.producers.entry(producer_id).or_default();
+        entry.last_append_ms = entry.last_append_ms.max(now_ms);
+        if epoch != entry.epoch {
+            entry.epoch = epoch;
+            entry.recent.clear();
+        }
+        if let Some(first_offset) = entry.txn_first_offset.take() {
+            self.ongoing.remove(&first_offset);
+            if kind == skiff_records::ControlRecordType::Abort {
+                self.aborted.push(AbortedTxn {
+                    producer_id,
+                    first_offset,
+                    last_offset: marker_offset,
+                });
+            }
+        }
+    }
+
+    /// The first offset of the oldest open transaction: read_committed reads stop before it.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.ongoing.keys().next().copied()
+    }
+
+    /// The aborted transactions overlapping `[from, until)`, oldest marker first.
+    pub fn aborted_between(&self, from: i64, until: i64) -> Vec<AbortedTxn> {
+        let start = self.aborted.partition_point(|a| a.last_offset < from);
+        self.aborted
+            .get(start..)
+            .unwrap_or_default()
+            .iter()
+            .filter(|a| a.first_offset < until)
+            .copied()
+            .collect()
+    }
+
+    pub fn has_aborted(&self) -> bool {
+        !self.aborted.is_empty()
+    }
+
+    pub(crate) fn aborted(&self) -> &[AbortedTxn] {
+        &self.aborted
+    }
+
+    pub(crate) fn push_aborted(&mut self, aborted: AbortedTxn) {
+        self.aborted.push(aborted);
+    }
+
+    /// Forgets the producers idle for [`PRODUCER_EXPIRATION_MS`]; returns how many. A producer
+    /// with an open transaction is kept (its transaction still holds the last stable offset).
     pub fn expire(&mut self, now_ms: i64) -> usize {
         let before = self.producers.len();
         let horizon = now_ms.saturating_sub(PRODUCER_EXPIRATION_MS);
-        self.producers
-            .retain(|_, entry| entry.last_append_ms > horizon);
+        self.producers.retain(|_, entry| {
+            entry.last_append_ms > horizon || entry.txn_first_offset.is_some()
+        });
         before - self.producers.len()
+    }
+
+    /// Drops what lies below `log_start` after retention or DeleteRecords: aborted transactions
+    /// whose marker is gone and open transactions whose records are gone (nothing is left to
+    /// hold back; Kafka drops them too).
+    pub fn truncate_below(&mut self, log_start: i64) {
+        self.aborted.retain(|a| a.last_offset >= log_start);
+        let gone: Vec<(i64, i64)> = self
+            .ongoing
+            .range(..log_start)
+            .map(|(first, pid)| (*first, *pid))
+            .collect();
+        for (first, pid) in gone {
+            self.ongoing.remove(&first);
+            if let Some(entry) = self.producers.get_mut(&pid) {
+                entry.txn_first_offset = None;
+            }
+        }
     }
 
     /// Forgets the producers whose last batch starts below `log_start`: their batches were
     /// deleted, so what is known of them may be older than what they have written since
     /// (after a DeleteRecords, say); unknown, their next batch is accepted instead of refused.
     pub fn forget_below(&mut self, log_start: i64) {
+        self.truncate_below(log_start);
         self.producers.retain(|_, entry| {
-            entry
-                .recent
-                .back()
-                .is_some_and(|last| last.base_offset >= log_start)
+            entry.txn_first_offset.is_some()
+                || entry
+                    .recent
+                    .back()
+                    .is_some_and(|last| last.base_offset >= log_start)
         });
     }
 
@@ -219,27 +340,64 @@ impl ProducerStates {
     }
 
     pub(crate) fn insert(&mut self, producer_id: i64, entry: ProducerEntry) {
-        self.producers.insert(producer_id, entry);
+        let first = entry.txn_first_offset;
+        if let Some(old) = self.producers.insert(producer_id, entry)
+            && let Some(old_first) = old.txn_first_offset
+        {
+            self.ongoing.remove(&old_first);
+        }
+        if let Some(first) = first {
+            self.ongoing.insert(first, producer_id);
+        }
     }
 
     /// Replays the batch headers of `log` from `from_offset` to its end on top of this state.
     fn replay(&mut self, log: &skiff_log::PartitionLog, from_offset: i64) {
         let walked = log.for_each_batch_header(from_offset, |header| {
-            if header.producer_id >= 0 {
-                self.record(
-                    header.producer_id,
-                    header.producer_epoch,
-                    header.base_sequence,
-                    header.base_sequence.wrapping_add(header.last_offset_delta),
-                    header.base_offset,
-                    header.max_timestamp,
-                );
+            if header.producer_id < 0 {
+                return;
+            }
+            if header.is_control() {
+                match marker_kind(log, header.base_offset) {
+                    Some(kind) => self.record_marker(
+                        header.producer_id,
+                        header.producer_epoch,
+                        kind,
+                        header.base_offset,
+                        header.max_timestamp,
+                    ),
+                    None => tracing::warn!(dir = %log.dir().display(), offset = header.base_offset, "unreadable transaction marker skipped"),
+                }
+                return;
+            }
+            self.record(
+                header.producer_id,
+                header.producer_epoch,
+                header.base_sequence,
+                header.base_sequence.wrapping_add(header.last_offset_delta),
+                header.base_offset,
+                header.max_timestamp,
+            );
+            if header.is_transactional() {
+                self.record_txn_data(header.producer_id, header.base_offset);
             }
         });
         if let Err(e) = walked {
             tracing::warn!(dir = %log.dir().display(), error = %e, "producer state rebuilt from part of the log tail");
         }
     }
+}
+
+/// What the transaction marker at `offset` says (markers are one tiny record; reading it back is
+/// the only way to tell a commit from an abort).
+fn marker_kind(
+    log: &skiff_log::PartitionLog,
+    offset: i64,
+) -> Option<skiff_records::ControlRecordType> {
+    let read = log.read(offset, 4096).ok()?;
+    let (batches, _) = skiff_records::RecordBatches::parse_fetch(read.records).ok()?;
+    let batch = batches.into_iter().find(|b| b.base_offset() == offset)?;
+    skiff_records::control_record_type(&batch)
 }
 
 /// A restart always looks at least this many offsets back for idempotent producers' batches.
@@ -485,6 +643,104 @@ mod tests {
         // A late batch timestamp from a rebuild never moves the last append back.
         s.record(2, 0, 1, 1, 2, 10);
         assert_eq!(s.expire(5_000 + PRODUCER_EXPIRATION_MS - 1), 0);
+    }
+
+    #[test]
+    fn open_transactions_hold_the_last_stable_offset_and_aborts_are_listed() {
+        use skiff_records::ControlRecordType::{Abort, Commit};
+        let mut s = ProducerStates::default();
+        assert_eq!(s.first_unstable_offset(), None);
+        s.record(1, 0, 0, 1, 10, 1);
+        s.record_txn_data(1, 10);
+        s.record(2, 0, 0, 0, 12, 1);
+        s.record_txn_data(2, 12);
+        s.record(1, 0, 2, 2, 13, 1);
+        s.record_txn_data(1, 13);
+        assert_eq!(s.first_unstable_offset(), Some(10));
+        // A marker from an older epoch is fenced.
+        assert_eq!(
+            s.check_marker(1, -1),
+            Err(error_codes::INVALID_PRODUCER_EPOCH)
+        );
+        assert_eq!(s.check_marker(1, 1), Ok(()));
+        // Producer 1 aborts (with a bumped epoch, as a coordinator's timeout abort does).
+        s.record_marker(1, 1, Abort, 14, 2);
+        assert_eq!(s.first_unstable_offset(), Some(12));
+        assert_eq!(
+            s.check(1, 0, 3, 3),
+            Err(error_codes::INVALID_PRODUCER_EPOCH)
+        );
+        assert_eq!(s.check(1, 1, 0, 0), Ok(SequenceCheck::Append));
+        s.record_marker(2, 0, Commit, 15, 2);
+        assert_eq!(s.first_unstable_offset(), None);
+        let aborted = AbortedTxn {
+            producer_id: 1,
+            first_offset: 10,
+            last_offset: 14,
+        };
+        assert_eq!(s.aborted_between(0, 100), vec![aborted]);
+        assert_eq!(s.aborted_between(14, 100), vec![aborted]);
+        assert_eq!(s.aborted_between(15, 100), vec![]);
+        assert_eq!(s.aborted_between(0, 10), vec![]);
+        // A marker for a producer with nothing open changes nothing else.
+        s.record_marker(3, 0, Abort, 16, 2);
+        assert_eq!(s.aborted_between(0, 100).len(), 1);
+        // Retention past the marker forgets the abort.
+        s.truncate_below(15);
+        assert!(!s.has_aborted());
+    }
+
+    #[test]
+    fn a_producer_with_an_open_transaction_does_not_expire() {
+        let mut s = ProducerStates::default();
+        s.record(1, 0, 0, 0, 5, 1_000);
+        s.record_txn_data(1, 5);
+        assert_eq!(s.expire(1_000 + PRODUCER_EXPIRATION_MS * 2), 0);
+        assert_eq!(s.first_unstable_offset(), Some(5));
+        // Records deleted below it: the transaction no longer holds anything back.
+        s.truncate_below(6);
+        assert_eq!(s.first_unstable_offset(), None);
+        assert_eq!(s.expire(1_000 + PRODUCER_EXPIRATION_MS * 2), 1);
+    }
+
+    #[test]
+    fn transactions_are_rebuilt_from_the_log_with_their_markers() {
+        use skiff_records::ControlRecordType::{Abort, Commit};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut log = skiff_log::PartitionLog::open(dir.path(), skiff_log::LogConfig::default())
+            .expect("open");
+        let data = |pid: i64, seq: i32| {
+            let mut b = skiff_records::RecordBatchBuilder::new()
+                .producer(pid, 0, seq)
+                .transactional(true);
+            b.append(1, None, Some(b"v"), &[]).expect("append");
+            b.build().expect("batch").into_bytes()
+        };
+        let marker = |pid: i64, kind| {
+            skiff_records::end_txn_marker(pid, 0, kind, 0, 1)
+                .expect("marker")
+                .into_bytes()
+        };
+        log.append(data(1, 0), 1).expect("append"); // 0
+        log.append(data(2, 0), 1).expect("append"); // 1
+        log.append(marker(1, Abort), 1).expect("append"); // 2
+        log.append(data(1, 1), 1).expect("append"); // 3
+        log.append(marker(2, Commit), 1).expect("append"); // 4
+        let states = rebuild_from_log(&log, 1);
+        assert_eq!(states.first_unstable_offset(), Some(3));
+        assert_eq!(
+            states.aborted_between(0, 10),
+            vec![AbortedTxn {
+                producer_id: 1,
+                first_offset: 0,
+                last_offset: 2
+            }]
+        );
+        // The sequence of producer 1 continues after the marker.
+        assert_eq!(
+            states.check(1, 0, 1, 1),
+            Ok(SequenceCheck::Duplicate { base_offset: 3 })
+        );
     }
 
     #[test]

@@ -11,24 +11,29 @@
 //!
 //! Layout (big-endian): magic `SKPS`, version u16, CRC-32C (u32) of everything after it, the
 //! offset (i64), the producer count (u32), then per producer its ID (i64), epoch (i16),
-//! last-append time (i64 ms), batch count (u8, at most [`RECENT_BATCHES`]) and per batch its
-//! first sequence (i32), last sequence (i32) and base offset (i64).
+//! last-append time (i64 ms), (v2) the first offset of its open transaction (i64, -1 for none),
+//! batch count (u8, at most [`RECENT_BATCHES`]) and per batch its first sequence (i32), last
+//! sequence (i32) and base offset (i64); (v2) then the aborted transactions: count (u32) and
+//! per transaction its producer ID, first offset and marker offset (three i64). Version 1 files
+//! (no transactions) are still read.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
 use crate::node_file::write_atomically;
-use crate::producer::{BatchMeta, ProducerEntry, ProducerStates, RECENT_BATCHES};
+use crate::producer::{AbortedTxn, BatchMeta, ProducerEntry, ProducerStates, RECENT_BATCHES};
 
 const MAGIC: &[u8; 4] = b"SKPS";
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
 const PREFIX: &str = "producers-";
 const SUFFIX: &str = ".snapshot";
 /// Snapshots kept per partition: the newest may lie beyond what a crash left of the log.
 pub const KEEP: usize = 2;
 /// Bytes of a producer with no batches: the lower bound that caps a hostile producer count.
-const MIN_ENTRY_LEN: usize = 8 + 2 + 8 + 1;
+const MIN_ENTRY_LEN_V1: usize = 8 + 2 + 8 + 1;
+const MIN_ENTRY_LEN: usize = MIN_ENTRY_LEN_V1 + 8;
+const ABORTED_LEN: usize = 24;
 /// A larger file is not read (about two million producers active within a day on one
 /// partition): a damaged or foreign file must not make the broker allocate its size.
 const MAX_FILE_LEN: u64 = 256 << 20;
@@ -43,6 +48,7 @@ pub fn encode(states: &ProducerStates, offset: i64) -> Vec<u8> {
         body.extend_from_slice(&producer_id.to_be_bytes());
         body.extend_from_slice(&entry.epoch.to_be_bytes());
         body.extend_from_slice(&entry.last_append_ms.to_be_bytes());
+        body.extend_from_slice(&entry.txn_first_offset.unwrap_or(-1).to_be_bytes());
         // `recent` never holds more than RECENT_BATCHES (5) batches.
         let batches = entry.recent.iter().take(RECENT_BATCHES);
         body.push(batches.len() as u8);
@@ -51,6 +57,14 @@ pub fn encode(states: &ProducerStates, offset: i64) -> Vec<u8> {
             body.extend_from_slice(&batch.last_seq.to_be_bytes());
             body.extend_from_slice(&batch.base_offset.to_be_bytes());
         }
+    }
+    let aborted = states.aborted();
+    let count = u32::try_from(aborted.len()).unwrap_or(u32::MAX);
+    body.extend_from_slice(&count.to_be_bytes());
+    for txn in aborted.iter().take(count as usize) {
+        body.extend_from_slice(&txn.producer_id.to_be_bytes());
+        body.extend_from_slice(&txn.first_offset.to_be_bytes());
+        body.extend_from_slice(&txn.last_offset.to_be_bytes());
     }
     let mut out = Vec::with_capacity(10 + body.len());
     out.extend_from_slice(MAGIC);
@@ -77,16 +91,21 @@ pub fn decode(bytes: &[u8]) -> Result<(i64, ProducerStates)> {
         bail!("not a producer snapshot");
     }
     let version = u16::from_be_bytes(take(&mut input)?);
-    if version != VERSION {
+    if !(1..=VERSION).contains(&version) {
         bail!("unknown snapshot version {version}");
     }
+    let min_entry_len = if version == 1 {
+        MIN_ENTRY_LEN_V1
+    } else {
+        MIN_ENTRY_LEN
+    };
     let crc = u32::from_be_bytes(take(&mut input)?);
     if crc32c::crc32c(input) != crc {
         bail!("snapshot CRC mismatch");
     }
     let offset = i64::from_be_bytes(take(&mut input)?);
     let count = u32::from_be_bytes(take(&mut input)?) as usize;
-    if count > input.len() / MIN_ENTRY_LEN {
+    if count > input.len() / min_entry_len {
         bail!("snapshot claims {count} producers in {} bytes", input.len());
     }
     let mut states = ProducerStates::default();
@@ -94,6 +113,11 @@ pub fn decode(bytes: &[u8]) -> Result<(i64, ProducerStates)> {
         let producer_id = i64::from_be_bytes(take(&mut input)?);
         let epoch = i16::from_be_bytes(take(&mut input)?);
         let last_append_ms = i64::from_be_bytes(take(&mut input)?);
+        let txn_first_offset = if version == 1 {
+            None
+        } else {
+            Some(i64::from_be_bytes(take(&mut input)?)).filter(|offset| *offset >= 0)
+        };
         let [batches] = take::<1>(&mut input)?;
         if usize::from(batches) > RECENT_BATCHES {
             bail!("snapshot holds {batches} batches for producer {producer_id}");
@@ -102,6 +126,7 @@ pub fn decode(bytes: &[u8]) -> Result<(i64, ProducerStates)> {
             epoch,
             last_append_ms,
             recent: Default::default(),
+            txn_first_offset,
         };
         for _ in 0..batches {
             entry.recent.push_back(BatchMeta {
@@ -111,6 +136,25 @@ pub fn decode(bytes: &[u8]) -> Result<(i64, ProducerStates)> {
             });
         }
         states.insert(producer_id, entry);
+    }
+    if version >= 2 {
+        let count = u32::from_be_bytes(take(&mut input)?) as usize;
+        if count > input.len() / ABORTED_LEN {
+            bail!("snapshot claims {count} aborted transactions in {} bytes", input.len());
+        }
+        let mut last = i64::MIN;
+        for _ in 0..count {
+            let txn = AbortedTxn {
+                producer_id: i64::from_be_bytes(take(&mut input)?),
+                first_offset: i64::from_be_bytes(take(&mut input)?),
+                last_offset: i64::from_be_bytes(take(&mut input)?),
+            };
+            if txn.last_offset < last || txn.first_offset > txn.last_offset {
+                bail!("aborted transactions out of order in the snapshot");
+            }
+            last = txn.last_offset;
+            states.push_aborted(txn);
+        }
     }
     if !input.is_empty() {
         bail!("{} bytes after the last producer", input.len());
@@ -147,7 +191,7 @@ fn list(dir: &Path) -> Result<Vec<(i64, PathBuf)>> {
 /// this offset exists (nothing was appended since: a restart without appends rewrites nothing).
 pub fn write(dir: &Path, states: &ProducerStates, offset: i64) -> Result<()> {
     let path = dir.join(file_name(offset));
-    if states.is_empty() || path.exists() {
+    if (states.is_empty() && !states.has_aborted()) || path.exists() {
         return Ok(());
     }
     write_atomically(&path, &encode(states, offset))?;
@@ -208,6 +252,12 @@ mod tests {
             );
         }
         states.record(i64::MAX, i16::MAX, i32::MAX, 0, 9, -1);
+        // Producer 8: an aborted transaction, then an open one.
+        states.record(8, 0, 0, 0, 700, 2_000);
+        states.record_txn_data(8, 700);
+        states.record_marker(8, 0, skiff_records::ControlRecordType::Abort, 701, 2_000);
+        states.record(8, 0, 1, 1, 702, 2_001);
+        states.record_txn_data(8, 702);
         states
     }
 
@@ -216,7 +266,16 @@ mod tests {
         let states = sample();
         let (offset, back) = decode(&encode(&states, 4242)).expect("decodes");
         assert_eq!(offset, 4242);
-        assert_eq!(back.len(), 2);
+        assert_eq!(back.len(), 3);
+        assert_eq!(back.first_unstable_offset(), Some(702));
+        assert_eq!(
+            back.aborted_between(0, i64::MAX),
+            vec![crate::producer::AbortedTxn {
+                producer_id: 8,
+                first_offset: 700,
+                last_offset: 701
+            }]
+        );
         // The last five batches of producer 5 survive, the older two do not.
         assert_eq!(
             back.check(5, 1, 12, 13),
@@ -270,10 +329,40 @@ mod tests {
         assert!(decode(&with_body(&body)).is_err());
         let mut body = 0i64.to_be_bytes().to_vec();
         body.extend_from_slice(&1u32.to_be_bytes());
-        body.extend_from_slice(&[0u8; 18]);
+        body.extend_from_slice(&[0u8; 26]);
         body.push(200); // batches
         body.extend_from_slice(&[0u8; 64]);
         assert!(decode(&with_body(&body)).is_err());
+        // No producers, then a hostile count of aborted transactions.
+        let mut body = 0i64.to_be_bytes().to_vec();
+        body.extend_from_slice(&0u32.to_be_bytes());
+        body.extend_from_slice(&u32::MAX.to_be_bytes());
+        assert!(decode(&with_body(&body)).is_err());
+    }
+
+    /// Snapshots written before transactions (version 1) still load.
+    #[test]
+    fn version_1_snapshots_are_read() {
+        let mut body = 77i64.to_be_bytes().to_vec();
+        body.extend_from_slice(&1u32.to_be_bytes());
+        body.extend_from_slice(&5i64.to_be_bytes()); // producer ID
+        body.extend_from_slice(&2i16.to_be_bytes()); // epoch
+        body.extend_from_slice(&1_000i64.to_be_bytes()); // last append
+        body.push(1);
+        body.extend_from_slice(&0i32.to_be_bytes());
+        body.extend_from_slice(&3i32.to_be_bytes());
+        body.extend_from_slice(&70i64.to_be_bytes());
+        let mut v1 = MAGIC.to_vec();
+        v1.extend_from_slice(&1u16.to_be_bytes());
+        v1.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
+        v1.extend_from_slice(&body);
+        let (offset, states) = decode(&v1).expect("version 1 decodes");
+        assert_eq!(offset, 77);
+        assert_eq!(
+            states.check(5, 2, 0, 3),
+            Ok(SequenceCheck::Duplicate { base_offset: 70 })
+        );
+        assert_eq!(states.first_unstable_offset(), None);
     }
 
     proptest::proptest! {
@@ -299,8 +388,18 @@ mod tests {
             offset in proptest::num::i64::ANY,
         ) {
             let mut states = ProducerStates::default();
+            let mut next_offset = 0i64;
             for (id, epoch, first, last, base, now) in batches {
-                states.record(id, epoch, first, last, base, now);
+                // Some batches are transactional, some are markers, by the sign of `base`.
+                next_offset += 1;
+                match base.rem_euclid(4) {
+                    0 => states.record_marker(id, epoch, skiff_records::ControlRecordType::Abort, next_offset, now),
+                    1 => {
+                        states.record(id, epoch, first, last, next_offset, now);
+                        states.record_txn_data(id, next_offset);
+                    }
+                    _ => states.record(id, epoch, first, last, base, now),
+                }
             }
             let bytes = encode(&states, offset);
             let (back_offset, back) = decode(&bytes).map_err(|e| proptest::test_runner::TestCaseError::fail(e.to_string()))?;

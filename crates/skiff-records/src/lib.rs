@@ -5,6 +5,7 @@
 //!   header consistency) over [`bytes::Bytes`]; a trailing partial batch is a distinct error;
 //! - [`RecordBatchMut`]: the in-place rewrites of a broker append (base offset, leader epoch,
 //!   log-append time) without re-encoding records;
+//! - [`end_txn_marker`] / [`control_record_type`]: transaction markers (control batches);
 //! - [`RecordBatchBuilder`] and [`Records`]: encoding (optionally compressed) and bounded decoding
 //!   (with bounded decompression) of individual records.
 //!
@@ -13,6 +14,7 @@
 mod batch;
 mod builder;
 pub mod compression;
+mod control;
 mod error;
 mod record;
 mod wire;
@@ -23,6 +25,7 @@ pub use batch::{
     RecordBatches, RecordBatchesMut, TimestampType, UNCHECKED_PREFIX_LEN,
 };
 pub use builder::RecordBatchBuilder;
+pub use control::{ControlRecordType, control_record_type, end_txn_marker};
 pub use error::{RecordsError, Result};
 pub use record::{Header, Record, RecordHeaders, Records};
 
