@@ -284,9 +284,8 @@ impl ProducerStates {
     pub fn expire(&mut self, now_ms: i64) -> usize {
         let before = self.producers.len();
         let horizon = now_ms.saturating_sub(PRODUCER_EXPIRATION_MS);
-        self.producers.retain(|_, entry| {
-            entry.last_append_ms > horizon || entry.txn_first_offset.is_some()
-        });
+        self.producers
+            .retain(|_, entry| entry.last_append_ms > horizon || entry.txn_first_offset.is_some());
         before - self.producers.len()
     }
 

@@ -140,7 +140,10 @@ pub fn decode(bytes: &[u8]) -> Result<(i64, ProducerStates)> {
     if version >= 2 {
         let count = u32::from_be_bytes(take(&mut input)?) as usize;
         if count > input.len() / ABORTED_LEN {
-            bail!("snapshot claims {count} aborted transactions in {} bytes", input.len());
+            bail!(
+                "snapshot claims {count} aborted transactions in {} bytes",
+                input.len()
+            );
         }
         let mut last = i64::MIN;
         for _ in 0..count {

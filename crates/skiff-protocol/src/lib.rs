@@ -58,7 +58,16 @@ pub mod error_codes {
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
     pub const INVALID_CONFIG: i16 = 40;
     pub const INVALID_TIMESTAMP: i16 = 32;
+    pub const INVALID_TXN_STATE: i16 = 48;
+    pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+    pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+    pub const CONCURRENT_TRANSACTIONS: i16 = 51;
+    pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+    pub const KAFKA_STORAGE_ERROR: i16 = 56;
     pub const UNKNOWN_PRODUCER_ID: i16 = 59;
+    pub const OPERATION_NOT_ATTEMPTED: i16 = 55;
+    pub const PRODUCER_FENCED: i16 = 90;
+    pub const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
     pub const GROUP_ID_NOT_FOUND: i16 = 69;
     pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
     pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;

@@ -77,10 +77,7 @@ mod tests {
         for kind in [ControlRecordType::Abort, ControlRecordType::Commit] {
             let batch = end_txn_marker(42, 3, kind, 7, 1_000).expect("marker");
             assert!(batch.is_control() && batch.is_transactional());
-            assert_eq!(
-                (batch.producer_id(), batch.producer_epoch()),
-                (42, 3)
-            );
+            assert_eq!((batch.producer_id(), batch.producer_epoch()), (42, 3));
             assert_eq!(batch.base_sequence(), NO_SEQUENCE);
             assert_eq!(batch.record_count(), 1);
             assert_eq!(control_record_type(&batch), Some(kind));
