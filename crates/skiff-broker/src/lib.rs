@@ -19,6 +19,7 @@ pub mod producer;
 mod producer_snapshot;
 mod server;
 pub mod state;
+pub mod txns;
 
 pub use config::{BrokerConfig, FlushMode, Overrides};
 pub use server::{RunningBroker, start};

@@ -91,6 +91,7 @@ async fn serve(
     let connection_ids = AtomicU64::new(1);
     let maintenance = tokio::spawn(maintenance(Arc::clone(&broker), shutdown.clone()));
     let group_timers = tokio::spawn(group_timers(Arc::clone(&broker), shutdown.clone()));
+    let txn_timers = tokio::spawn(txn_timers(Arc::clone(&broker), shutdown.clone()));
 
     loop {
         let permit = tokio::select! {
@@ -143,6 +144,7 @@ async fn serve(
     let _ = done_rx.recv().await;
     maintenance.abort();
     group_timers.abort();
+    txn_timers.abort();
     let flushing = Arc::clone(&broker);
     tokio::task::spawn_blocking(move || {
         flushing.flush_due(true);
@@ -172,6 +174,20 @@ async fn group_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
             _ = stopped(&mut shutdown) => return,
         }
         broker.groups.fire_timers(&broker, crate::state::now_ms());
+    }
+}
+
+/// Finishes transaction ends a stop interrupted, then aborts transactions past their timeout.
+async fn txn_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    crate::txns::resume_unfinished(&broker).await;
+    let mut tick = tokio::time::interval(Duration::from_millis(
+        crate::txns::TIMEOUT_CHECK_INTERVAL_MS,
+    ));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => crate::txns::tick(&broker).await,
+            _ = stopped(&mut shutdown) => return,
+        }
     }
 }
 

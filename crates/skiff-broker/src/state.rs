@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -81,6 +81,11 @@ pub struct Partition {
     pub end_offset: watch::Sender<i64>,
     /// Idempotent producers' sequence state for this partition.
     pub producers: Mutex<ProducerStates>,
+    /// The first offset of the oldest open transaction (`i64::MAX`: none), published from the
+    /// producer state so that fetches read the last stable offset without its lock.
+    first_unstable: AtomicI64,
+    /// Whether any aborted transaction is known (read_committed fetches then list them).
+    has_aborted: AtomicBool,
 }
 
 impl Partition {
@@ -92,6 +97,40 @@ impl Partition {
         self.producers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Publishes the transaction state of `states` (call with the producers lock held, after
+    /// every change to it).
+    pub fn publish_txn_state(&self, states: &ProducerStates) {
+        self.first_unstable.store(
+            states.first_unstable_offset().unwrap_or(i64::MAX),
+            Ordering::Release,
+        );
+        self.has_aborted
+            .store(states.has_aborted(), Ordering::Release);
+    }
+
+    /// Holds read_committed readers below `offset` before a transactional batch that opens a
+    /// transaction is appended there (the producer state learns of it only after the append).
+    pub fn hold_unstable_from(&self, offset: i64) {
+        self.first_unstable.fetch_min(offset, Ordering::AcqRel);
+    }
+
+    /// The last stable offset for a log ending at `log_end`: read_committed reads stop here.
+    pub fn last_stable_offset(&self, log_end: i64) -> i64 {
+        self.first_unstable.load(Ordering::Acquire).min(log_end)
+    }
+
+    /// Drops the transactions whose records are gone below `log_start` (retention,
+    /// DeleteRecords).
+    pub fn forget_transactions_below(&self, log_start: i64) {
+        let mut producers = self.lock_producers();
+        producers.truncate_below(log_start);
+        self.publish_txn_state(&producers);
+    }
+
+    pub fn has_aborted_transactions(&self) -> bool {
+        self.has_aborted.load(Ordering::Acquire)
     }
 
     /// Writes the producer snapshot of `states`, which must describe the log up to `end_offset`
@@ -192,6 +231,7 @@ pub struct Broker {
     /// refresh its view of the topics).
     topics_generation: AtomicU64,
     pub groups: crate::groups::GroupCoordinator,
+    pub txns: crate::txns::TransactionCoordinator,
     pub clients: crate::clients::ClientRegistry,
     /// KIP-714 client metrics: subscriptions, instances, latest values.
     telemetry: Mutex<skiff_telemetry::TelemetryManager>,
@@ -221,6 +261,11 @@ impl Broker {
             config.groups.clone(),
             now_ms(),
         )?;
+        let txns = crate::txns::TransactionCoordinator::open(
+            &config.data_dir.join(crate::txns::TXN_LOG_DIR),
+            flush_policy(config.flush),
+            skiff_txn::TxnConfig::default(),
+        )?;
         let telemetry = crate::state::open_telemetry(&config)?;
         let otlp = config
             .telemetry_otlp_endpoint
@@ -237,6 +282,7 @@ impl Broker {
             fetch_sessions: Mutex::default(),
             topics_generation: AtomicU64::new(0),
             groups,
+            txns,
             clients: crate::clients::ClientRegistry::default(),
             telemetry: Mutex::new(telemetry),
             otlp,
@@ -387,15 +433,20 @@ impl Broker {
         let producers = crate::producer::restore(&log, now_ms());
         let log = Arc::new(Mutex::new(log));
         let committer = always.then(|| GroupCommitter::spawn(Arc::clone(&log)));
-        Ok(Arc::new(Partition {
+        let partition = Partition {
             topic: info.name.clone(),
             topic_id: info.id,
             index,
             log,
             committer,
             end_offset: watch::channel(end).0,
-            producers: Mutex::new(producers),
-        }))
+            first_unstable: AtomicI64::new(i64::MAX),
+            has_aborted: AtomicBool::new(false),
+            producers: Mutex::new(ProducerStates::default()),
+        };
+        partition.publish_txn_state(&producers);
+        *partition.lock_producers() = producers;
+        Ok(Arc::new(partition))
     }
 
     /// Creates a topic in the metadata and opens its partitions.
@@ -523,9 +574,14 @@ impl Broker {
         let now = now_ms();
         for topic in self.all_topics() {
             for partition in &topic.partitions {
-                if let Err(e) = partition.lock_log().apply_retention(now) {
-                    tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e, "retention failed");
-                }
+                let log_start = {
+                    let mut log = partition.lock_log();
+                    if let Err(e) = log.apply_retention(now) {
+                        tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e, "retention failed");
+                    }
+                    log.log_start_offset()
+                };
+                partition.forget_transactions_below(log_start);
                 let expired = partition.lock_producers().expire(now);
                 if expired > 0 {
                     tracing::debug!(topic = %partition.topic, partition = partition.index, expired, "idle producers forgotten");

@@ -14,7 +14,7 @@ use skiff_log::LogError;
 use skiff_protocol::generated::FetchRequest;
 use skiff_protocol::generated::fetch_request::{FetchPartition, FetchTopic};
 use skiff_protocol::generated::fetch_response::{
-    FetchResponse, FetchableTopicResponse, PartitionData,
+    AbortedTransaction, FetchResponse, FetchableTopicResponse, PartitionData,
 };
 use skiff_protocol::{ByteString, Response, Uuid, error_codes};
 use tokio::sync::watch;
@@ -213,6 +213,37 @@ fn plan(
     }
 }
 
+/// The batches of `records` that start below `stable` (the last stable offset), and the offset
+/// after the last of them. A batch never straddles the last stable offset: it is the base
+/// offset of the first batch of the oldest open transaction, or the log end.
+fn stable_prefix(records: Bytes, stable: i64) -> (Bytes, i64) {
+    let mut position = 0usize;
+    let mut next = i64::MIN;
+    while let Some(header) = records.get(position..) {
+        let (Some(base), Some(length)) = (header.get(0..8), header.get(8..12)) else {
+            break;
+        };
+        let base = i64::from_be_bytes(base.try_into().unwrap_or([0xff; 8]));
+        let length = i32::from_be_bytes(length.try_into().unwrap_or([0xff; 4]));
+        if base >= stable || length < 0 {
+            break;
+        }
+        let last_delta = header
+            .get(23..27)
+            .and_then(|d| d.try_into().ok())
+            .map_or(0, i32::from_be_bytes);
+        next = base
+            .saturating_add(i64::from(last_delta.max(0)))
+            .saturating_add(1);
+        // A trailing partial batch (cut by max_bytes) is returned as it is.
+        position = position
+            .saturating_add(12)
+            .saturating_add(length as usize)
+            .min(records.len());
+    }
+    (records.slice(..position), next)
+}
+
 /// Reads every target once. Returns the response, the bytes of records in it, and whether any
 /// partition has an error (which ends a long poll at once).
 fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
@@ -255,19 +286,42 @@ fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
             }
             Ok(partition) => {
                 let log = partition.lock_log();
-                data.high_watermark = log.log_end_offset();
-                data.last_stable_offset = log.log_end_offset();
+                let end = log.log_end_offset();
+                let stable = partition.last_stable_offset(end);
+                data.high_watermark = end;
+                data.last_stable_offset = stable;
                 data.log_start_offset = log.log_start_offset();
                 // The first batch is returned even if larger than the budget (KIP-74); after the
                 // budget is spent, partitions get no records.
                 let limit = target.max_bytes.min(budget);
+                let mut aborted_range = None;
                 if limit > 0 || total == 0 {
-                    match log.read(target.fetch_offset, limit.max(1)) {
-                        Ok(result) => {
-                            let n = result.records.len();
+                    let read = if plan.read_committed
+                        && target.fetch_offset >= stable
+                        && target.fetch_offset <= end
+                        && target.fetch_offset >= data.log_start_offset
+                    {
+                        // Nothing stable to read yet (an open transaction starts here).
+                        Ok(Bytes::new())
+                    } else {
+                        log.read(target.fetch_offset, limit.max(1)).map(|result| {
+                            if plan.read_committed {
+                                let (records, next) = stable_prefix(result.records, stable);
+                                if !records.is_empty() && partition.has_aborted_transactions() {
+                                    aborted_range = Some((target.fetch_offset, next));
+                                }
+                                records
+                            } else {
+                                result.records
+                            }
+                        })
+                    };
+                    match read {
+                        Ok(records) => {
+                            let n = records.len();
                             total += n;
                             budget = budget.saturating_sub(n);
-                            data.records = Some(result.records);
+                            data.records = Some(records);
                         }
                         Err(LogError::OffsetOutOfRange { .. }) => {
                             data.error_code = error_codes::OFFSET_OUT_OF_RANGE;
@@ -279,6 +333,22 @@ fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
                             any_error = true;
                         }
                     }
+                }
+                drop(log);
+                // The producers lock comes before the log lock everywhere, so only now.
+                if let Some((from, until)) = aborted_range {
+                    data.aborted_transactions = Some(
+                        partition
+                            .lock_producers()
+                            .aborted_between(from, until)
+                            .into_iter()
+                            .map(|a| AbortedTransaction {
+                                producer_id: a.producer_id,
+                                first_offset: a.first_offset,
+                                ..Default::default()
+                            })
+                            .collect(),
+                    );
                 }
             }
         }

@@ -40,12 +40,13 @@ use super::{Reply, RequestContext, bs};
 use crate::groups::{Group, GroupCoordinator, Inner};
 use crate::state::now_ms;
 
-const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+pub(crate) const OFFSET_METADATA_TOO_LARGE: i16 = 12;
 const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 /// Kafka's `offset.metadata.max.bytes` default.
-const MAX_OFFSET_METADATA: usize = 4096;
+pub(crate) const MAX_OFFSET_METADATA: usize = 4096;
 /// FindCoordinator key types.
 const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
 
 fn client_host(ctx: &RequestContext) -> String {
     format!("/{}", ctx.peer.ip())
@@ -58,15 +59,20 @@ pub fn find_coordinator(ctx: &RequestContext, request: FindCoordinatorRequest) -
     let (host, port) = &ctx.broker.advertised;
     let node = ctx.broker.node_id();
     let answer = |key: &ByteString| -> Coordinator {
-        if request.key_type == KEY_TYPE_GROUP {
+        if request.key_type == KEY_TYPE_GROUP || request.key_type == KEY_TYPE_TRANSACTION {
             if key.is_empty() {
+                let what = if request.key_type == KEY_TYPE_GROUP {
+                    "the group ID is empty"
+                } else {
+                    "the transactional ID is empty"
+                };
                 return Coordinator {
                     key: key.clone(),
                     node_id: -1,
                     host: bs(""),
                     port: -1,
                     error_code: error_codes::INVALID_REQUEST,
-                    error_message: Some(bs("the group ID is empty")),
+                    error_message: Some(bs(what)),
                     ..Default::default()
                 };
             }
@@ -80,14 +86,16 @@ pub fn find_coordinator(ctx: &RequestContext, request: FindCoordinatorRequest) -
                 ..Default::default()
             }
         } else {
-            // Transactions and share groups have no coordinator here.
+            // Share groups have no coordinator here.
             Coordinator {
                 key: key.clone(),
                 node_id: -1,
                 host: bs(""),
                 port: -1,
                 error_code: error_codes::COORDINATOR_NOT_AVAILABLE,
-                error_message: Some(bs("Skiff coordinates consumer groups only")),
+                error_message: Some(bs(
+                    "Skiff coordinates consumer groups and transactions only",
+                )),
                 ..Default::default()
             }
         }
@@ -421,6 +429,45 @@ fn validate_commit(
         }
         None if version >= 9 => Err(error_codes::GROUP_ID_NOT_FOUND),
         None => Err(error_codes::ILLEGAL_GENERATION),
+    }
+}
+
+/// Checks the group part of a TxnOffsetCommit, as Kafka's `validateTransactionalOffsetCommit`:
+/// a request without member (empty member ID, generation -1: a client older than v3 or one
+/// without group management) is accepted; otherwise the member must exist and its generation
+/// (classic) or epoch (consumer group) match. A group that does not exist yet is created empty.
+pub(crate) fn validate_txn_commit(
+    inner: &mut Inner,
+    group_id: &str,
+    member_id: &str,
+    generation: i32,
+    instance_id: Option<&str>,
+    now: i64,
+) -> Result<(), i16> {
+    let anonymous = member_id.is_empty() && generation < 0;
+    match inner.groups.get_mut(group_id) {
+        Some(Group::Classic(_)) if anonymous => Ok(()),
+        Some(Group::Classic(g)) => {
+            g.validate_offset_commit(member_id, generation, instance_id)
+                .map_err(|e| e.code)?;
+            g.on_offset_commit(member_id, now);
+            Ok(())
+        }
+        Some(Group::Consumer(g)) => {
+            g.validate_offset_commit(member_id, generation, 9)
+                .map_err(|e| match e.code {
+                    // A transactional commit wants the exact epoch (Kafka: ILLEGAL_GENERATION).
+                    error_codes::STALE_MEMBER_EPOCH => error_codes::ILLEGAL_GENERATION,
+                    code => code,
+                })
+        }
+        None => {
+            inner.groups.insert(
+                group_id.to_string(),
+                Group::Classic(ClassicGroup::new(group_id, now)),
+            );
+            Ok(())
+        }
     }
 }
 

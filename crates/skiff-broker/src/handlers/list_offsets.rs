@@ -19,6 +19,8 @@ const EARLIEST_PENDING_UPLOAD: i64 = -6;
 const KAFKA_STORAGE_ERROR: i16 = 56;
 
 pub fn handle(ctx: &RequestContext, request: ListOffsetsRequest) -> Response {
+    // v2+: read_committed answers stop at the last stable offset, as its fetches do.
+    let read_committed = request.isolation_level == 1;
     let topics = request
         .topics
         .into_iter()
@@ -40,7 +42,7 @@ pub fn handle(ctx: &RequestContext, request: ListOffsetsRequest) -> Response {
                         Some(_) if p.current_leader_epoch > 0 => {
                             response.error_code = error_codes::UNKNOWN_LEADER_EPOCH;
                         }
-                        Some(partition) => match lookup(partition, p.timestamp) {
+                        Some(partition) => match lookup(partition, p.timestamp, read_committed) {
                             Ok((timestamp, offset)) => {
                                 response.timestamp = timestamp;
                                 response.offset = offset;
@@ -65,25 +67,30 @@ pub fn handle(ctx: &RequestContext, request: ListOffsetsRequest) -> Response {
     })
 }
 
-/// (timestamp, offset) for one partition; -1/-1 when there is no such record.
-fn lookup(partition: &Partition, timestamp: i64) -> Result<(i64, i64), i16> {
+/// (timestamp, offset) for one partition; -1/-1 when there is no such record (or, for
+/// read_committed, none below the last stable offset).
+fn lookup(partition: &Partition, timestamp: i64, read_committed: bool) -> Result<(i64, i64), i16> {
     let log = partition.lock_log();
+    let fetchable_end = if read_committed {
+        partition.last_stable_offset(log.log_end_offset())
+    } else {
+        log.log_end_offset()
+    };
+    let fetchable = |found: Option<skiff_log::TimestampOffset>| {
+        found
+            .filter(|t| t.offset < fetchable_end)
+            .map_or((-1, -1), |t| (t.timestamp, t.offset))
+    };
     let storage = |e: skiff_log::LogError| {
         tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "offset lookup failed");
         KAFKA_STORAGE_ERROR
     };
     match timestamp {
-        LATEST => Ok((-1, log.log_end_offset())),
+        LATEST => Ok((-1, fetchable_end)),
         EARLIEST | EARLIEST_LOCAL => Ok((-1, log.log_start_offset())),
         LATEST_TIERED | EARLIEST_PENDING_UPLOAD => Ok((-1, -1)),
-        MAX_TIMESTAMP => Ok(log
-            .max_timestamp_offset()
-            .map_err(storage)?
-            .map_or((-1, -1), |t| (t.timestamp, t.offset))),
-        ts if ts >= 0 => Ok(log
-            .offset_for_timestamp(ts)
-            .map_err(storage)?
-            .map_or((-1, -1), |t| (t.timestamp, t.offset))),
+        MAX_TIMESTAMP => Ok(fetchable(log.max_timestamp_offset().map_err(storage)?)),
+        ts if ts >= 0 => Ok(fetchable(log.offset_for_timestamp(ts).map_err(storage)?)),
         _ => Err(error_codes::INVALID_REQUEST),
     }
 }

@@ -25,6 +25,7 @@ pub mod producer_id;
 pub mod records_admin;
 pub mod telemetry;
 pub mod topics;
+pub mod txn;
 
 /// A response string from anything string-like.
 pub(crate) fn bs(s: impl Into<String>) -> skiff_protocol::ByteString {
@@ -96,6 +97,12 @@ pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::CreatePartitions => (0, 3),
         ApiKey::IncrementalAlterConfigs => (0, 1),
         ApiKey::DescribeCluster => (0, 2),
+        ApiKey::AddPartitionsToTxn => (0, 3),
+        ApiKey::AddOffsetsToTxn => (0, 3),
+        ApiKey::EndTxn => (0, 3),
+        ApiKey::TxnOffsetCommit => (0, 3),
+        ApiKey::DescribeTransactions => (0, 0),
+        ApiKey::ListTransactions => (0, 1),
         _ => return None,
     })
 }
@@ -148,8 +155,14 @@ pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
         Request::DescribeConfigs(r) => configs::handle_describe(ctx, r).into(),
         Request::IncrementalAlterConfigs(r) => configs::handle_incremental_alter(ctx, r).into(),
         Request::DeleteRecords(r) => records_admin::handle(ctx, r).into(),
-        Request::InitProducerId(r) => producer_id::handle(ctx, r).into(),
+        Request::InitProducerId(r) => producer_id::handle(ctx, r),
         Request::DescribeCluster(r) => cluster::handle(ctx, r).into(),
+        Request::AddPartitionsToTxn(r) => txn::add_partitions_to_txn(ctx, r),
+        Request::AddOffsetsToTxn(r) => txn::add_offsets_to_txn(ctx, r),
+        Request::TxnOffsetCommit(r) => txn::txn_offset_commit(ctx, r),
+        Request::EndTxn(r) => txn::end_txn(ctx, r),
+        Request::DescribeTransactions(r) => txn::describe_transactions(ctx, r).into(),
+        Request::ListTransactions(r) => txn::list_transactions(ctx, r).into(),
         other => {
             // Unreachable in practice: the connection checks `supported_versions` first.
             skiff_protocol::error_response::error_response(

@@ -15,9 +15,9 @@ use skiff_records::{RecordBatches, RecordsError};
 use super::{Reply, RequestContext};
 use crate::producer::SequenceCheck;
 use crate::state::{Partition, now_ms};
+use crate::txns::TransactionCoordinator;
 
 const KAFKA_STORAGE_ERROR: i16 = 56;
-const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 
 /// The outcome of appending to one partition.
 struct Appended {
@@ -49,11 +49,6 @@ pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
             error_codes::INVALID_REQUIRED_ACKS,
             "acks must be 0, 1 or -1",
         ))
-    } else if request.transactional_id.is_some() {
-        Some((
-            TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            "Skiff does not support transactions",
-        ))
     } else {
         None
     };
@@ -76,7 +71,7 @@ pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
                     error_codes::UNKNOWN_TOPIC_OR_PARTITION,
                     "this server does not host this topic-partition".to_string(),
                 )),
-                (None, Some(partition)) => append(partition, data.records, now)
+                (None, Some(partition)) => append(&ctx.broker.txns, partition, data.records, now)
                     .map(|appended| (Arc::clone(partition), appended)),
             };
             match outcome {
@@ -151,6 +146,7 @@ fn records_error(e: &RecordsError) -> i16 {
 }
 
 fn append(
+    txns: &TransactionCoordinator,
     partition: &Partition,
     records: Option<Bytes>,
     now: i64,
@@ -166,16 +162,39 @@ fn append(
                 "clients may not produce control batches".into(),
             ));
         }
-        if batch.is_transactional() {
+        if batch.is_transactional() && batch.producer_id < 0 {
             return Err((
-                TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                "Skiff does not support transactions".into(),
+                error_codes::INVALID_RECORD,
+                "a transactional batch needs a producer ID".into(),
             ));
         }
     }
 
     // Producer state first, then the log: the same order everywhere.
     let mut producers = partition.lock_producers();
+    // Transactional batches must belong to their producer's transaction in progress, with this
+    // partition added (KIP-890's check): a late batch after the transaction ended would open
+    // a transaction here that no marker ever closes. Checked under the producers lock, so no
+    // marker can come between the check and the append.
+    let transactional = batches.iter().any(|b| b.is_transactional());
+    if transactional {
+        let txns = txns.lock();
+        for batch in batches.iter().filter(|b| b.is_transactional()) {
+            if let Err(code) = txns.state.verify_produce(
+                batch.producer_id,
+                batch.producer_epoch,
+                (&partition.topic, partition.index),
+            ) {
+                return Err((
+                    code,
+                    format!(
+                        "producer {} epoch {} has no transaction in progress with this partition",
+                        batch.producer_id, batch.producer_epoch
+                    ),
+                ));
+            }
+        }
+    }
     let mut single_duplicate = None;
     for batch in &batches {
         let last_seq = batch.base_sequence.wrapping_add(batch.last_offset_delta);
@@ -217,6 +236,11 @@ fn append(
         });
     }
     let segment_before = log.active_segment_base_offset();
+    if transactional {
+        // Read_committed fetches must not see these records before the producer state records
+        // them as an open transaction (after the append): hold them back from here now.
+        partition.hold_unstable_from(log.log_end_offset());
+    }
     let info = log.append(records, now).map_err(|e| {
         let code = match &e {
             LogError::MessageTooLarge { .. } => error_codes::MESSAGE_TOO_LARGE,
@@ -228,7 +252,15 @@ fn append(
             tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "append failed");
         }
         (code, e.to_string())
-    })?;
+    });
+    let info = match info {
+        Ok(info) => info,
+        Err(refused) => {
+            // Nothing was appended: release the hold on read_committed readers.
+            partition.publish_txn_state(&producers);
+            return Err(refused);
+        }
+    };
     let rolled = log.active_segment_base_offset() != segment_before;
     drop(log);
 
@@ -243,7 +275,13 @@ fn append(
             next_base,
             now,
         );
+        if batch.is_transactional() {
+            producers.record_txn_data(batch.producer_id, next_base);
+        }
         next_base += i64::from(batch.last_offset_delta) + 1;
+    }
+    if transactional {
+        partition.publish_txn_state(&producers);
     }
     let end = info.last_offset + 1;
     if rolled {

@@ -1,4 +1,4 @@
-//! InitProducerId v0-5 for idempotent producers.
+//! InitProducerId v0-5.
 //!
 //! - No transactional ID and no producer ID/epoch: a fresh producer ID with epoch 0.
 //! - No transactional ID with an existing producer ID and epoch (v3+, KIP-360): the same ID with
@@ -8,23 +8,19 @@
 //!   clients, and bumping keeps the producer's ID stable.)
 //! - Only one of producer ID and epoch set: INVALID_REQUEST, as in Kafka's `KafkaApis`.
 //! - An empty transactional ID: INVALID_REQUEST, as in Kafka's `TransactionCoordinator`.
-//! - Any other transactional ID: TRANSACTIONAL_ID_AUTHORIZATION_FAILED. Skiff has no transaction
-//!   coordinator. Clients treat this code as fatal for the transactional producer (Java:
-//!   `TransactionalIdAuthorizationException` from `initTransactions`; librdkafka: a fatal
-//!   error), so the application fails at once with a clear reason instead of retrying
-//!   NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE until its timeout.
+//! - Any other transactional ID: the transaction coordinator's answer ([`super::txn`]): the ID's
+//!   producer ID with its epoch bumped, fencing the previous producer of the ID.
 
 use skiff_protocol::generated::InitProducerIdRequest;
 use skiff_protocol::generated::init_producer_id_response::InitProducerIdResponse;
 use skiff_protocol::{Response, error_codes};
 
-use super::RequestContext;
+use super::{Reply, RequestContext};
 
-pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 const NO_PRODUCER_ID: i64 = -1;
 const NO_PRODUCER_EPOCH: i16 = -1;
 
-pub fn handle(ctx: &RequestContext, request: InitProducerIdRequest) -> Response {
+pub fn handle(ctx: &RequestContext, request: InitProducerIdRequest) -> Reply {
     let failed = |code: i16| InitProducerIdResponse {
         error_code: code,
         producer_id: NO_PRODUCER_ID,
@@ -35,18 +31,23 @@ pub fn handle(ctx: &RequestContext, request: InitProducerIdRequest) -> Response 
     let existing = match (request.producer_id, request.producer_epoch) {
         (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) => None,
         (NO_PRODUCER_ID, _) | (_, NO_PRODUCER_EPOCH) => {
-            return Response::InitProducerId(failed(error_codes::INVALID_REQUEST));
+            return Response::InitProducerId(failed(error_codes::INVALID_REQUEST)).into();
         }
         (id, epoch) if id < 0 || epoch < 0 => {
-            return Response::InitProducerId(failed(error_codes::INVALID_REQUEST));
+            return Response::InitProducerId(failed(error_codes::INVALID_REQUEST)).into();
         }
         (id, epoch) => Some((id, epoch)),
     };
     match request.transactional_id.as_deref() {
         None => {}
-        Some("") => return Response::InitProducerId(failed(error_codes::INVALID_REQUEST)),
-        Some(_) => {
-            return Response::InitProducerId(failed(TRANSACTIONAL_ID_AUTHORIZATION_FAILED));
+        Some("") => return Response::InitProducerId(failed(error_codes::INVALID_REQUEST)).into(),
+        Some(id) => {
+            return super::txn::init_producer_id(
+                ctx,
+                id.to_string(),
+                request.transaction_timeout_ms,
+                existing,
+            );
         }
     }
     let bumped = existing.and_then(|(id, epoch)| {
@@ -66,7 +67,8 @@ pub fn handle(ctx: &RequestContext, request: InitProducerIdRequest) -> Response 
                 Ok(id) => (id, 0),
                 Err(e) => {
                     tracing::error!(error = %format!("{e:#}"), "producer ID allocation failed");
-                    return Response::InitProducerId(failed(error_codes::UNKNOWN_SERVER_ERROR));
+                    return Response::InitProducerId(failed(error_codes::UNKNOWN_SERVER_ERROR))
+                        .into();
                 }
             }
         }
@@ -77,4 +79,5 @@ pub fn handle(ctx: &RequestContext, request: InitProducerIdRequest) -> Response 
         producer_epoch,
         ..Default::default()
     })
+    .into()
 }

@@ -80,8 +80,11 @@ fn delete_before(partition: &Partition, offset: i64) -> Result<i64, i16> {
     if target < 0 || target > high_watermark {
         return Err(error_codes::OFFSET_OUT_OF_RANGE);
     }
-    log.delete_records_before(target).map_err(|e| {
+    let low_watermark = log.delete_records_before(target).map_err(|e| {
         tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "delete records failed");
         KAFKA_STORAGE_ERROR
-    })
+    })?;
+    drop(log);
+    partition.forget_transactions_below(low_watermark);
+    Ok(low_watermark)
 }

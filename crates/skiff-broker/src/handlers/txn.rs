@@ -1,0 +1,524 @@
+//! Transactions: InitProducerId with a transactional ID, AddPartitionsToTxn v0-3 (the client
+//! versions; v4+ are broker-to-broker), AddOffsetsToTxn, TxnOffsetCommit, EndTxn, and the admin
+//! views DescribeTransactions and ListTransactions.
+//!
+//! The protocol work is `skiff-txn`'s; these handlers check the request against the broker's
+//! topics and groups, persist every change before answering (and with `flush = always` wait for
+//! it to be durable), and run transaction ends through [`crate::txns::finish_detached`].
+
+use std::sync::Arc;
+
+use skiff_protocol::generated::add_offsets_to_txn_response::AddOffsetsToTxnResponse;
+use skiff_protocol::generated::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResponse, AddPartitionsToTxnTopicResult,
+};
+use skiff_protocol::generated::describe_transactions_response::{
+    DescribeTransactionsResponse, TopicData, TransactionState,
+};
+use skiff_protocol::generated::end_txn_response::EndTxnResponse;
+use skiff_protocol::generated::init_producer_id_response::InitProducerIdResponse;
+use skiff_protocol::generated::list_transactions_response::{
+    ListTransactionsResponse, TransactionState as ListedTransaction,
+};
+use skiff_protocol::generated::txn_offset_commit_response::{
+    TxnOffsetCommitResponse, TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use skiff_protocol::generated::{
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest,
+    ListTransactionsRequest, TxnOffsetCommitRequest,
+};
+use skiff_protocol::{Response, error_codes};
+use skiff_txn::{EndOutcome, InitOutcome, PendingOffset, TopicPartition, TxnState};
+
+use super::groups::{MAX_OFFSET_METADATA, OFFSET_METADATA_TOO_LARGE, validate_txn_commit};
+use super::{Reply, RequestContext, bs};
+use crate::state::{Broker, now_ms};
+use crate::txns::finish_detached;
+
+/// PRODUCER_FENCED for the versions that know it, INVALID_PRODUCER_EPOCH for older ones (as
+/// Kafka downgrades it).
+fn fenced(code: i16, knows_fenced: bool) -> i16 {
+    if code == error_codes::PRODUCER_FENCED && !knows_fenced {
+        error_codes::INVALID_PRODUCER_EPOCH
+    } else {
+        code
+    }
+}
+
+/// Hands out a fresh producer ID.
+fn allocate(broker: &Broker) -> Result<i64, i16> {
+    broker
+        .producer_ids
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .allocate()
+        .map_err(|e| {
+            tracing::error!(error = %format!("{e:#}"), "producer ID allocation failed");
+            error_codes::UNKNOWN_SERVER_ERROR
+        })
+}
+
+/// InitProducerId for a (non-empty) transactional ID: fences the previous producer of the ID,
+/// aborting its open transaction first.
+pub fn init_producer_id(
+    ctx: &RequestContext,
+    transactional_id: String,
+    timeout_ms: i32,
+    expected: Option<(i64, i16)>,
+) -> Reply {
+    let broker = Arc::clone(&ctx.broker);
+    let knows_fenced = ctx.version >= 4;
+    Reply::Later(Box::pin(async move {
+        let failed = |code: i16| {
+            Response::InitProducerId(InitProducerIdResponse {
+                error_code: fenced(code, knows_fenced),
+                producer_id: -1,
+                producer_epoch: -1,
+                ..Default::default()
+            })
+        };
+        // At most one abort of a previous producer's transaction comes first.
+        for _ in 0..2 {
+            let outcome = {
+                let mut inner = broker.txns.lock();
+                let outcome = inner.state.init_producer_id(
+                    &transactional_id,
+                    timeout_ms,
+                    expected,
+                    now_ms(),
+                    &mut || allocate(&broker),
+                );
+                match outcome {
+                    Ok(outcome) => inner.persist(&transactional_id).map(|end| (outcome, end)),
+                    Err(code) => Err(code),
+                }
+            };
+            let (outcome, end) = match outcome {
+                Ok(pair) => pair,
+                Err(code) => return failed(code),
+            };
+            if let Err(code) = broker.txns.wait_durable(end).await {
+                return failed(code);
+            }
+            match outcome {
+                InitOutcome::Ready {
+                    producer_id,
+                    producer_epoch,
+                } => {
+                    return Response::InitProducerId(InitProducerIdResponse {
+                        error_code: error_codes::NONE,
+                        producer_id,
+                        producer_epoch,
+                        ..Default::default()
+                    });
+                }
+                InitOutcome::AbortFirst(plan) => {
+                    tracing::info!(transactional_id = %plan.transactional_id, producer_id = plan.producer_id, "a new producer fences the previous one; aborting its transaction");
+                    if let Err(code) = finish_detached(Arc::clone(&broker), plan).await {
+                        return failed(code);
+                    }
+                }
+            }
+        }
+        // Another producer raced in; the client retries this code.
+        failed(error_codes::CONCURRENT_TRANSACTIONS)
+    }))
+}
+
+pub fn add_partitions_to_txn(ctx: &RequestContext, request: AddPartitionsToTxnRequest) -> Reply {
+    let broker = Arc::clone(&ctx.broker);
+    let knows_fenced = ctx.version >= 2;
+    let topics = request.v3_and_below_topics;
+    // Every partition must exist; if one does not, none is added (Kafka: the others get
+    // OPERATION_NOT_ATTEMPTED).
+    let missing = |name: &str, index: i32| {
+        broker
+            .topic_by_name(name)
+            .and_then(|t| t.partition(index).cloned())
+            .is_none()
+    };
+    let any_missing = topics
+        .iter()
+        .any(|t| t.partitions.iter().any(|p| missing(&t.name, *p)));
+    let answer = |code_of: &dyn Fn(&str, i32) -> i16| -> Vec<AddPartitionsToTxnTopicResult> {
+        topics
+            .iter()
+            .map(|t| AddPartitionsToTxnTopicResult {
+                name: t.name.clone(),
+                results_by_partition: t
+                    .partitions
+                    .iter()
+                    .map(|p| AddPartitionsToTxnPartitionResult {
+                        partition_index: *p,
+                        partition_error_code: code_of(&t.name, *p),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect()
+    };
+    let respond = |results| {
+        Response::AddPartitionsToTxn(AddPartitionsToTxnResponse {
+            results_by_topic_v3_and_below: results,
+            ..Default::default()
+        })
+    };
+    if any_missing {
+        return Reply::Now(respond(answer(&|name, index| {
+            if missing(name, index) {
+                error_codes::UNKNOWN_TOPIC_OR_PARTITION
+            } else {
+                error_codes::OPERATION_NOT_ATTEMPTED
+            }
+        })));
+    }
+    let partitions: Vec<TopicPartition> = topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| (t.name.to_string(), *p)))
+        .collect();
+    let persisted = {
+        let mut inner = broker.txns.lock();
+        let tid = request.v3_and_below_transactional_id.to_string();
+        inner
+            .state
+            .add_partitions(
+                &tid,
+                request.v3_and_below_producer_id,
+                request.v3_and_below_producer_epoch,
+                &partitions,
+                now_ms(),
+            )
+            .and_then(|change| inner.persist_if(change, &tid))
+    };
+    let results = move |code: i16| answer(&|_, _| fenced(code, knows_fenced));
+    match persisted {
+        Err(code) => Reply::Now(respond(results(code))),
+        Ok(end) => {
+            let results = results(error_codes::NONE);
+            let broker = Arc::clone(&ctx.broker);
+            Reply::Later(Box::pin(async move {
+                match broker.txns.wait_durable(end).await {
+                    Ok(()) => respond(results),
+                    Err(code) => Response::AddPartitionsToTxn(AddPartitionsToTxnResponse {
+                        results_by_topic_v3_and_below: results
+                            .into_iter()
+                            .map(|mut t| {
+                                for p in &mut t.results_by_partition {
+                                    p.partition_error_code = code;
+                                }
+                                t
+                            })
+                            .collect(),
+                        ..Default::default()
+                    }),
+                }
+            }))
+        }
+    }
+}
+
+pub fn add_offsets_to_txn(ctx: &RequestContext, request: AddOffsetsToTxnRequest) -> Reply {
+    let respond = |code: i16| {
+        Response::AddOffsetsToTxn(AddOffsetsToTxnResponse {
+            error_code: code,
+            ..Default::default()
+        })
+    };
+    if request.group_id.is_empty() {
+        return Reply::Now(respond(error_codes::INVALID_GROUP_ID));
+    }
+    let knows_fenced = ctx.version >= 2;
+    let persisted = {
+        let mut inner = ctx.broker.txns.lock();
+        let tid = request.transactional_id.to_string();
+        inner
+            .state
+            .add_offsets(
+                &tid,
+                request.producer_id,
+                request.producer_epoch,
+                &request.group_id,
+                now_ms(),
+            )
+            .and_then(|change| inner.persist_if(change, &tid))
+    };
+    match persisted {
+        Err(code) => Reply::Now(respond(fenced(code, knows_fenced))),
+        Ok(end) => {
+            let broker = Arc::clone(&ctx.broker);
+            Reply::Later(Box::pin(async move {
+                respond(
+                    broker
+                        .txns
+                        .wait_durable(end)
+                        .await
+                        .err()
+                        .unwrap_or(error_codes::NONE),
+                )
+            }))
+        }
+    }
+}
+
+pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) -> Reply {
+    let broker = &ctx.broker;
+    let now = now_ms();
+    let group_id = request.group_id.to_string();
+    let group_check = if group_id.is_empty() {
+        Err(error_codes::INVALID_GROUP_ID)
+    } else {
+        let mut inner = broker.groups.lock(broker, now);
+        validate_txn_commit(
+            &mut inner,
+            &group_id,
+            &request.member_id,
+            request.generation_id,
+            request.group_instance_id.as_deref(),
+            now,
+        )
+    };
+    // Per-partition checks; the accepted offsets go to the transaction together.
+    let mut offsets = Vec::new();
+    let mut codes: Vec<Vec<i16>> = Vec::with_capacity(request.topics.len());
+    for topic in &request.topics {
+        let exists = broker.topic_by_name(&topic.name);
+        codes.push(
+            topic
+                .partitions
+                .iter()
+                .map(|p| {
+                    let known = exists
+                        .as_ref()
+                        .is_some_and(|t| t.partition(p.partition_index).is_some());
+                    if !known {
+                        error_codes::UNKNOWN_TOPIC_OR_PARTITION
+                    } else if p
+                        .committed_metadata
+                        .as_ref()
+                        .is_some_and(|m| m.len() > MAX_OFFSET_METADATA)
+                    {
+                        OFFSET_METADATA_TOO_LARGE
+                    } else {
+                        offsets.push(PendingOffset {
+                            topic: topic.name.to_string(),
+                            partition: p.partition_index,
+                            offset: p.committed_offset,
+                            leader_epoch: p.committed_leader_epoch,
+                            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                        });
+                        error_codes::NONE
+                    }
+                })
+                .collect(),
+        );
+    }
+    let persisted = group_check.and_then(|()| {
+        let mut inner = broker.txns.lock();
+        let tid = request.transactional_id.to_string();
+        inner
+            .state
+            .commit_offsets(
+                &tid,
+                request.producer_id,
+                request.producer_epoch,
+                &group_id,
+                offsets,
+                now,
+            )
+            .and_then(|change| inner.persist_if(change, &tid))
+    });
+    let topics = request.topics;
+    let respond = move |group_code: i16| {
+        Response::TxnOffsetCommit(TxnOffsetCommitResponse {
+            topics: topics
+                .iter()
+                .zip(&codes)
+                .map(|(topic, codes)| TxnOffsetCommitResponseTopic {
+                    name: topic.name.clone(),
+                    partitions: topic
+                        .partitions
+                        .iter()
+                        .zip(codes)
+                        .map(|(p, code)| TxnOffsetCommitResponsePartition {
+                            partition_index: p.partition_index,
+                            error_code: if group_code != error_codes::NONE {
+                                group_code
+                            } else {
+                                *code
+                            },
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        })
+    };
+    match persisted {
+        Err(code) => Reply::Now(respond(code)),
+        Ok(end) => {
+            let broker = Arc::clone(broker);
+            Reply::Later(Box::pin(async move {
+                respond(
+                    broker
+                        .txns
+                        .wait_durable(end)
+                        .await
+                        .err()
+                        .unwrap_or(error_codes::NONE),
+                )
+            }))
+        }
+    }
+}
+
+pub fn end_txn(ctx: &RequestContext, request: EndTxnRequest) -> Reply {
+    let knows_fenced = ctx.version >= 2;
+    let respond = move |code: i16| {
+        Response::EndTxn(EndTxnResponse {
+            error_code: fenced(code, knows_fenced),
+            producer_id: -1,
+            producer_epoch: -1,
+            ..Default::default()
+        })
+    };
+    let tid = request.transactional_id.to_string();
+    let outcome = {
+        let mut inner = ctx.broker.txns.lock();
+        match inner.state.end(
+            &tid,
+            request.producer_id,
+            request.producer_epoch,
+            request.committed,
+            now_ms(),
+        ) {
+            Ok(EndOutcome::End(plan)) => inner.persist(&tid).map(|end| Some((plan, end))),
+            Ok(EndOutcome::AlreadyDone) => Ok(None),
+            Err(code) => Err(code),
+        }
+    };
+    match outcome {
+        Err(code) => Reply::Now(respond(code)),
+        Ok(None) => Reply::Now(respond(error_codes::NONE)),
+        Ok(Some((plan, end))) => {
+            let broker = Arc::clone(&ctx.broker);
+            Reply::Later(Box::pin(async move {
+                if let Err(code) = broker.txns.wait_durable(end).await {
+                    return respond(code);
+                }
+                respond(
+                    finish_detached(broker, plan)
+                        .await
+                        .err()
+                        .unwrap_or(error_codes::NONE),
+                )
+            }))
+        }
+    }
+}
+
+/// The topics of a transaction, grouped by topic.
+fn topic_data(partitions: &std::collections::BTreeSet<TopicPartition>) -> Vec<TopicData> {
+    let mut out: Vec<TopicData> = Vec::new();
+    for (topic, index) in partitions {
+        match out.last_mut() {
+            Some(last) if *last.topic == **topic => last.partitions.push(*index),
+            _ => out.push(TopicData {
+                topic: bs(topic.clone()),
+                partitions: vec![*index],
+                ..Default::default()
+            }),
+        }
+    }
+    out
+}
+
+pub fn describe_transactions(
+    ctx: &RequestContext,
+    request: DescribeTransactionsRequest,
+) -> Response {
+    let inner = ctx.broker.txns.lock();
+    let states = request
+        .transactional_ids
+        .iter()
+        .map(|id| match inner.state.get(id) {
+            None => TransactionState {
+                error_code: error_codes::TRANSACTIONAL_ID_NOT_FOUND,
+                transactional_id: id.clone(),
+                transaction_state: bs(""),
+                producer_id: -1,
+                producer_epoch: -1,
+                transaction_start_time_ms: -1,
+                ..Default::default()
+            },
+            Some(txn) => TransactionState {
+                error_code: error_codes::NONE,
+                transactional_id: id.clone(),
+                transaction_state: bs(txn.state.name()),
+                transaction_timeout_ms: txn.timeout_ms,
+                transaction_start_time_ms: txn.start_ms,
+                producer_id: txn.producer_id,
+                producer_epoch: txn.producer_epoch,
+                topics: topic_data(&txn.partitions),
+                ..Default::default()
+            },
+        })
+        .collect();
+    Response::DescribeTransactions(DescribeTransactionsResponse {
+        transaction_states: states,
+        ..Default::default()
+    })
+}
+
+const STATE_NAMES: [TxnState; 6] = [
+    TxnState::Empty,
+    TxnState::Ongoing,
+    TxnState::PrepareCommit,
+    TxnState::PrepareAbort,
+    TxnState::CompleteCommit,
+    TxnState::CompleteAbort,
+];
+
+pub fn list_transactions(ctx: &RequestContext, request: ListTransactionsRequest) -> Response {
+    let unknown_state_filters: Vec<_> = request
+        .state_filters
+        .iter()
+        .filter(|f| !STATE_NAMES.iter().any(|s| s.name() == &***f))
+        .cloned()
+        .collect();
+    let now = now_ms();
+    let inner = ctx.broker.txns.lock();
+    let transaction_states = inner
+        .state
+        .all()
+        .into_iter()
+        .filter(|t| {
+            request.state_filters.is_empty()
+                || request.state_filters.iter().any(|f| **f == *t.state.name())
+        })
+        .filter(|t| {
+            request.producer_id_filters.is_empty()
+                || request.producer_id_filters.contains(&t.producer_id)
+        })
+        .filter(|t| {
+            // v1: only transactions running longer than the filter (ms); -1 = any.
+            request.duration_filter < 0
+                || (t.state == TxnState::Ongoing
+                    && now.saturating_sub(t.start_ms) > request.duration_filter)
+        })
+        .map(|t| ListedTransaction {
+            transactional_id: bs(t.transactional_id.clone()),
+            producer_id: t.producer_id,
+            transaction_state: bs(t.state.name()),
+            ..Default::default()
+        })
+        .collect();
+    Response::ListTransactions(ListTransactionsResponse {
+        error_code: error_codes::NONE,
+        unknown_state_filters,
+        transaction_states,
+        ..Default::default()
+    })
+}

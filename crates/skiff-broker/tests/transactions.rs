@@ -1,0 +1,581 @@
+//! Transactions over TCP against a real broker: the coordinator's requests, markers, the last
+//! stable offset, read_committed fetches with their aborted transactions, transactional offset
+//! commits, timeouts and restarts.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{Client, TestBroker};
+use skiff_protocol::generated::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use skiff_protocol::generated::fetch_request::{FetchPartition, FetchTopic};
+use skiff_protocol::generated::fetch_response::PartitionData;
+use skiff_protocol::generated::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use skiff_protocol::generated::metadata_request::MetadataRequestTopic;
+use skiff_protocol::generated::offset_fetch_request::OffsetFetchRequestTopic;
+use skiff_protocol::generated::produce_request::{PartitionProduceData, TopicProduceData};
+use skiff_protocol::generated::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
+use skiff_protocol::generated::{
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest,
+    FetchRequest, FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest,
+    ListTransactionsRequest, MetadataRequest, OffsetFetchRequest, ProduceRequest,
+    TxnOffsetCommitRequest,
+};
+use skiff_protocol::{Response, error_codes};
+use skiff_records::{RecordBatchBuilder, RecordBatches};
+
+async fn create_topic(c: &mut Client, name: &str) {
+    let request = MetadataRequest {
+        topics: Some(vec![MetadataRequestTopic {
+            name: Some(name.into()),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    match c.call(request, 12).await {
+        Response::Metadata(m) => assert_eq!(m.topics[0].error_code, 0),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+async fn init(c: &mut Client, tid: &str, timeout_ms: i32) -> (i64, i16) {
+    match c
+        .call(
+            InitProducerIdRequest {
+                transactional_id: Some(tid.into()),
+                transaction_timeout_ms: timeout_ms,
+                producer_id: -1,
+                producer_epoch: -1,
+                ..Default::default()
+            },
+            4,
+        )
+        .await
+    {
+        Response::InitProducerId(r) => {
+            assert_eq!(r.error_code, 0, "{r:?}");
+            (r.producer_id, r.producer_epoch)
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+async fn add_partition(c: &mut Client, tid: &str, (pid, epoch): (i64, i16), topic: &str) -> i16 {
+    let request = AddPartitionsToTxnRequest {
+        v3_and_below_transactional_id: tid.into(),
+        v3_and_below_producer_id: pid,
+        v3_and_below_producer_epoch: epoch,
+        v3_and_below_topics: vec![AddPartitionsToTxnTopic {
+            name: topic.into(),
+            partitions: vec![0],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    match c.call(request, 3).await {
+        Response::AddPartitionsToTxn(r) => {
+            r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Record timestamps: now (old ones would fall to retention after a restart).
+fn now() -> i64 {
+    skiff_broker::state::now_ms()
+}
+
+fn txn_batch((pid, epoch): (i64, i16), seq: i32, values: &[&[u8]]) -> Bytes {
+    let mut b = RecordBatchBuilder::new()
+        .producer(pid, epoch, seq)
+        .transactional(true);
+    for v in values {
+        b.append(now(), None, Some(v), &[]).expect("append");
+    }
+    b.build().expect("batch").into_bytes()
+}
+
+fn plain_batch(values: &[&[u8]]) -> Bytes {
+    let mut b = RecordBatchBuilder::new();
+    for v in values {
+        b.append(now(), None, Some(v), &[]).expect("append");
+    }
+    b.build().expect("batch").into_bytes()
+}
+
+/// Produces to partition 0; returns (error code, base offset).
+async fn produce(c: &mut Client, tid: Option<&str>, topic: &str, records: Bytes) -> (i16, i64) {
+    let request = ProduceRequest {
+        transactional_id: tid.map(Into::into),
+        acks: -1,
+        timeout_ms: 5000,
+        topic_data: vec![TopicProduceData {
+            name: topic.into(),
+            partition_data: vec![PartitionProduceData {
+                index: 0,
+                records: Some(records),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    match c.call(request, 9).await {
+        Response::Produce(r) => {
+            let p = &r.responses[0].partition_responses[0];
+            (p.error_code, p.base_offset)
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+async fn end(c: &mut Client, tid: &str, (pid, epoch): (i64, i16), commit: bool) -> i16 {
+    let request = EndTxnRequest {
+        transactional_id: tid.into(),
+        producer_id: pid,
+        producer_epoch: epoch,
+        committed: commit,
+        ..Default::default()
+    };
+    match c.call(request, 3).await {
+        Response::EndTxn(r) => r.error_code,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+async fn fetch(c: &mut Client, topic: &str, offset: i64, read_committed: bool) -> PartitionData {
+    let request = FetchRequest {
+        replica_id: -1,
+        max_bytes: 1 << 20,
+        session_epoch: -1,
+        isolation_level: i8::from(read_committed),
+        topics: vec![FetchTopic {
+            topic: topic.into(),
+            partitions: vec![FetchPartition {
+                partition: 0,
+                current_leader_epoch: -1,
+                fetch_offset: offset,
+                partition_max_bytes: 1 << 20,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    match c.call(request, 12).await {
+        Response::Fetch(r) => r.responses[0].partitions[0].clone(),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// (offset, value) of the data records, and the offsets of the control batches.
+fn contents(p: &PartitionData) -> (Vec<(i64, Vec<u8>)>, Vec<i64>) {
+    let mut data = Vec::new();
+    let mut markers = Vec::new();
+    for batch in RecordBatches::new(p.records.clone().unwrap_or_default()) {
+        let batch = batch.expect("valid batch");
+        if batch.is_control() {
+            markers.push(batch.base_offset());
+            continue;
+        }
+        for record in batch.records().expect("uncompressed") {
+            let record = record.expect("record");
+            data.push((
+                record.offset,
+                record.value.map(|v| v.to_vec()).unwrap_or_default(),
+            ));
+        }
+    }
+    (data, markers)
+}
+
+async fn latest(c: &mut Client, topic: &str, read_committed: bool) -> i64 {
+    let request = ListOffsetsRequest {
+        replica_id: -1,
+        isolation_level: i8::from(read_committed),
+        topics: vec![ListOffsetsTopic {
+            name: topic.into(),
+            partitions: vec![ListOffsetsPartition {
+                partition_index: 0,
+                current_leader_epoch: -1,
+                timestamp: -1,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    match c.call(request, 5).await {
+        Response::ListOffsets(r) => r.topics[0].partitions[0].offset,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn commit_abort_last_stable_offset_and_read_committed() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "tx").await;
+
+    // The broker coordinates transactions.
+    match c
+        .call(
+            FindCoordinatorRequest {
+                key_type: 1,
+                coordinator_keys: vec!["t1".into()],
+                ..Default::default()
+            },
+            4,
+        )
+        .await
+    {
+        Response::FindCoordinator(r) => {
+            assert_eq!(r.coordinators[0].error_code, 0);
+            assert_eq!(r.coordinators[0].port, i32::from(broker.addr.port()));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let producer = init(&mut c, "t1", 60_000).await;
+
+    // A transactional batch for a partition not added to the transaction is refused.
+    let (code, _) = produce(&mut c, Some("t1"), "tx", txn_batch(producer, 0, &[b"x"])).await;
+    assert_eq!(code, error_codes::INVALID_TXN_STATE);
+
+    produce(&mut c, None, "tx", plain_batch(&[b"before"])).await; // offset 0
+    assert_eq!(add_partition(&mut c, "t1", producer, "tx").await, 0);
+    let (code, first) = produce(
+        &mut c,
+        Some("t1"),
+        "tx",
+        txn_batch(producer, 0, &[b"a", b"b"]),
+    )
+    .await;
+    assert_eq!((code, first), (0, 1));
+    produce(&mut c, None, "tx", plain_batch(&[b"after"])).await; // offset 3
+
+    // Open transaction: read_committed stops at its first offset, read_uncommitted does not.
+    let committed = fetch(&mut c, "tx", 0, true).await;
+    assert_eq!(committed.last_stable_offset, 1);
+    assert_eq!(committed.high_watermark, 4);
+    assert_eq!(contents(&committed).0, vec![(0, b"before".to_vec())]);
+    let uncommitted = fetch(&mut c, "tx", 0, false).await;
+    assert_eq!(contents(&uncommitted).0.len(), 4);
+    assert_eq!(
+        fetch(&mut c, "tx", 1, true).await.records.map(|r| r.len()),
+        Some(0)
+    );
+    assert_eq!(latest(&mut c, "tx", true).await, 1);
+    assert_eq!(latest(&mut c, "tx", false).await, 4);
+
+    // Commit: a marker at 4, everything readable.
+    assert_eq!(end(&mut c, "t1", producer, true).await, 0);
+    assert_eq!(
+        end(&mut c, "t1", producer, true).await,
+        0,
+        "a retried commit succeeds"
+    );
+    let committed = fetch(&mut c, "tx", 0, true).await;
+    assert_eq!(committed.last_stable_offset, 5);
+    let (data, markers) = contents(&committed);
+    assert_eq!(data.len(), 4);
+    assert_eq!(markers, vec![4]);
+    assert_eq!(
+        committed.aborted_transactions.as_deref().map(<[_]>::len),
+        Some(0)
+    );
+
+    // An aborted transaction is listed for read_committed readers of its range.
+    assert_eq!(add_partition(&mut c, "t1", producer, "tx").await, 0);
+    let (_, aborted_first) =
+        produce(&mut c, Some("t1"), "tx", txn_batch(producer, 2, &[b"no"])).await;
+    assert_eq!(aborted_first, 5);
+    assert_eq!(end(&mut c, "t1", producer, false).await, 0);
+    let r = fetch(&mut c, "tx", 5, true).await;
+    let aborted = r.aborted_transactions.clone().expect("listed");
+    assert_eq!(aborted.len(), 1);
+    assert_eq!(
+        (aborted[0].producer_id, aborted[0].first_offset),
+        (producer.0, 5)
+    );
+    assert_eq!(contents(&r).1, vec![6], "the abort marker");
+    // Past the abort marker it is no longer listed; read_uncommitted never lists any.
+    assert!(
+        fetch(&mut c, "tx", 7, true)
+            .await
+            .aborted_transactions
+            .expect("list")
+            .is_empty()
+    );
+    assert!(
+        fetch(&mut c, "tx", 5, false)
+            .await
+            .aborted_transactions
+            .is_none()
+    );
+
+    // A late batch after the end is refused: it would open a transaction nothing closes.
+    let (code, _) = produce(&mut c, Some("t1"), "tx", txn_batch(producer, 3, &[b"late"])).await;
+    assert_eq!(code, error_codes::INVALID_TXN_STATE);
+    assert_eq!(latest(&mut c, "tx", true).await, 7);
+
+    // The admin views.
+    match c
+        .call(
+            DescribeTransactionsRequest {
+                transactional_ids: vec!["t1".into(), "nope".into()],
+                ..Default::default()
+            },
+            0,
+        )
+        .await
+    {
+        Response::DescribeTransactions(r) => {
+            assert_eq!(r.transaction_states[0].error_code, 0);
+            assert_eq!(&*r.transaction_states[0].transaction_state, "CompleteAbort");
+            assert_eq!(r.transaction_states[0].producer_id, producer.0);
+            assert_eq!(
+                r.transaction_states[1].error_code,
+                error_codes::TRANSACTIONAL_ID_NOT_FOUND
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    match c
+        .call(
+            ListTransactionsRequest {
+                state_filters: vec!["CompleteAbort".into(), "Bogus".into()],
+                duration_filter: -1,
+                ..Default::default()
+            },
+            1,
+        )
+        .await
+    {
+        Response::ListTransactions(r) => {
+            assert_eq!(r.transaction_states.len(), 1);
+            assert_eq!(&*r.transaction_states[0].transactional_id, "t1");
+            assert_eq!(r.unknown_state_filters.len(), 1);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn a_new_producer_fences_the_old_one_and_aborts_its_transaction() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "fence").await;
+    let old = init(&mut c, "tf", 60_000).await;
+    assert_eq!(add_partition(&mut c, "tf", old, "fence").await, 0);
+    produce(&mut c, Some("tf"), "fence", txn_batch(old, 0, &[b"zombie"])).await;
+    assert_eq!(latest(&mut c, "fence", true).await, 0);
+
+    let new = init(&mut c, "tf", 60_000).await;
+    assert_eq!(new.0, old.0);
+    assert!(new.1 > old.1);
+    // The old transaction was aborted: read_committed moves past it and lists it.
+    assert_eq!(latest(&mut c, "fence", true).await, 2);
+    let r = fetch(&mut c, "fence", 0, true).await;
+    assert_eq!(r.aborted_transactions.expect("list").len(), 1);
+    // The old producer is fenced everywhere.
+    assert_eq!(
+        add_partition(&mut c, "tf", old, "fence").await,
+        error_codes::PRODUCER_FENCED
+    );
+    assert_eq!(
+        end(&mut c, "tf", old, true).await,
+        error_codes::PRODUCER_FENCED
+    );
+    let (code, _) = produce(&mut c, Some("tf"), "fence", txn_batch(old, 1, &[b"late"])).await;
+    assert_eq!(code, error_codes::INVALID_PRODUCER_EPOCH);
+    broker.stop().await;
+}
+
+async fn committed_offset(c: &mut Client, group: &str, topic: &str) -> i64 {
+    let request = OffsetFetchRequest {
+        group_id: group.into(),
+        topics: Some(vec![OffsetFetchRequestTopic {
+            name: topic.into(),
+            partition_indexes: vec![0],
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    match c.call(request, 5).await {
+        Response::OffsetFetch(r) => r.topics[0].partitions[0].committed_offset,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+async fn txn_commit_offset(
+    c: &mut Client,
+    tid: &str,
+    (pid, epoch): (i64, i16),
+    group: &str,
+    topic: &str,
+    offset: i64,
+) -> i16 {
+    let request = TxnOffsetCommitRequest {
+        transactional_id: tid.into(),
+        group_id: group.into(),
+        producer_id: pid,
+        producer_epoch: epoch,
+        generation_id: -1,
+        topics: vec![TxnOffsetCommitRequestTopic {
+            name: topic.into(),
+            partitions: vec![TxnOffsetCommitRequestPartition {
+                partition_index: 0,
+                committed_offset: offset,
+                committed_leader_epoch: -1,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    match c.call(request, 3).await {
+        Response::TxnOffsetCommit(r) => r.topics[0].partitions[0].error_code,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+async fn add_offsets(c: &mut Client, tid: &str, (pid, epoch): (i64, i16), group: &str) -> i16 {
+    let request = AddOffsetsToTxnRequest {
+        transactional_id: tid.into(),
+        producer_id: pid,
+        producer_epoch: epoch,
+        group_id: group.into(),
+        ..Default::default()
+    };
+    match c.call(request, 3).await {
+        Response::AddOffsetsToTxn(r) => r.error_code,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn transactional_offsets_apply_only_on_commit() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "input").await;
+    let p = init(&mut c, "to", 60_000).await;
+    // Offsets for a group not added to the transaction are refused.
+    assert_eq!(
+        txn_commit_offset(&mut c, "to", p, "g", "input", 5).await,
+        error_codes::INVALID_TXN_STATE
+    );
+    assert_eq!(add_offsets(&mut c, "to", p, "g").await, 0);
+    assert_eq!(txn_commit_offset(&mut c, "to", p, "g", "input", 5).await, 0);
+    assert_eq!(
+        committed_offset(&mut c, "g", "input").await,
+        -1,
+        "not before the commit"
+    );
+    assert_eq!(end(&mut c, "to", p, true).await, 0);
+    assert_eq!(committed_offset(&mut c, "g", "input").await, 5);
+
+    assert_eq!(add_offsets(&mut c, "to", p, "g").await, 0);
+    assert_eq!(txn_commit_offset(&mut c, "to", p, "g", "input", 9).await, 0);
+    assert_eq!(end(&mut c, "to", p, false).await, 0);
+    assert_eq!(
+        committed_offset(&mut c, "g", "input").await,
+        5,
+        "an abort drops them"
+    );
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn open_transactions_survive_a_restart_and_time_out() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "tr").await;
+    let p = init(&mut c, "slow", 1_000).await;
+    assert_eq!(add_partition(&mut c, "slow", p, "tr").await, 0);
+    produce(&mut c, Some("slow"), "tr", txn_batch(p, 0, &[b"open"])).await;
+    produce(&mut c, None, "tr", plain_batch(&[b"plain"])).await;
+    drop(c);
+    // Restarted within the timeout the transaction is still open (coordinator and partition
+    // state both restored)...
+    let broker = broker.restart().await;
+    let mut c = broker.client().await;
+    let r = fetch(&mut c, "tr", 0, true).await;
+    if r.last_stable_offset == 0 {
+        assert!(
+            contents(&r).0.is_empty(),
+            "nothing of the open transaction is readable"
+        );
+        assert_eq!(latest(&mut c, "tr", true).await, 0);
+    }
+    // ...until the coordinator aborts it (timeout 1 s, checked every second): then the plain
+    // record after it becomes readable and the open one is listed as aborted.
+    let mut readable = Vec::new();
+    for _ in 0..100 {
+        let r = fetch(&mut c, "tr", 0, true).await;
+        if r.last_stable_offset > 0 {
+            assert_eq!(r.aborted_transactions.as_ref().map(Vec::len), Some(1));
+            readable = contents(&r).0;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        readable,
+        vec![(0, b"open".to_vec()), (1, b"plain".to_vec())]
+    );
+    // The timed-out producer is fenced (its epoch was bumped by the abort).
+    assert_eq!(
+        end(&mut c, "slow", p, true).await,
+        error_codes::PRODUCER_FENCED
+    );
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn an_end_interrupted_by_a_stop_is_finished_at_start() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "ti").await;
+    let p = init(&mut c, "ti", 60_000).await;
+    assert_eq!(add_partition(&mut c, "ti", p, "ti").await, 0);
+    produce(&mut c, Some("ti"), "ti", txn_batch(p, 0, &[b"kept"])).await;
+    // The commit is decided and persisted, but no marker is written (as if the broker stopped
+    // right after persisting PrepareCommit).
+    {
+        let mut inner = broker.broker().txns.lock();
+        let outcome = inner.state.end("ti", p.0, p.1, true, 0).expect("end");
+        assert!(matches!(outcome, skiff_txn::EndOutcome::End(_)));
+        inner.persist("ti").expect("persist");
+    }
+    assert_eq!(latest(&mut c, "ti", true).await, 0);
+    drop(c);
+    let broker = broker.restart().await;
+    let mut c = broker.client().await;
+    let mut stable = 0;
+    for _ in 0..100 {
+        stable = latest(&mut c, "ti", true).await;
+        if stable > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(stable, 2, "the commit marker was written at start");
+    let r = fetch(&mut c, "ti", 0, true).await;
+    assert_eq!(contents(&r).0, vec![(0, b"kept".to_vec())], "{r:?}");
+    // The end completes (until then a retried commit hears CONCURRENT_TRANSACTIONS, which
+    // clients retry); then it succeeds.
+    let mut code = error_codes::CONCURRENT_TRANSACTIONS;
+    for _ in 0..100 {
+        code = end(&mut c, "ti", p, true).await;
+        if code != error_codes::CONCURRENT_TRANSACTIONS {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(code, 0, "complete: a retried commit succeeds");
+    broker.stop().await;
+}
