@@ -118,6 +118,27 @@ pub fn render_metrics(broker: &Broker) -> String {
         "gauge",
         session_partitions as u64,
     );
+    let (transactional_ids, ongoing) = {
+        let inner = broker.txns.lock();
+        let all = inner.state.all();
+        let ongoing = all
+            .iter()
+            .filter(|t| t.state == skiff_txn::TxnState::Ongoing)
+            .count();
+        (all.len(), ongoing)
+    };
+    gauge(
+        "skiff_transactional_ids",
+        "Transactional IDs the transaction coordinator knows.",
+        "gauge",
+        transactional_ids as u64,
+    );
+    gauge(
+        "skiff_transactions_ongoing",
+        "Transactions in progress (partitions added, not yet committed or aborted).",
+        "gauge",
+        ongoing as u64,
+    );
     gauge(
         "skiff_connections_accepted_total",
         "Client connections accepted.",

@@ -55,6 +55,9 @@ pub struct BrokerConfig {
     pub telemetry_otlp_endpoint: Option<crate::otlp::Endpoint>,
     /// Group coordinator settings (`group.*` keys).
     pub groups: skiff_group::GroupConfig,
+    /// Transaction coordinator settings (`transaction.max.timeout.ms`,
+    /// `transactional.id.expiration.ms`).
+    pub transactions: skiff_txn::TxnConfig,
     /// Every other key: static Kafka broker configs, validated by `skiff-meta`.
     pub kafka: BTreeMap<String, String>,
 }
@@ -74,6 +77,7 @@ impl Default for BrokerConfig {
             telemetry_max_bytes: 1024 * 1024,
             telemetry_otlp_endpoint: None,
             groups: skiff_group::GroupConfig::default(),
+            transactions: skiff_txn::TxnConfig::default(),
             kafka: BTreeMap::new(),
         }
     }
@@ -190,6 +194,14 @@ impl BrokerConfig {
         }
         if let Some(v) = entries.remove("max.connections") {
             config.max_connections = parse_num(&v, "max.connections", 1, 1_000_000)? as usize;
+        }
+        if let Some(v) = entries.remove("transaction.max.timeout.ms") {
+            config.transactions.max_timeout_ms =
+                parse_num(&v, "transaction.max.timeout.ms", 1, i64::from(i32::MAX))? as i32;
+        }
+        if let Some(v) = entries.remove("transactional.id.expiration.ms") {
+            config.transactions.id_expiration_ms =
+                parse_num(&v, "transactional.id.expiration.ms", 1, i64::from(i32::MAX))?;
         }
         take_group_config(&mut entries, &mut config.groups)?;
         config.kafka = entries;
@@ -404,7 +416,7 @@ mod tests {
     fn skiff_keys_are_taken_and_the_rest_passed_on() {
         let entries = flatten_toml(
             // `flush` and `flush.ms` must be quoted: dotted, `flush` would be both a value and a table.
-            "listen = \"127.0.0.1:19092\"\ndata.dir = \"/tmp/x\"\nnode.id = 7\n\"flush\" = \"interval\"\n\"flush.ms\" = 50\nnum.partitions = 4\n",
+            "listen = \"127.0.0.1:19092\"\ndata.dir = \"/tmp/x\"\nnode.id = 7\n\"flush\" = \"interval\"\n\"flush.ms\" = 50\nnum.partitions = 4\ntransaction.max.timeout.ms = 60000\ntransactional.id.expiration.ms = 3600000\n",
         )
         .expect("valid TOML");
         let config = BrokerConfig::from_entries(entries).expect("valid");
@@ -412,6 +424,8 @@ mod tests {
         assert_eq!(config.node_id, 7);
         assert_eq!(config.flush, FlushMode::Interval { flush_ms: 50 });
         assert_eq!(config.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(config.transactions.max_timeout_ms, 60_000);
+        assert_eq!(config.transactions.id_expiration_ms, 3_600_000);
         assert_eq!(
             config.kafka.get("num.partitions").map(String::as_str),
             Some("4")
@@ -427,6 +441,8 @@ mod tests {
             "node.id = -1",
             "socket.request.max.bytes = 10",
             "advertise = \"host\"",
+            "transaction.max.timeout.ms = 0",
+            "transactional.id.expiration.ms = 99999999999",
         ] {
             let entries = flatten_toml(bad).unwrap_or_default();
             assert!(BrokerConfig::from_entries(entries).is_err(), "{bad}");

@@ -70,6 +70,9 @@ pub struct SessionPartition {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Sent {
     high_watermark: i64,
+    /// A commit or abort moves it without moving the high watermark much; read_committed
+    /// consumers compute their lag from it.
+    last_stable_offset: i64,
     log_start_offset: i64,
 }
 
@@ -313,6 +316,7 @@ impl FetchSessions {
                 };
                 let now = Sent {
                     high_watermark: data.high_watermark,
+                    last_stable_offset: data.last_stable_offset,
                     log_start_offset: data.log_start_offset,
                 };
                 let has_records = data.records.as_ref().is_some_and(|r| !r.is_empty());

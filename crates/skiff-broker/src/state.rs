@@ -264,7 +264,7 @@ impl Broker {
         let txns = crate::txns::TransactionCoordinator::open(
             &config.data_dir.join(crate::txns::TXN_LOG_DIR),
             flush_policy(config.flush),
-            skiff_txn::TxnConfig::default(),
+            config.transactions,
         )?;
         let telemetry = crate::state::open_telemetry(&config)?;
         let otlp = config

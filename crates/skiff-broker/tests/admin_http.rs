@@ -117,8 +117,23 @@ async fn health_metrics_and_the_client_instance_view() {
         other => panic!("unexpected {other:?}"),
     }
 
+    // A transactional ID with no transaction in progress.
+    let init = skiff_protocol::generated::InitProducerIdRequest {
+        transactional_id: Some("viewed-txn".into()),
+        transaction_timeout_ms: 60_000,
+        producer_id: -1,
+        producer_epoch: -1,
+        ..Default::default()
+    };
+    match c.call(init, 4).await {
+        Response::InitProducerId(r) => assert_eq!(r.error_code, 0, "{r:?}"),
+        other => panic!("unexpected {other:?}"),
+    }
+
     let (status, body) = http_get(admin, "/metrics").await;
     assert_eq!(status, 200);
+    assert!(body.contains("\nskiff_transactional_ids 1\n"), "{body}");
+    assert!(body.contains("\nskiff_transactions_ongoing 0\n"), "{body}");
     assert!(body.contains("\nskiff_fetch_sessions 1\n"), "{body}");
     assert!(
         body.contains("\nskiff_fetch_session_partitions 1\n"),

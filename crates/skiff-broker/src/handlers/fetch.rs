@@ -366,3 +366,47 @@ fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
         any_error,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batches(spans: &[(i64, usize)]) -> Bytes {
+        let mut out = Vec::new();
+        for &(base, count) in spans {
+            let mut b = skiff_records::RecordBatchBuilder::new().base_offset(base);
+            for _ in 0..count {
+                b.append(1, None, Some(b"v"), &[]).expect("append");
+            }
+            out.extend_from_slice(b.build().expect("batch").as_bytes());
+        }
+        Bytes::from(out)
+    }
+
+    #[test]
+    fn the_stable_prefix_stops_at_the_first_batch_at_or_past_the_last_stable_offset() {
+        let all = batches(&[(0, 2), (2, 3), (5, 1)]);
+        let (prefix, next) = stable_prefix(all.clone(), 5);
+        assert_eq!(prefix, batches(&[(0, 2), (2, 3)]));
+        assert_eq!(next, 5);
+        let (prefix, next) = stable_prefix(all.clone(), i64::MAX);
+        assert_eq!((prefix, next), (all.clone(), 6));
+        let (prefix, next) = stable_prefix(all.clone(), 0);
+        assert!(prefix.is_empty());
+        assert_eq!(next, i64::MIN);
+        // A trailing partial batch (max_bytes cut it) below the limit is kept as it is.
+        let cut = all.slice(..all.len() - 3);
+        let (prefix, next) = stable_prefix(cut.clone(), i64::MAX);
+        assert_eq!((prefix, next), (cut, 6));
+    }
+
+    proptest::proptest! {
+        /// Whatever bytes a segment read returns, the prefix is a prefix and nothing panics.
+        #[test]
+        fn any_bytes_give_a_prefix(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..256), stable in proptest::num::i64::ANY) {
+            let bytes = Bytes::from(bytes);
+            let (prefix, _) = stable_prefix(bytes.clone(), stable);
+            proptest::prop_assert!(bytes.starts_with(&prefix));
+        }
+    }
+}
