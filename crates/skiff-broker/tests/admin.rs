@@ -42,7 +42,6 @@ const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
 const BROKER_LOGGER: i8 = 8;
 const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
-const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 const SOURCE_DYNAMIC_TOPIC: i8 = 1;
 const SOURCE_DYNAMIC_BROKER: i8 = 2;
 const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
@@ -1147,9 +1146,17 @@ async fn init_producer_id_every_version() {
             assert!(r.producer_id >= 0);
             assert!(seen.insert(r.producer_id), "distinct IDs");
         }
-        let r = init_pid(&mut c, v, Some("tx"), -1, -1).await;
-        assert_eq!(r.error_code, TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
-        assert_eq!((r.producer_id, r.producer_epoch), (-1, -1));
+        // A transactional ID gets its own producer ID; initialising it again bumps the epoch.
+        let tid = format!("tx-{v}");
+        let r = init_pid(&mut c, v, Some(&tid), -1, -1).await;
+        assert_eq!(r.error_code, 0, "v{v} {r:?}");
+        assert_eq!(r.producer_epoch, 0);
+        assert!(seen.insert(r.producer_id), "distinct IDs");
+        let again = init_pid(&mut c, v, Some(&tid), -1, -1).await;
+        assert_eq!(
+            (again.error_code, again.producer_id, again.producer_epoch),
+            (0, r.producer_id, 1)
+        );
         let r = init_pid(&mut c, v, Some(""), -1, -1).await;
         assert_eq!(r.error_code, error_codes::INVALID_REQUEST);
 

@@ -1676,6 +1676,18 @@ async fn find_coordinator_every_version() {
             let Response::FindCoordinator(r) = c.call(request, version).await else {
                 panic!("not a FindCoordinator response");
             };
+            // The broker coordinates transactions too.
+            assert_eq!(r.error_code, 0, "v{version}");
+            assert_eq!(r.port, port, "v{version}");
+            // Share groups (key type 2) are not coordinated here.
+            let request = FindCoordinatorRequest {
+                key: "share".into(),
+                key_type: 2,
+                ..Default::default()
+            };
+            let Response::FindCoordinator(r) = c.call(request, version).await else {
+                panic!("not a FindCoordinator response");
+            };
             assert_eq!(
                 r.error_code,
                 error_codes::COORDINATOR_NOT_AVAILABLE,
@@ -1714,7 +1726,7 @@ async fn find_coordinator_every_version() {
         assert!(
             r.coordinators
                 .iter()
-                .all(|c| c.error_code == error_codes::COORDINATOR_NOT_AVAILABLE),
+                .all(|c| c.error_code == 0 && c.port == port),
             "v{version}: {r:?}"
         );
         assert_eq!(r.coordinators.len(), 2);
