@@ -143,3 +143,81 @@ def test_metadata_and_offsets(b3):
     (desc,) = run(go())
     assert desc["error_code"] == 0
     assert sorted(p["partition"] for p in desc["partitions"]) == list(range(PARTS))
+
+
+def test_transactions_and_read_committed(b3):
+    """aiokafka's transactional producer: a committed, an aborted and a committed transaction on
+    every partition, with a consumer's offsets sent in the last one. A read_committed consumer
+    returns exactly the committed records (aiokafka drops aborted ones from the Fetch's aborted
+    transactions and skips the markers), read_uncommitted all of them, and the group's offset is
+    the one the committed transaction carried.
+
+    Breaks if: FindCoordinator for transactions, InitProducerId with a transactional ID,
+    AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit or EndTxn fail at the versions aiokafka
+    sends; markers are not control batches; read_committed Fetch lacks aborted transactions or
+    passes the last stable offset; transactional offsets are applied on abort or not on commit.
+    """
+    for key in (24, 25, 26, 28):
+        kw.require_api(b3.bootstrap, key)
+    topic = topic_name("txn")
+    group = f"aio-txn-{uuid.uuid4().hex[:8]}"
+    per_txn = {"a": 4, "b": 3, "c": 2}
+
+    async def transactional_writes():
+        p = aiokafka.AIOKafkaProducer(bootstrap_servers=b3.bootstrap, transactional_id=f"aio-{uuid.uuid4().hex[:8]}",
+                                      **COMMON)
+        await p.start()
+        try:
+            for tag, n in per_txn.items():
+                await p.begin_transaction()
+                sent = [await p.send(topic, value=f"{tag}{part}-{i}".encode(), partition=part)
+                        for part in range(PARTS) for i in range(n)]
+                await asyncio.gather(*sent)
+                if tag == "c":
+                    await p.send_offsets_to_transaction({aiokafka.TopicPartition(topic, 0): 7}, group)
+                if tag == "b":
+                    await p.abort_transaction()
+                else:
+                    await p.commit_transaction()
+        finally:
+            await p.stop()
+
+    async def read_all(isolation: str):
+        c = aiokafka.AIOKafkaConsumer(bootstrap_servers=b3.bootstrap, enable_auto_commit=False, group_id=None,
+                                      auto_offset_reset="earliest", isolation_level=isolation, **COMMON)
+        await c.start()
+        got = {part: [] for part in range(PARTS)}
+        try:
+            tps = [aiokafka.TopicPartition(topic, part) for part in range(PARTS)]
+            c.assign(tps)
+            await c.seek_to_beginning(*tps)
+            ends = await c.end_offsets(tps)
+            async def behind():
+                return any([await c.position(tp) < ends[tp] for tp in tps])
+
+            while await behind():
+                for tp, recs in (await c.getmany(timeout_ms=300, max_records=1000)).items():
+                    got[tp.partition].extend(r.value.decode() for r in recs)
+        finally:
+            await c.stop()
+        return got
+
+    async def committed_offset():
+        c = aiokafka.AIOKafkaConsumer(bootstrap_servers=b3.bootstrap, group_id=group, enable_auto_commit=False,
+                                      **COMMON)
+        await c.start()
+        try:
+            return await c.committed(aiokafka.TopicPartition(topic, 0))
+        finally:
+            await c.stop()
+
+    async def go():
+        await transactional_writes()
+        return await read_all("read_committed"), await read_all("read_uncommitted"), await committed_offset()
+
+    committed, everything, offset = run(go())
+    for part in range(PARTS):
+        want = [f"{tag}{part}-{i}" for tag in ("a", "c") for i in range(per_txn[tag])]
+        assert committed[part] == want, f"partition {part}: read_committed"
+        assert len(everything[part]) == sum(per_txn.values()), f"partition {part}: read_uncommitted"
+    assert offset == 7

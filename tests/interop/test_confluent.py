@@ -2,8 +2,8 @@
 
 Producer: acks 0/1/all, idempotence, every compression codec; keys, headers (repeated and
 null-valued) and CreateTime timestamps must come back byte-for-byte. Consumer: assign() only
-(no group, nothing committed). Admin APIs that the broker does not advertise yet are xfailed at
-run time by ``kafka_wire.require_api`` (they run for real as soon as ApiVersions lists them).
+(no group, nothing committed). The admin APIs a test needs are checked first
+(``kafka_wire.require_api``: a broker that does not advertise one fails the test plainly).
 """
 
 from __future__ import annotations

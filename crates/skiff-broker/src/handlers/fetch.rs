@@ -305,7 +305,11 @@ fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
                         Ok(Bytes::new())
                     } else {
                         log.read(target.fetch_offset, limit.max(1)).map(|result| {
-                            if plan.read_committed {
+                            // Without open or aborted transactions (the usual case) the
+                            // records need no walk: all lie below the last stable offset.
+                            if plan.read_committed
+                                && (stable < end || partition.has_aborted_transactions())
+                            {
                                 let (records, next) = stable_prefix(result.records, stable);
                                 if !records.is_empty() && partition.has_aborted_transactions() {
                                     aborted_range = Some((target.fetch_offset, next));
