@@ -250,6 +250,14 @@ impl ProducerStates {
         }
     }
 
+    /// The producers with an open transaction here, with their epochs.
+    pub fn open_transactions(&self) -> Vec<(i64, i16)> {
+        self.ongoing
+            .values()
+            .filter_map(|pid| self.producers.get(pid).map(|entry| (*pid, entry.epoch)))
+            .collect()
+    }
+
     /// The first offset of the oldest open transaction: read_committed reads stop before it.
     pub fn first_unstable_offset(&self) -> Option<i64> {
         self.ongoing.keys().next().copied()

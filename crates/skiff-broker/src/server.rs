@@ -89,6 +89,9 @@ async fn serve(
     // Every connection holds a clone; when all are gone, recv() returns None.
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
     let connection_ids = AtomicU64::new(1);
+    // Before the first connection is accepted: transaction ends a stop interrupted are finished
+    // and transactions left hanging on partitions closed, with no client racing them.
+    crate::txns::resume_unfinished(&broker).await;
     let maintenance = tokio::spawn(maintenance(Arc::clone(&broker), shutdown.clone()));
     let group_timers = tokio::spawn(group_timers(Arc::clone(&broker), shutdown.clone()));
     let txn_timers = tokio::spawn(txn_timers(Arc::clone(&broker), shutdown.clone()));
@@ -177,9 +180,8 @@ async fn group_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
     }
 }
 
-/// Finishes transaction ends a stop interrupted, then aborts transactions past their timeout.
+/// Aborts transactions past their timeout.
 async fn txn_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
-    crate::txns::resume_unfinished(&broker).await;
     let mut tick = tokio::time::interval(Duration::from_millis(
         crate::txns::TIMEOUT_CHECK_INTERVAL_MS,
     ));

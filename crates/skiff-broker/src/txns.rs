@@ -305,11 +305,56 @@ pub async fn tick(broker: &Arc<Broker>) {
     }
 }
 
-/// Carries out, at start, the ends a stop interrupted.
+/// Carries out, at start, the ends a stop interrupted, then closes the transactions left open
+/// on partitions that their coordinator no longer has in progress there.
 pub async fn resume_unfinished(broker: &Arc<Broker>) {
     let plans = broker.txns.lock().state.unfinished();
     for plan in plans {
         tracing::info!(transactional_id = %plan.transactional_id, commit = plan.commit, "finishing a transaction end interrupted by a stop");
         let _ = finish_detached(Arc::clone(broker), plan).await;
+    }
+    close_hanging(broker);
+}
+
+/// A partition's open transaction whose coordinator has no transaction in progress with that
+/// partition would hold its last stable offset back forever (a "hanging" transaction: its marker
+/// was lost with an unsynced tail under `flush = interval`, or the coordinator's log was lost).
+/// Each gets the marker its coordinator decided (commit after CompleteCommit), an abort
+/// otherwise.
+fn close_hanging(broker: &Arc<Broker>) {
+    let now = now_ms();
+    for topic in broker.all_topics() {
+        for partition in &topic.partitions {
+            let open = partition.lock_producers().open_transactions();
+            for (producer_id, epoch) in open {
+                let plan = {
+                    let inner = broker.txns.lock();
+                    let coordinator = inner.state.by_producer(producer_id);
+                    let in_progress = inner
+                        .state
+                        .verify_produce(producer_id, epoch, (&partition.topic, partition.index))
+                        .is_ok();
+                    if in_progress {
+                        continue;
+                    }
+                    let commit =
+                        coordinator.is_some_and(|t| t.state == skiff_txn::TxnState::CompleteCommit);
+                    EndPlan {
+                        transactional_id: coordinator
+                            .map(|t| t.transactional_id.clone())
+                            .unwrap_or_default(),
+                        producer_id,
+                        producer_epoch: coordinator.map_or(epoch, |t| t.producer_epoch.max(epoch)),
+                        commit,
+                        partitions: vec![(partition.topic.clone(), partition.index)],
+                        offsets: Default::default(),
+                    }
+                };
+                tracing::warn!(topic = %partition.topic, partition = partition.index, producer_id, commit = plan.commit, "closing a transaction its coordinator does not have in progress");
+                if let Err(e) = write_marker(partition, &plan, now) {
+                    tracing::error!(error = %format!("{e:#}"), "cannot close a hanging transaction");
+                }
+            }
+        }
     }
 }

@@ -579,3 +579,35 @@ async fn an_end_interrupted_by_a_stop_is_finished_at_start() {
     assert_eq!(code, 0, "complete: a retried commit succeeds");
     broker.stop().await;
 }
+
+#[tokio::test]
+async fn a_transaction_its_coordinator_forgot_is_closed_at_start() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "th").await;
+    let p = init(&mut c, "lost", 60_000).await;
+    assert_eq!(add_partition(&mut c, "lost", p, "th").await, 0);
+    produce(&mut c, Some("lost"), "th", txn_batch(p, 0, &[b"hanging"])).await;
+    produce(&mut c, None, "th", plain_batch(&[b"behind"])).await;
+    assert_eq!(latest(&mut c, "th", true).await, 0);
+    drop(c);
+    // The coordinator's log is lost (a damaged disk, an operator's mistake): without the
+    // start-up check the open transaction would hold the last stable offset forever.
+    let dir = broker.data_dir();
+    let mut broker = broker;
+    if let Some(running) = broker.running.take() {
+        running.shutdown().await.expect("clean shutdown");
+    }
+    std::fs::remove_dir_all(dir.join(skiff_broker::txns::TXN_LOG_DIR)).expect("remove");
+    let broker = broker.restart().await;
+    let mut c = broker.client().await;
+    assert_eq!(
+        latest(&mut c, "th", true).await,
+        3,
+        "aborted at start, marker at 2"
+    );
+    let r = fetch(&mut c, "th", 0, true).await;
+    assert_eq!(r.aborted_transactions.as_ref().map(Vec::len), Some(1));
+    assert_eq!(contents(&r).1, vec![2]);
+    broker.stop().await;
+}

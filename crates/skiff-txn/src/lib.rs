@@ -528,6 +528,14 @@ impl TxnCoordinator {
         expired
     }
 
+    /// The transaction `producer_id` is bound to, if any.
+    pub fn by_producer(&self, producer_id: i64) -> Option<&Transaction> {
+        self.by_producer
+            .get(&producer_id)
+            .and_then(|id| self.txns.get(id))
+            .filter(|t| t.producer_id == producer_id)
+    }
+
     /// Checks a transactional batch a producer appends to `partition` (KIP-890's verification):
     /// its producer's transaction must be in progress with that partition added, or the batch
     /// would open a transaction no marker ever ends.
