@@ -110,6 +110,17 @@ impl Partition {
             .store(states.has_aborted(), Ordering::Release);
     }
 
+    /// Finishes an append that ended at `end`, with the producers lock held across it: publishes
+    /// the transaction state and, when the append rolled the active segment, writes the producer
+    /// snapshot (Kafka's snapshot-at-roll: the next start replays at most one segment after it;
+    /// under the producers lock, so it matches the log up to `end`; rare and small, so in line).
+    pub fn after_append(&self, producers: &ProducerStates, end: i64, rolled: bool) {
+        self.publish_txn_state(producers);
+        if rolled {
+            self.write_producer_snapshot(producers, end);
+        }
+    }
+
     /// Holds read_committed readers below `offset` before a transactional batch that opens a
     /// transaction is appended there (the producer state learns of it only after the append).
     pub fn hold_unstable_from(&self, offset: i64) {

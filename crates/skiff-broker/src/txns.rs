@@ -177,11 +177,8 @@ fn write_marker(partition: &Partition, plan: &EndPlan, now: i64) -> Result<Optio
         info.base_offset,
         now,
     );
-    partition.publish_txn_state(&producers);
     let end = info.last_offset + 1;
-    if rolled {
-        partition.write_producer_snapshot(&producers, end);
-    }
+    partition.after_append(&producers, end, rolled);
     drop(producers);
     partition.end_offset.send_replace(end);
     if let Some(committer) = &partition.committer {

@@ -280,16 +280,8 @@ fn append(
         }
         next_base += i64::from(batch.last_offset_delta) + 1;
     }
-    if transactional {
-        partition.publish_txn_state(&producers);
-    }
     let end = info.last_offset + 1;
-    if rolled {
-        // Kafka's snapshot-at-roll: the next start replays at most one segment after it. Under
-        // the producers lock, so the snapshot matches the log up to `end`; rare (once per
-        // segment) and small (a few bytes per producer), so it is written in line.
-        partition.write_producer_snapshot(&producers, end);
-    }
+    partition.after_append(&producers, end, rolled);
     drop(producers);
 
     partition.end_offset.send_replace(end);

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use skiff_protocol::generated::add_offsets_to_txn_response::AddOffsetsToTxnResponse;
+use skiff_protocol::generated::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use skiff_protocol::generated::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResponse, AddPartitionsToTxnTopicResult,
 };
@@ -125,23 +126,38 @@ pub fn init_producer_id(
     }))
 }
 
-pub fn add_partitions_to_txn(ctx: &RequestContext, request: AddPartitionsToTxnRequest) -> Reply {
-    let broker = Arc::clone(&ctx.broker);
-    let knows_fenced = ctx.version >= 2;
-    let topics = request.v3_and_below_topics;
-    // Every partition must exist; if one does not, none is added (Kafka: the others get
-    // OPERATION_NOT_ATTEMPTED).
-    let missing = |name: &str, index: i32| {
-        broker
-            .topic_by_name(name)
-            .and_then(|t| t.partition(index).cloned())
-            .is_none()
-    };
-    let any_missing = topics
-        .iter()
-        .any(|t| t.partitions.iter().any(|p| missing(&t.name, *p)));
-    let answer = |code_of: &dyn Fn(&str, i32) -> i16| -> Vec<AddPartitionsToTxnTopicResult> {
-        topics
+/// Answers with `respond(code)`: at once for a refusal, else once the transaction log is durable
+/// up to `persisted`'s end (NONE, or the storage error).
+fn when_durable(
+    broker: &Arc<Broker>,
+    persisted: Result<i64, i16>,
+    respond: impl FnOnce(i16) -> Response + Send + 'static,
+) -> Reply {
+    match persisted {
+        Err(code) => Reply::Now(respond(code)),
+        Ok(end) => {
+            let broker = Arc::clone(broker);
+            Reply::Later(Box::pin(async move {
+                respond(
+                    broker
+                        .txns
+                        .wait_durable(end)
+                        .await
+                        .err()
+                        .unwrap_or(error_codes::NONE),
+                )
+            }))
+        }
+    }
+}
+
+/// The AddPartitionsToTxn response giving each partition of `topics` its code.
+fn add_partitions_response(
+    topics: &[AddPartitionsToTxnTopic],
+    code_of: impl Fn(&str, i32) -> i16,
+) -> Response {
+    Response::AddPartitionsToTxn(AddPartitionsToTxnResponse {
+        results_by_topic_v3_and_below: topics
             .iter()
             .map(|t| AddPartitionsToTxnTopicResult {
                 name: t.name.clone(),
@@ -156,22 +172,34 @@ pub fn add_partitions_to_txn(ctx: &RequestContext, request: AddPartitionsToTxnRe
                     .collect(),
                 ..Default::default()
             })
-            .collect()
+            .collect(),
+        ..Default::default()
+    })
+}
+
+pub fn add_partitions_to_txn(ctx: &RequestContext, request: AddPartitionsToTxnRequest) -> Reply {
+    let broker = &ctx.broker;
+    let knows_fenced = ctx.version >= 2;
+    let topics = request.v3_and_below_topics;
+    // Every partition must exist; if one does not, none is added (Kafka: the others get
+    // OPERATION_NOT_ATTEMPTED).
+    let missing = |name: &str, index: i32| {
+        broker
+            .topic_by_name(name)
+            .and_then(|t| t.partition(index).cloned())
+            .is_none()
     };
-    let respond = |results| {
-        Response::AddPartitionsToTxn(AddPartitionsToTxnResponse {
-            results_by_topic_v3_and_below: results,
-            ..Default::default()
-        })
-    };
-    if any_missing {
-        return Reply::Now(respond(answer(&|name, index| {
+    if topics
+        .iter()
+        .any(|t| t.partitions.iter().any(|p| missing(&t.name, *p)))
+    {
+        return Reply::Now(add_partitions_response(&topics, |name, index| {
             if missing(name, index) {
                 error_codes::UNKNOWN_TOPIC_OR_PARTITION
             } else {
                 error_codes::OPERATION_NOT_ATTEMPTED
             }
-        })));
+        }));
     }
     let partitions: Vec<TopicPartition> = topics
         .iter()
@@ -191,31 +219,9 @@ pub fn add_partitions_to_txn(ctx: &RequestContext, request: AddPartitionsToTxnRe
             )
             .and_then(|change| inner.persist_if(change, &tid))
     };
-    let results = move |code: i16| answer(&|_, _| fenced(code, knows_fenced));
-    match persisted {
-        Err(code) => Reply::Now(respond(results(code))),
-        Ok(end) => {
-            let results = results(error_codes::NONE);
-            let broker = Arc::clone(&ctx.broker);
-            Reply::Later(Box::pin(async move {
-                match broker.txns.wait_durable(end).await {
-                    Ok(()) => respond(results),
-                    Err(code) => Response::AddPartitionsToTxn(AddPartitionsToTxnResponse {
-                        results_by_topic_v3_and_below: results
-                            .into_iter()
-                            .map(|mut t| {
-                                for p in &mut t.results_by_partition {
-                                    p.partition_error_code = code;
-                                }
-                                t
-                            })
-                            .collect(),
-                        ..Default::default()
-                    }),
-                }
-            }))
-        }
-    }
+    when_durable(broker, persisted, move |code| {
+        add_partitions_response(&topics, |_, _| fenced(code, knows_fenced))
+    })
 }
 
 pub fn add_offsets_to_txn(ctx: &RequestContext, request: AddOffsetsToTxnRequest) -> Reply {
@@ -243,22 +249,9 @@ pub fn add_offsets_to_txn(ctx: &RequestContext, request: AddOffsetsToTxnRequest)
             )
             .and_then(|change| inner.persist_if(change, &tid))
     };
-    match persisted {
-        Err(code) => Reply::Now(respond(fenced(code, knows_fenced))),
-        Ok(end) => {
-            let broker = Arc::clone(&ctx.broker);
-            Reply::Later(Box::pin(async move {
-                respond(
-                    broker
-                        .txns
-                        .wait_durable(end)
-                        .await
-                        .err()
-                        .unwrap_or(error_codes::NONE),
-                )
-            }))
-        }
-    }
+    when_durable(&ctx.broker, persisted, move |code| {
+        respond(fenced(code, knows_fenced))
+    })
 }
 
 pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) -> Reply {
@@ -356,22 +349,7 @@ pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) 
             ..Default::default()
         })
     };
-    match persisted {
-        Err(code) => Reply::Now(respond(code)),
-        Ok(end) => {
-            let broker = Arc::clone(broker);
-            Reply::Later(Box::pin(async move {
-                respond(
-                    broker
-                        .txns
-                        .wait_durable(end)
-                        .await
-                        .err()
-                        .unwrap_or(error_codes::NONE),
-                )
-            }))
-        }
-    }
+    when_durable(broker, persisted, respond)
 }
 
 pub fn end_txn(ctx: &RequestContext, request: EndTxnRequest) -> Reply {
