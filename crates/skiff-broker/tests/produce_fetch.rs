@@ -5,52 +5,14 @@ mod common;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{Client, TIMEOUT, TestBroker, batch};
-use skiff_protocol::generated::fetch_request::{FetchPartition, FetchTopic};
+use common::{Client, TIMEOUT, TestBroker, batch, create_topic, fetch_request, produce_request};
 use skiff_protocol::generated::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use skiff_protocol::generated::metadata_request::MetadataRequestTopic;
-use skiff_protocol::generated::produce_request::{PartitionProduceData, TopicProduceData};
 use skiff_protocol::generated::produce_response::PartitionProduceResponse;
 use skiff_protocol::generated::{
-    ApiVersionsRequest, FetchRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest,
+    ApiVersionsRequest, FetchRequest, ListOffsetsRequest, MetadataRequest,
 };
 use skiff_protocol::{ApiKey, Request, Response, Uuid, error_codes};
 use skiff_records::RecordBatches;
-
-async fn create_topic(c: &mut Client, name: &str) -> Uuid {
-    let request = MetadataRequest {
-        topics: Some(vec![MetadataRequestTopic {
-            name: Some(name.into()),
-            ..Default::default()
-        }]),
-        ..Default::default()
-    };
-    match c.call(request, 12).await {
-        Response::Metadata(m) => {
-            assert_eq!(m.topics[0].error_code, 0);
-            assert!(!m.topics[0].topic_id.is_zero());
-            m.topics[0].topic_id
-        }
-        other => panic!("unexpected {other:?}"),
-    }
-}
-
-fn produce_request(topic: &str, partition: i32, acks: i16, records: Bytes) -> ProduceRequest {
-    ProduceRequest {
-        acks,
-        timeout_ms: 5000,
-        topic_data: vec![TopicProduceData {
-            name: topic.into(),
-            partition_data: vec![PartitionProduceData {
-                index: partition,
-                records: Some(records),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
 
 async fn produce(
     c: &mut Client,
@@ -65,35 +27,6 @@ async fn produce(
     {
         Response::Produce(r) => r.responses[0].partition_responses[0].clone(),
         other => panic!("unexpected {other:?}"),
-    }
-}
-
-fn fetch_request(
-    topic: &str,
-    topic_id: Uuid,
-    offset: i64,
-    max_wait_ms: i32,
-    min_bytes: i32,
-) -> FetchRequest {
-    FetchRequest {
-        replica_id: -1,
-        max_wait_ms,
-        min_bytes,
-        max_bytes: 1 << 20,
-        session_epoch: -1,
-        topics: vec![FetchTopic {
-            topic: topic.into(),
-            topic_id,
-            partitions: vec![FetchPartition {
-                partition: 0,
-                current_leader_epoch: -1,
-                fetch_offset: offset,
-                partition_max_bytes: 1 << 20,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
     }
 }
 

@@ -7,39 +7,21 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Client, TestBroker};
+use common::{Client, TestBroker, create_topic, fetch_request, produce_request};
 use skiff_protocol::generated::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-use skiff_protocol::generated::fetch_request::{FetchPartition, FetchTopic};
 use skiff_protocol::generated::fetch_response::PartitionData;
 use skiff_protocol::generated::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use skiff_protocol::generated::metadata_request::MetadataRequestTopic;
 use skiff_protocol::generated::offset_fetch_request::OffsetFetchRequestTopic;
-use skiff_protocol::generated::produce_request::{PartitionProduceData, TopicProduceData};
 use skiff_protocol::generated::txn_offset_commit_request::{
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };
 use skiff_protocol::generated::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest,
-    FetchRequest, FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest,
-    ListTransactionsRequest, MetadataRequest, OffsetFetchRequest, ProduceRequest,
-    TxnOffsetCommitRequest,
+    FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest, ListTransactionsRequest,
+    OffsetFetchRequest, TxnOffsetCommitRequest,
 };
-use skiff_protocol::{Response, error_codes};
+use skiff_protocol::{Response, Uuid, error_codes};
 use skiff_records::{RecordBatchBuilder, RecordBatches};
-
-async fn create_topic(c: &mut Client, name: &str) {
-    let request = MetadataRequest {
-        topics: Some(vec![MetadataRequestTopic {
-            name: Some(name.into()),
-            ..Default::default()
-        }]),
-        ..Default::default()
-    };
-    match c.call(request, 12).await {
-        Response::Metadata(m) => assert_eq!(m.topics[0].error_code, 0),
-        other => panic!("unexpected {other:?}"),
-    }
-}
 
 async fn init(c: &mut Client, tid: &str, timeout_ms: i32) -> (i64, i16) {
     match c
@@ -106,23 +88,10 @@ fn plain_batch(values: &[&[u8]]) -> Bytes {
     b.build().expect("batch").into_bytes()
 }
 
-/// Produces to partition 0; returns (error code, base offset).
+/// Produces to partition 0 with acks=all; returns (error code, base offset).
 async fn produce(c: &mut Client, tid: Option<&str>, topic: &str, records: Bytes) -> (i16, i64) {
-    let request = ProduceRequest {
-        transactional_id: tid.map(Into::into),
-        acks: -1,
-        timeout_ms: 5000,
-        topic_data: vec![TopicProduceData {
-            name: topic.into(),
-            partition_data: vec![PartitionProduceData {
-                index: 0,
-                records: Some(records),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let mut request = produce_request(topic, 0, -1, records);
+    request.transactional_id = tid.map(Into::into);
     match c.call(request, 9).await {
         Response::Produce(r) => {
             let p = &r.responses[0].partition_responses[0];
@@ -147,24 +116,8 @@ async fn end(c: &mut Client, tid: &str, (pid, epoch): (i64, i16), commit: bool) 
 }
 
 async fn fetch(c: &mut Client, topic: &str, offset: i64, read_committed: bool) -> PartitionData {
-    let request = FetchRequest {
-        replica_id: -1,
-        max_bytes: 1 << 20,
-        session_epoch: -1,
-        isolation_level: i8::from(read_committed),
-        topics: vec![FetchTopic {
-            topic: topic.into(),
-            partitions: vec![FetchPartition {
-                partition: 0,
-                current_leader_epoch: -1,
-                fetch_offset: offset,
-                partition_max_bytes: 1 << 20,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
+    let mut request = fetch_request(topic, Uuid::default(), offset, 0, 0);
+    request.isolation_level = i8::from(read_committed);
     match c.call(request, 12).await {
         Response::Fetch(r) => r.responses[0].partitions[0].clone(),
         other => panic!("unexpected {other:?}"),

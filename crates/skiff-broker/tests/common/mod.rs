@@ -7,6 +7,10 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use skiff_broker::{BrokerConfig, RunningBroker};
+use skiff_protocol::generated::fetch_request::{FetchPartition, FetchTopic};
+use skiff_protocol::generated::metadata_request::MetadataRequestTopic;
+use skiff_protocol::generated::produce_request::{PartitionProduceData, TopicProduceData};
+use skiff_protocol::generated::{FetchRequest, MetadataRequest, ProduceRequest};
 use skiff_protocol::header::{encode_request_frame, parse_response_frame};
 use skiff_protocol::{ApiKey, FrameReader, Request, Response, Uuid};
 use tokio::io::AsyncWriteExt;
@@ -212,4 +216,71 @@ pub fn batch(values: &[&[u8]]) -> Bytes {
 
 pub fn bytes_mut(b: &[u8]) -> BytesMut {
     BytesMut::from(b)
+}
+
+/// Creates (by auto-creating Metadata v12) a one-partition topic; returns its topic ID.
+pub async fn create_topic(c: &mut Client, name: &str) -> Uuid {
+    let request = MetadataRequest {
+        topics: Some(vec![MetadataRequestTopic {
+            name: Some(name.into()),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    };
+    match c.call(request, 12).await {
+        Response::Metadata(m) => {
+            assert_eq!(m.topics[0].error_code, 0);
+            assert!(!m.topics[0].topic_id.is_zero());
+            m.topics[0].topic_id
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// A Produce request for one partition.
+pub fn produce_request(topic: &str, partition: i32, acks: i16, records: Bytes) -> ProduceRequest {
+    ProduceRequest {
+        acks,
+        timeout_ms: 5000,
+        topic_data: vec![TopicProduceData {
+            name: topic.into(),
+            partition_data: vec![PartitionProduceData {
+                index: partition,
+                records: Some(records),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// A sessionless Fetch request for partition 0 of one topic.
+pub fn fetch_request(
+    topic: &str,
+    topic_id: Uuid,
+    offset: i64,
+    max_wait_ms: i32,
+    min_bytes: i32,
+) -> FetchRequest {
+    FetchRequest {
+        replica_id: -1,
+        max_wait_ms,
+        min_bytes,
+        max_bytes: 1 << 20,
+        session_epoch: -1,
+        topics: vec![FetchTopic {
+            topic: topic.into(),
+            topic_id,
+            partitions: vec![FetchPartition {
+                partition: 0,
+                current_leader_epoch: -1,
+                fetch_offset: offset,
+                partition_max_bytes: 1 << 20,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
 }
