@@ -7,8 +7,9 @@ import os
 import shlex
 
 import pytest
+from confluent_kafka import Producer
 
-from skiff_harness import SkiffBroker, broker_required, free_port, skiff_bin
+from skiff_harness import SkiffBroker, broker_required, free_port, mock_cluster_bootstrap, skiff_bin
 
 _LIVE: list[SkiffBroker] = []
 
@@ -117,3 +118,14 @@ def make_broker(tmp_path):
         for b in made:
             b.stop()
             _LIVE.remove(b)
+
+
+@pytest.fixture(scope="module")
+def mock_cluster():
+    """Bootstrap address of a 1-broker librdkafka mock cluster, alive for the module."""
+    owner = Producer({"test.mock.num.brokers": 1, "log_level": 3})
+    try:
+        yield mock_cluster_bootstrap(owner)
+    finally:
+        owner.flush(5)
+        del owner

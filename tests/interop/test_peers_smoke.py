@@ -20,21 +20,9 @@ import uuid
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
-from skiff_harness import mock_cluster_bootstrap
 
 N = 100
 DEADLINE_S = 20
-
-
-@pytest.fixture(scope="module")
-def mock_cluster():
-    """Bootstrap address of a 1-broker librdkafka mock cluster, alive for this module."""
-    owner = Producer({"test.mock.num.brokers": 1, "log_level": 3})
-    try:
-        yield mock_cluster_bootstrap(owner)
-    finally:
-        owner.flush(5)
-        del owner
 
 
 @pytest.fixture

@@ -49,7 +49,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 import kafka_wire as kw
 from confluent_util import DEADLINE_S, consumer, producer
-from skiff_harness import SkiffBroker, mock_cluster_bootstrap
+from skiff_harness import SkiffBroker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -112,20 +112,10 @@ class Cluster:
             kw.require_api(self.bootstrap, k)
 
 
-@pytest.fixture(scope="module")
-def _mock_bootstrap():
-    owner = Producer({"test.mock.num.brokers": 1, "log_level": 3})
-    try:
-        yield mock_cluster_bootstrap(owner)
-    finally:
-        owner.flush(5)
-        del owner
-
-
 @pytest.fixture
 def cluster(request):
     if MOCK:
-        yield Cluster(request.getfixturevalue("_mock_bootstrap"), "mock")
+        yield Cluster(request.getfixturevalue("mock_cluster"), "mock")
     else:
         b = request.getfixturevalue("broker")
         yield Cluster(b.bootstrap, "skiff", broker=b)
