@@ -204,12 +204,28 @@ struct Membership {
     member_id_differs: bool,
 }
 
+/// A producer ID the client instance was given, with its transaction if it is transactional.
+#[derive(Serialize, Clone)]
+struct ProducerView {
+    producer_id: i64,
+    producer_epoch: i16,
+    transactional_id: Option<String>,
+    /// The coordinator's state of the transactional ID (Empty, Ongoing, ...), while it is
+    /// bound to this producer ID.
+    transaction_state: Option<&'static str>,
+    /// topic name -> partitions of the transaction in progress.
+    transaction_partitions: std::collections::BTreeMap<String, Vec<i32>>,
+    since_ms: i64,
+}
+
 #[derive(Serialize)]
 struct InstanceView {
     /// The KIP-1313 client instance ID, or null for a connection without one.
     client_instance_id: Option<String>,
     connections: Vec<ConnectionRecord>,
     memberships: Vec<Membership>,
+    /// Producer IDs InitProducerId handed to it (idempotent and transactional producers).
+    producers: Vec<ProducerView>,
     kip1313_rejections: Vec<Rejection>,
     /// KIP-714: the instance's subscription and latest pushed metrics, if it pushes.
     telemetry: Option<skiff_telemetry::InstanceView>,
@@ -273,6 +289,36 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
     out
 }
 
+fn producers(broker: &Broker, instance: Uuid) -> Vec<ProducerView> {
+    let notes = broker.clients.producers_of(instance);
+    if notes.is_empty() {
+        return Vec::new();
+    }
+    let txns = broker.txns.lock();
+    notes
+        .into_iter()
+        .map(|note| {
+            let txn = note
+                .transactional_id
+                .as_deref()
+                .and_then(|id| txns.state.get(id))
+                .filter(|t| t.producer_id == note.producer_id);
+            let mut partitions: std::collections::BTreeMap<String, Vec<i32>> = Default::default();
+            for (topic, index) in txn.map(|t| &t.partitions).into_iter().flatten() {
+                partitions.entry(topic.clone()).or_default().push(*index);
+            }
+            ProducerView {
+                producer_id: note.producer_id,
+                producer_epoch: txn.map_or(note.producer_epoch, |t| t.producer_epoch),
+                transaction_state: txn.map(|t| t.state.name()),
+                transaction_partitions: partitions,
+                transactional_id: note.transactional_id,
+                since_ms: note.at_ms,
+            }
+        })
+        .collect()
+}
+
 fn instance_views(broker: &Broker) -> Vec<InstanceView> {
     let connections = broker.clients.connections();
     let members = memberships(broker);
@@ -284,6 +330,7 @@ fn instance_views(broker: &Broker) -> Vec<InstanceView> {
         .collect();
     let mut ids = broker.clients.known_instances();
     ids.extend(members.iter().filter_map(|(i, _)| *i));
+    ids.extend(broker.clients.producer_instances());
     ids.extend(telemetry.keys().filter_map(|k| k.parse::<Uuid>().ok()));
     ids.sort();
     ids.dedup();
@@ -302,6 +349,7 @@ fn instance_views(broker: &Broker) -> Vec<InstanceView> {
                     .filter(|(i, _)| *i == Some(id))
                     .map(|(_, m)| m.clone())
                     .collect(),
+                producers: producers(broker, id),
                 kip1313_rejections: broker.clients.rejections_of(Some(id)),
                 telemetry: telemetry.get(&text).cloned(),
                 client_instance_id: Some(text),
@@ -316,6 +364,7 @@ fn instance_views(broker: &Broker) -> Vec<InstanceView> {
             client_instance_id: None,
             connections: vec![c.clone()],
             memberships: Vec::new(),
+            producers: Vec::new(),
             kip1313_rejections: Vec::new(),
             telemetry: None,
         });
@@ -433,6 +482,27 @@ async fn ui(State(broker): State<Arc<Broker>>) -> Html<String> {
                     escape(&m.member_id),
                     m.member_epoch.map_or(String::new(), |e| e.to_string()),
                     escape(&assigned)
+                );
+            }
+            page.push_str("</table>");
+        }
+        if !v.producers.is_empty() {
+            page.push_str("<table><tr><th>producer ID</th><th>epoch</th><th>transactional ID</th><th>transaction</th><th>partitions</th></tr>");
+            for p in &v.producers {
+                let partitions = p
+                    .transaction_partitions
+                    .iter()
+                    .map(|(t, parts)| format!("{t}{parts:?}"))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let _ = write!(
+                    page,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    p.producer_id,
+                    p.producer_epoch,
+                    escape(p.transactional_id.as_deref().unwrap_or("")),
+                    p.transaction_state.unwrap_or(""),
+                    escape(&partitions)
                 );
             }
             page.push_str("</table>");

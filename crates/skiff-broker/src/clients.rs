@@ -1,6 +1,7 @@
 //! The client-instance view: what the broker knows about each client instance, under its
-//! KIP-1313 ID — its connections, the requests they made, its KIP-1313 rejections and its group
-//! memberships (the telemetry part is added by the admin endpoint from `skiff-telemetry`).
+//! KIP-1313 ID — its connections, the requests they made, its KIP-1313 rejections, its group
+//! memberships and the producer IDs it was given (the telemetry part is added by the admin
+//! endpoint from `skiff-telemetry`).
 //!
 //! Each connection owns its record behind its own lock, so recording a request never contends
 //! with other connections; the registry only holds references for the admin endpoint.
@@ -16,6 +17,18 @@ use crate::identity::RejectReason;
 
 /// How many KIP-1313 rejections are remembered per client instance.
 const REJECTIONS_KEPT: usize = 50;
+/// How many producer IDs handed to client instances are remembered (the oldest go first).
+const PRODUCERS_KEPT: usize = 10_000;
+
+/// A producer ID InitProducerId handed to a client instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProducerNote {
+    pub producer_id: i64,
+    /// The epoch handed out (a transactional producer's current one is the coordinator's).
+    pub producer_epoch: i16,
+    pub transactional_id: Option<String>,
+    pub at_ms: i64,
+}
 
 /// One KIP-1313 rejection.
 #[derive(Debug, Clone, Serialize)]
@@ -75,6 +88,8 @@ pub struct ClientRegistry {
     rejections: Mutex<HashMap<Option<Uuid>, VecDeque<Rejection>>>,
     /// (group, member ID) -> the client instance whose connection sent its heartbeats.
     members: Mutex<HashMap<(String, String), Uuid>>,
+    /// Producer IDs handed to client instances, oldest first.
+    producers: Mutex<VecDeque<(Uuid, ProducerNote)>>,
 }
 
 impl ClientRegistry {
@@ -137,6 +152,45 @@ impl ClientRegistry {
             .unwrap_or_else(PoisonError::into_inner)
             .get(&(group.to_string(), member_id.to_string()))
             .copied()
+    }
+
+    /// Notes that `instance` was handed a producer ID; a later note of the same producer ID
+    /// replaces the earlier one (an epoch bump, or another instance taking a transactional ID).
+    pub fn note_producer(&self, instance: Uuid, note: ProducerNote) {
+        let mut producers = self
+            .producers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        producers.retain(|(_, n)| n.producer_id != note.producer_id);
+        if producers.len() == PRODUCERS_KEPT {
+            producers.pop_front();
+        }
+        producers.push_back((instance, note));
+    }
+
+    /// The producer IDs handed to `instance`, oldest first.
+    pub fn producers_of(&self, instance: Uuid) -> Vec<ProducerNote> {
+        self.producers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|(i, _)| *i == instance)
+            .map(|(_, n)| n.clone())
+            .collect()
+    }
+
+    /// The instances that were handed producer IDs.
+    pub fn producer_instances(&self) -> Vec<Uuid> {
+        let mut ids: Vec<Uuid> = self
+            .producers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(i, _)| *i)
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
     }
 
     /// A copy of every open connection's record.
@@ -215,6 +269,18 @@ mod tests {
             );
         }
         registry.note_member("g", "m", a);
+        let note = |producer_id, producer_epoch| ProducerNote {
+            producer_id,
+            producer_epoch,
+            transactional_id: Some("t".into()),
+            at_ms: 1,
+        };
+        registry.note_producer(a, note(5, 0));
+        registry.note_producer(a, note(6, 0));
+        registry.note_producer(Uuid::from_u128(2), note(5, 1));
+        assert_eq!(registry.producers_of(a), vec![note(6, 0)]);
+        assert_eq!(registry.producers_of(Uuid::from_u128(2)), vec![note(5, 1)]);
+        assert_eq!(registry.producer_instances(), vec![a, Uuid::from_u128(2)]);
         assert_eq!(registry.connections()[0].requests.get("Metadata"), Some(&1));
         assert_eq!(registry.rejections_of(Some(a)).len(), REJECTIONS_KEPT);
         assert_eq!(registry.member_instance("g", "m"), Some(a));

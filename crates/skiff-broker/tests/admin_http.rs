@@ -162,6 +162,10 @@ async fn health_metrics_and_the_client_instance_view() {
     assert_eq!(view["kip1313_rejections"][0]["received"], other.to_string());
     assert_eq!(view["memberships"][0]["group"], "view-group");
     assert_eq!(view["memberships"][0]["member_id_differs"], false);
+    // The transactional producer ID it was given, with its coordinator state.
+    assert_eq!(view["producers"][0]["transactional_id"], "viewed-txn");
+    assert_eq!(view["producers"][0]["producer_epoch"], 0);
+    assert_eq!(view["producers"][0]["transaction_state"], "Empty");
 
     let (status, body) = http_get(admin, "/clients").await;
     assert_eq!(status, 200);
@@ -177,5 +181,6 @@ async fn health_metrics_and_the_client_instance_view() {
     let (status, page) = http_get(admin, "/ui/clients").await;
     assert_eq!(status, 200);
     assert!(page.contains(&id.to_string()) && page.contains("view-group"));
+    assert!(page.contains("viewed-txn"), "{page}");
     broker.stop().await;
 }

@@ -429,6 +429,43 @@ fn clients_lists_and_shows_instances_from_the_admin_http() {
     let one: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("json");
     assert_eq!(one["client_instance_id"], id.as_str());
 
+    // A producer command that has ended is still shown under its instance ID, with the
+    // producer ID its idempotent producer was given.
+    let mut produce = Command::new(BIN)
+        .args(["produce", "seen", "--bootstrap", &broker.addr])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn producer");
+    if let Some(mut stdin) = produce.stdin.take() {
+        use std::io::Write;
+        stdin.write_all(b"one\n").expect("write");
+    }
+    let done = produce.wait_with_output().expect("producer ends");
+    assert!(done.status.success(), "{}", stderr(&done));
+    let out = skiff(&broker, &["clients", "--admin", &admin, "--json"]);
+    let list: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("json");
+    let producer = list
+        .as_array()
+        .expect("array")
+        .iter()
+        .find(|v| v["producers"].as_array().is_some_and(|p| !p.is_empty()))
+        .cloned()
+        .expect("the producer's instance is listed");
+    let producer_id = producer["client_instance_id"].as_str().expect("an ID");
+    assert_ne!(producer_id, id, "another process, another instance");
+    let out = skiff(
+        &broker,
+        &["clients", "show", producer_id, "--admin", &admin],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("PRODUCER ID"), "{text}");
+    let pid = producer["producers"][0]["producer_id"].to_string();
+    assert!(text.contains(&pid), "{pid} missing:\n{text}");
+
     // Unknown ID -> 4; bad ID -> 2; no admin listener -> 3.
     let out = skiff(
         &broker,

@@ -69,6 +69,7 @@ pub fn init_producer_id(
 ) -> Reply {
     let broker = Arc::clone(&ctx.broker);
     let knows_fenced = ctx.version >= 4;
+    let instance = ctx.instance_id;
     Reply::Later(Box::pin(async move {
         let failed = |code: i16| {
             Response::InitProducerId(InitProducerIdResponse {
@@ -106,6 +107,17 @@ pub fn init_producer_id(
                     producer_id,
                     producer_epoch,
                 } => {
+                    if let Some(instance) = instance {
+                        broker.clients.note_producer(
+                            instance,
+                            crate::clients::ProducerNote {
+                                producer_id,
+                                producer_epoch,
+                                transactional_id: Some(transactional_id.clone()),
+                                at_ms: now_ms(),
+                            },
+                        );
+                    }
                     return Response::InitProducerId(InitProducerIdResponse {
                         error_code: error_codes::NONE,
                         producer_id,

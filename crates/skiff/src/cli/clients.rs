@@ -265,6 +265,26 @@ fn first_str(items: &[Value], key: &str) -> String {
     }
 }
 
+/// `{"topic": [0, 1]}` as `topic:0,1` (topics separated by spaces).
+fn partitions_text(v: Option<&Value>) -> String {
+    v.and_then(Value::as_object)
+        .map(|o| {
+            o.iter()
+                .map(|(topic, parts)| {
+                    let ps: Vec<String> = parts
+                        .as_array()
+                        .map_or(&[][..], Vec::as_slice)
+                        .iter()
+                        .map(Value::to_string)
+                        .collect();
+                    format!("{topic}:{}", ps.join(","))
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
 fn arr<'a>(v: &'a Value, key: &str) -> &'a [Value] {
     v.get(key)
         .and_then(Value::as_array)
@@ -421,24 +441,7 @@ fn print_show(v: &Value) {
     let rows: Vec<Vec<String>> = arr(v, "memberships")
         .iter()
         .map(|m| {
-            let assigned = m
-                .get("assigned")
-                .and_then(Value::as_object)
-                .map(|o| {
-                    o.iter()
-                        .map(|(topic, parts)| {
-                            let ps: Vec<String> = parts
-                                .as_array()
-                                .map_or(&[][..], Vec::as_slice)
-                                .iter()
-                                .map(Value::to_string)
-                                .collect();
-                            format!("{topic}:{}", ps.join(","))
-                        })
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .unwrap_or_default();
+            let assigned = partitions_text(m.get("assigned"));
             let differs = m.get("member_id_differs").and_then(Value::as_bool) == Some(true);
             vec![
                 text(m.get("group").unwrap_or(&Value::Null)),
@@ -457,6 +460,33 @@ fn print_show(v: &Value) {
         &["GROUP", "PROTOCOL", "MEMBER ID", "EPOCH", "ASSIGNED"],
         &rows,
     );
+
+    let producers = arr(v, "producers");
+    if !producers.is_empty() {
+        println!();
+        let rows: Vec<Vec<String>> = producers
+            .iter()
+            .map(|p| {
+                vec![
+                    text(p.get("producer_id").unwrap_or(&Value::Null)),
+                    text(p.get("producer_epoch").unwrap_or(&Value::Null)),
+                    text(p.get("transactional_id").unwrap_or(&Value::Null)),
+                    text(p.get("transaction_state").unwrap_or(&Value::Null)),
+                    partitions_text(p.get("transaction_partitions")),
+                ]
+            })
+            .collect();
+        print_table(
+            &[
+                "PRODUCER ID",
+                "EPOCH",
+                "TRANSACTIONAL ID",
+                "TRANSACTION",
+                "PARTITIONS",
+            ],
+            &rows,
+        );
+    }
 
     let rejections = arr(v, "kip1313_rejections");
     if !rejections.is_empty() {
