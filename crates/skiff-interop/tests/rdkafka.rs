@@ -1,5 +1,6 @@
 //! rdkafka (librdkafka 2.12.1) against a Skiff broker in this process: admin, idempotent
-//! producer with acks=all and compression, consumer with manual assignment, metadata.
+//! producer with acks=all and compression, consumer with manual assignment, metadata, and a
+//! transactional producer read back with read_committed and read_uncommitted consumers.
 
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use skiff_broker::{BrokerConfig, RunningBroker};
 
@@ -162,5 +163,86 @@ async fn admin_creates_grows_and_deletes_topics() {
         .fetch_metadata(None, TIMEOUT)
         .expect("metadata");
     assert!(metadata.topics().iter().all(|t| t.name() != "grow"));
+    broker.shutdown().await.expect("clean shutdown");
+}
+
+/// Reads partition 0 of `topic` from the beginning up to its end (for `isolation`, the end is the
+/// last stable offset with read_committed); returns the payloads.
+fn read_all(broker: &RunningBroker, topic: &str, isolation: &str) -> Vec<String> {
+    let consumer: BaseConsumer = client_config(broker)
+        .set("group.id", "unused-no-commits")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", isolation)
+        .set("enable.partition.eof", "true")
+        .create()
+        .expect("consumer");
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(topic, 0, Offset::Beginning)
+        .expect("assign");
+    consumer.assign(&assignment).expect("assign");
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no end of partition: {got:?}"
+        );
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(message)) => {
+                got.push(String::from_utf8_lossy(message.payload().unwrap_or_default()).to_string())
+            }
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => return got,
+            Some(Err(e)) => panic!("consume failed: {e}"),
+            None => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_producer_and_read_committed_consumer() {
+    let (broker, _dir) = start().await;
+    let admin: AdminClient<DefaultClientContext> =
+        client_config(&broker).create().expect("admin client");
+    create_topic(&admin, "rdtx", 1).await;
+    let producer: FutureProducer = client_config(&broker)
+        .set("transactional.id", "rdkafka-txn")
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    let blocking = |f: &dyn Fn() -> rdkafka::error::KafkaResult<()>| {
+        tokio::task::block_in_place(f).expect("transaction call")
+    };
+    blocking(&|| producer.init_transactions(TIMEOUT));
+    for (tag, commit) in [("kept", true), ("dropped", false), ("also-kept", true)] {
+        blocking(&|| producer.begin_transaction());
+        for i in 0..3 {
+            let value = format!("{tag}-{i}");
+            producer
+                .send(
+                    FutureRecord::<(), _>::to("rdtx")
+                        .partition(0)
+                        .payload(&value),
+                    TIMEOUT,
+                )
+                .await
+                .map_err(|(e, _)| e)
+                .expect("delivered");
+        }
+        if commit {
+            blocking(&|| producer.commit_transaction(TIMEOUT));
+        } else {
+            blocking(&|| producer.abort_transaction(TIMEOUT));
+        }
+    }
+    let committed = tokio::task::block_in_place(|| read_all(&broker, "rdtx", "read_committed"));
+    let want: Vec<String> = ["kept", "also-kept"]
+        .iter()
+        .flat_map(|tag| (0..3).map(move |i| format!("{tag}-{i}")))
+        .collect();
+    assert_eq!(committed, want);
+    let everything = tokio::task::block_in_place(|| read_all(&broker, "rdtx", "read_uncommitted"));
+    assert_eq!(everything.len(), 9, "{everything:?}");
+    drop(producer);
     broker.shutdown().await.expect("clean shutdown");
 }
