@@ -364,6 +364,27 @@ async fn committed_offset(c: &mut Client, group: &str, topic: &str) -> i64 {
     }
 }
 
+/// OffsetFetch v7 asking for stable offsets: (offset, partition error code).
+async fn stable_offset(c: &mut Client, group: &str, topic: &str) -> (i64, i16) {
+    let request = OffsetFetchRequest {
+        group_id: group.into(),
+        topics: Some(vec![OffsetFetchRequestTopic {
+            name: topic.into(),
+            partition_indexes: vec![0],
+            ..Default::default()
+        }]),
+        require_stable: true,
+        ..Default::default()
+    };
+    match c.call(request, 7).await {
+        Response::OffsetFetch(r) => {
+            let p = &r.topics[0].partitions[0];
+            (p.committed_offset, p.error_code)
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
 async fn txn_commit_offset(
     c: &mut Client,
     tid: &str,
@@ -428,17 +449,26 @@ async fn transactional_offsets_apply_only_on_commit() {
         -1,
         "not before the commit"
     );
+    // KIP-447: a consumer asking for stable offsets is told to retry while one is pending.
+    assert_eq!(
+        stable_offset(&mut c, "g", "input").await,
+        (-1, 88),
+        "UNSTABLE_OFFSET_COMMIT"
+    );
     assert_eq!(end(&mut c, "to", p, true).await, 0);
     assert_eq!(committed_offset(&mut c, "g", "input").await, 5);
+    assert_eq!(stable_offset(&mut c, "g", "input").await, (5, 0));
 
     assert_eq!(add_offsets(&mut c, "to", p, "g").await, 0);
     assert_eq!(txn_commit_offset(&mut c, "to", p, "g", "input", 9).await, 0);
+    assert_eq!(stable_offset(&mut c, "g", "input").await, (-1, 88));
     assert_eq!(end(&mut c, "to", p, false).await, 0);
     assert_eq!(
         committed_offset(&mut c, "g", "input").await,
         5,
         "an abort drops them"
     );
+    assert_eq!(stable_offset(&mut c, "g", "input").await, (5, 0));
     broker.stop().await;
 }
 

@@ -528,6 +528,19 @@ impl TxnCoordinator {
         expired
     }
 
+    /// The partitions of `group_id` with offsets a transaction in progress will commit (Kafka's
+    /// pending transactional offsets: OffsetFetch with `require_stable` answers them with
+    /// UNSTABLE_OFFSET_COMMIT until the transaction ends).
+    pub fn pending_offsets(&self, group_id: &str) -> BTreeSet<TopicPartition> {
+        self.txns
+            .values()
+            .filter(|t| matches!(t.state, TxnState::Ongoing | TxnState::PrepareCommit))
+            .filter_map(|t| t.offsets.get(group_id))
+            .flatten()
+            .map(|o| (o.topic.clone(), o.partition))
+            .collect()
+    }
+
     /// The transaction `producer_id` is bound to, if any.
     pub fn by_producer(&self, producer_id: i64) -> Option<&Transaction> {
         self.by_producer

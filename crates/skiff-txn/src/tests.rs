@@ -61,6 +61,11 @@ fn a_commit_goes_through_prepare_and_complete() {
         .expect("offsets");
     c.commit_offsets("t", pid, epoch, "g", vec![offset(7)], T0 + 3)
         .expect("offsets");
+    assert_eq!(
+        c.pending_offsets("g"),
+        BTreeSet::from([("in".to_string(), 0)])
+    );
+    assert!(c.pending_offsets("other").is_empty());
     assert_eq!(c.verify_produce(pid, epoch, ("a", 1)), Ok(()));
     assert_eq!(
         c.verify_produce(pid, epoch, ("a", 2)),
@@ -91,7 +96,9 @@ fn a_commit_goes_through_prepare_and_complete() {
         Err(INVALID_TXN_STATE)
     );
     assert_eq!(c.unfinished(), vec![plan.clone()]);
+    assert_eq!(c.pending_offsets("g").len(), 1, "pending until complete");
     assert_eq!(c.complete(&plan, T0 + 6), Change::Changed);
+    assert!(c.pending_offsets("g").is_empty());
     assert_eq!(c.complete(&plan, T0 + 6), Change::Unchanged);
     let t = c.get("t").expect("txn");
     assert_eq!(t.state, TxnState::CompleteCommit);

@@ -5,7 +5,7 @@
 //! A group ID names either a consumer group or a classic group. An empty group of one kind is
 //! replaced when the other kind joins; a non-empty one refuses the other kind.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use skiff_group::classic::{ClassicGroup, ClassicResponse};
 use skiff_group::consumer::{self, ClientInfo, ConsumerGroup};
@@ -588,15 +588,50 @@ fn set_commit_errors(response: &mut OffsetCommitResponse, code: i16) {
     }
 }
 
-/// One group's committed offsets for the requested partitions (None = every committed one):
-/// (topic, [(partition, offset, leader epoch, metadata)]).
-type FetchedOffsets = Vec<(String, Vec<(i32, i64, i32, String)>)>;
+/// One committed offset as OffsetFetch answers it: partition, offset, leader epoch, metadata,
+/// error code.
+type FetchedOffset = (i32, i64, i32, String, i16);
+/// A stored committed offset: partition, offset, leader epoch, metadata.
+type CommittedRow = (i32, i64, i32, String);
+/// One group's committed offsets for the requested partitions (None = every committed one), by
+/// topic.
+type FetchedOffsets = Vec<(String, Vec<FetchedOffset>)>;
 
+/// Kafka's UNSTABLE_OFFSET_COMMIT: a transaction in progress will commit an offset for this
+/// partition; a consumer asking with `require_stable` retries until it ends (KIP-447).
+const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+
+/// [`committed_offsets`], with the partitions in `unstable` (pending transactional offsets, when
+/// the request asked for stable offsets) answered UNSTABLE_OFFSET_COMMIT.
 fn fetch_offsets(
     inner: &Inner,
     group_id: &str,
     wanted: Option<Vec<(String, Vec<i32>)>>,
+    unstable: &BTreeSet<(String, i32)>,
 ) -> FetchedOffsets {
+    committed_offsets(inner, group_id, wanted)
+        .into_iter()
+        .map(|(topic, rows)| {
+            let rows = rows
+                .into_iter()
+                .map(|(p, offset, epoch, metadata)| {
+                    if unstable.contains(&(topic.clone(), p)) {
+                        (p, -1, -1, String::new(), UNSTABLE_OFFSET_COMMIT)
+                    } else {
+                        (p, offset, epoch, metadata, error_codes::NONE)
+                    }
+                })
+                .collect();
+            (topic, rows)
+        })
+        .collect()
+}
+
+fn committed_offsets(
+    inner: &Inner,
+    group_id: &str,
+    wanted: Option<Vec<(String, Vec<i32>)>>,
+) -> Vec<(String, Vec<CommittedRow>)> {
     match wanted {
         Some(topics) => topics
             .into_iter()
@@ -617,7 +652,7 @@ fn fetch_offsets(
             })
             .collect(),
         None => {
-            let mut by_topic: BTreeMap<String, Vec<(i32, i64, i32, String)>> = BTreeMap::new();
+            let mut by_topic: BTreeMap<String, Vec<CommittedRow>> = BTreeMap::new();
             for (key, c) in GroupCoordinator::offsets_of(inner, group_id) {
                 by_topic.entry(key.topic).or_default().push((
                     key.partition,
@@ -646,6 +681,26 @@ fn validate_fetch(
 
 pub fn offset_fetch(ctx: &RequestContext, request: OffsetFetchRequest) -> Response {
     let coordinator = &ctx.broker.groups;
+    // v7+: with `require_stable`, offsets a transaction in progress will commit are unstable.
+    // Read from the transaction coordinator before the group lock (never both at once).
+    let unstable = |group_id: &str| -> BTreeSet<(String, i32)> {
+        if ctx.version >= 7 && request.require_stable {
+            ctx.broker.txns.lock().state.pending_offsets(group_id)
+        } else {
+            BTreeSet::new()
+        }
+    };
+    let unstable_by_group: BTreeMap<String, BTreeSet<(String, i32)>> = if ctx.version < 8 {
+        BTreeMap::from([(request.group_id.to_string(), unstable(&request.group_id))])
+    } else {
+        request
+            .groups
+            .iter()
+            .map(|g| (g.group_id.to_string(), unstable(&g.group_id)))
+            .collect()
+    };
+    let no_unstable = BTreeSet::new();
+    let unstable_of = |group_id: &str| unstable_by_group.get(group_id).unwrap_or(&no_unstable);
     let inner = coordinator.lock(&ctx.broker, now_ms());
     if ctx.version < 8 {
         let group_id = request.group_id.to_string();
@@ -658,19 +713,19 @@ pub fn offset_fetch(ctx: &RequestContext, request: OffsetFetchRequest) -> Respon
         let error = validate_fetch(&inner, &group_id, None, -1).err();
         let topics = match error {
             Some(_) => Vec::new(),
-            None => fetch_offsets(&inner, &group_id, wanted)
+            None => fetch_offsets(&inner, &group_id, wanted, unstable_of(&group_id))
                 .into_iter()
                 .map(|(name, rows)| OffsetFetchResponseTopic {
                     name: bs(&name),
                     partitions: rows
                         .into_iter()
                         .map(
-                            |(p, offset, epoch, metadata)| OffsetFetchResponsePartition {
+                            |(p, offset, epoch, metadata, code)| OffsetFetchResponsePartition {
                                 partition_index: p,
                                 committed_offset: offset,
                                 committed_leader_epoch: epoch,
                                 metadata: Some(bs(&metadata)),
-                                error_code: error_codes::NONE,
+                                error_code: code,
                                 ..Default::default()
                             },
                         )
@@ -693,32 +748,32 @@ pub fn offset_fetch(ctx: &RequestContext, request: OffsetFetchRequest) -> Respon
             let group_id = g.group_id.to_string();
             let error =
                 validate_fetch(&inner, &group_id, g.member_id.as_deref(), g.member_epoch).err();
-            let found =
-                |(name, rows): (String, Vec<(i32, i64, i32, String)>)| OffsetFetchResponseTopics {
-                    topic_id: inner
-                        .topics
-                        .by_name
-                        .get(&name)
-                        .map_or(Uuid::ZERO, |(id, _)| *id),
-                    name: bs(&name),
-                    partitions: rows
-                        .into_iter()
-                        .map(
-                            |(p, offset, epoch, metadata)| OffsetFetchResponsePartitions {
-                                partition_index: p,
-                                committed_offset: offset,
-                                committed_leader_epoch: epoch,
-                                metadata: Some(bs(&metadata)),
-                                error_code: error_codes::NONE,
-                                ..Default::default()
-                            },
-                        )
-                        .collect(),
-                    ..Default::default()
-                };
+            let unstable = unstable_of(&group_id);
+            let found = |(name, rows): (String, Vec<FetchedOffset>)| OffsetFetchResponseTopics {
+                topic_id: inner
+                    .topics
+                    .by_name
+                    .get(&name)
+                    .map_or(Uuid::ZERO, |(id, _)| *id),
+                name: bs(&name),
+                partitions: rows
+                    .into_iter()
+                    .map(
+                        |(p, offset, epoch, metadata, code)| OffsetFetchResponsePartitions {
+                            partition_index: p,
+                            committed_offset: offset,
+                            committed_leader_epoch: epoch,
+                            metadata: Some(bs(&metadata)),
+                            error_code: code,
+                            ..Default::default()
+                        },
+                    )
+                    .collect(),
+                ..Default::default()
+            };
             let topics = match (error, &g.topics) {
                 (Some(_), _) => Vec::new(),
-                (None, None) => fetch_offsets(&inner, &group_id, None)
+                (None, None) => fetch_offsets(&inner, &group_id, None, unstable)
                     .into_iter()
                     .map(found)
                     .collect(),
@@ -735,6 +790,7 @@ pub fn offset_fetch(ctx: &RequestContext, request: OffsetFetchRequest) -> Respon
                                 &inner,
                                 &group_id,
                                 Some(vec![(name, t.partition_indexes.clone())]),
+                                unstable,
                             )
                             .into_iter()
                             .map(found)
