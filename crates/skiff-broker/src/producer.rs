@@ -106,6 +106,18 @@ pub(crate) struct ProducerEntry {
     pub(crate) txn_first_offset: Option<i64>,
 }
 
+/// What DescribeProducers shows of one producer on one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerSummary {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// The last sequence of its last batch (-1 when only markers are known).
+    pub last_sequence: i32,
+    pub last_timestamp: i64,
+    /// The first offset of its open transaction here, or -1.
+    pub current_txn_start_offset: i64,
+}
+
 /// A transaction that ended with an abort marker: read_committed consumers skip the producer's
 /// records from `first_offset` up to the marker at `last_offset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,6 +260,19 @@ impl ProducerStates {
                 });
             }
         }
+    }
+
+    /// Every producer's state, for DescribeProducers, in producer ID order.
+    pub fn describe(&self) -> Vec<ProducerSummary> {
+        self.entries()
+            .map(|(producer_id, entry)| ProducerSummary {
+                producer_id,
+                producer_epoch: entry.epoch,
+                last_sequence: entry.recent.back().map_or(-1, |b| b.last_seq),
+                last_timestamp: entry.last_append_ms,
+                current_txn_start_offset: entry.txn_first_offset.unwrap_or(-1),
+            })
+            .collect()
     }
 
     /// The producers with an open transaction here, with their epochs.
@@ -664,6 +689,16 @@ mod tests {
         s.record(1, 0, 2, 2, 13, 1);
         s.record_txn_data(1, 13);
         assert_eq!(s.first_unstable_offset(), Some(10));
+        assert_eq!(
+            s.describe().first(),
+            Some(&ProducerSummary {
+                producer_id: 1,
+                producer_epoch: 0,
+                last_sequence: 2,
+                last_timestamp: 1,
+                current_txn_start_offset: 10,
+            })
+        );
         // A marker from an older epoch is fenced.
         assert_eq!(
             s.check_marker(1, -1),

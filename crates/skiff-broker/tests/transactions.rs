@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{Client, TestBroker, create_topic, fetch_request, produce_request};
 use skiff_protocol::generated::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use skiff_protocol::generated::describe_producers_request::TopicRequest;
 use skiff_protocol::generated::fetch_response::PartitionData;
 use skiff_protocol::generated::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use skiff_protocol::generated::offset_fetch_request::OffsetFetchRequestTopic;
@@ -16,9 +17,9 @@ use skiff_protocol::generated::txn_offset_commit_request::{
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };
 use skiff_protocol::generated::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest,
-    FindCoordinatorRequest, InitProducerIdRequest, ListOffsetsRequest, ListTransactionsRequest,
-    OffsetFetchRequest, TxnOffsetCommitRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeProducersRequest,
+    DescribeTransactionsRequest, EndTxnRequest, FindCoordinatorRequest, InitProducerIdRequest,
+    ListOffsetsRequest, ListTransactionsRequest, OffsetFetchRequest, TxnOffsetCommitRequest,
 };
 use skiff_protocol::{Response, Uuid, error_codes};
 use skiff_records::{RecordBatchBuilder, RecordBatches};
@@ -326,6 +327,33 @@ async fn a_new_producer_fences_the_old_one_and_aborts_its_transaction() {
     assert_eq!(add_partition(&mut c, "tf", old, "fence").await, 0);
     produce(&mut c, Some("tf"), "fence", txn_batch(old, 0, &[b"zombie"])).await;
     assert_eq!(latest(&mut c, "fence", true).await, 0);
+    // DescribeProducers shows the open transaction (what find-hanging tools read).
+    let describe = DescribeProducersRequest {
+        topics: vec![TopicRequest {
+            name: "fence".into(),
+            partition_indexes: vec![0, 7],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    match c.call(describe, 0).await {
+        Response::DescribeProducers(r) => {
+            let parts = &r.topics[0].partitions;
+            assert_eq!(parts[0].error_code, 0);
+            let p = &parts[0].active_producers[0];
+            assert_eq!(
+                (
+                    p.producer_id,
+                    p.producer_epoch,
+                    p.last_sequence,
+                    p.current_txn_start_offset
+                ),
+                (old.0, i32::from(old.1), 0, 0)
+            );
+            assert_eq!(parts[1].error_code, error_codes::UNKNOWN_TOPIC_OR_PARTITION);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
 
     let new = init(&mut c, "tf", 60_000).await;
     assert_eq!(new.0, old.0);

@@ -101,6 +101,7 @@ pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::AddOffsetsToTxn => (0, 3),
         ApiKey::EndTxn => (0, 3),
         ApiKey::TxnOffsetCommit => (0, 3),
+        ApiKey::DescribeProducers => (0, 0),
         ApiKey::DescribeTransactions => (0, 0),
         ApiKey::ListTransactions => (0, 1),
         _ => return None,
@@ -161,6 +162,7 @@ pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
         Request::AddOffsetsToTxn(r) => txn::add_offsets_to_txn(ctx, r),
         Request::TxnOffsetCommit(r) => txn::txn_offset_commit(ctx, r),
         Request::EndTxn(r) => txn::end_txn(ctx, r),
+        Request::DescribeProducers(r) => txn::describe_producers(ctx, r).into(),
         Request::DescribeTransactions(r) => txn::describe_transactions(ctx, r).into(),
         Request::ListTransactions(r) => txn::list_transactions(ctx, r).into(),
         other => {

@@ -1,6 +1,6 @@
 //! Transactions: InitProducerId with a transactional ID, AddPartitionsToTxn v0-3 (the client
 //! versions; v4+ are broker-to-broker), AddOffsetsToTxn, TxnOffsetCommit, EndTxn, and the admin
-//! views DescribeTransactions and ListTransactions.
+//! views DescribeTransactions, ListTransactions and DescribeProducers.
 //!
 //! The protocol work is `skiff-txn`'s; these handlers check the request against the broker's
 //! topics and groups, persist every change before answering (and with `flush = always` wait for
@@ -12,6 +12,9 @@ use skiff_protocol::generated::add_offsets_to_txn_response::AddOffsetsToTxnRespo
 use skiff_protocol::generated::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use skiff_protocol::generated::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResponse, AddPartitionsToTxnTopicResult,
+};
+use skiff_protocol::generated::describe_producers_response::{
+    DescribeProducersResponse, PartitionResponse, ProducerState, TopicResponse,
 };
 use skiff_protocol::generated::describe_transactions_response::{
     DescribeTransactionsResponse, TopicData, TransactionState,
@@ -25,8 +28,8 @@ use skiff_protocol::generated::txn_offset_commit_response::{
     TxnOffsetCommitResponse, TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
 use skiff_protocol::generated::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest,
-    ListTransactionsRequest, TxnOffsetCommitRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeProducersRequest,
+    DescribeTransactionsRequest, EndTxnRequest, ListTransactionsRequest, TxnOffsetCommitRequest,
 };
 use skiff_protocol::{Response, error_codes};
 use skiff_txn::{EndOutcome, InitOutcome, PendingOffset, TopicPartition, TxnState};
@@ -509,6 +512,61 @@ pub fn list_transactions(ctx: &RequestContext, request: ListTransactionsRequest)
         error_code: error_codes::NONE,
         unknown_state_filters,
         transaction_states,
+        ..Default::default()
+    })
+}
+
+/// DescribeProducers: the producers each partition knows, with their open transaction's start
+/// (what `kafka-transactions.sh describe-producers` and `find-hanging` read).
+pub fn describe_producers(ctx: &RequestContext, request: DescribeProducersRequest) -> Response {
+    let topics = request
+        .topics
+        .iter()
+        .map(|topic| {
+            let found = ctx.broker.topic_by_name(&topic.name);
+            TopicResponse {
+                name: topic.name.clone(),
+                partitions: topic
+                    .partition_indexes
+                    .iter()
+                    .map(
+                        |index| match found.as_ref().and_then(|t| t.partition(*index)) {
+                            None => PartitionResponse {
+                                partition_index: *index,
+                                error_code: error_codes::UNKNOWN_TOPIC_OR_PARTITION,
+                                error_message: Some(bs(
+                                    "this server does not host this topic-partition",
+                                )),
+                                ..Default::default()
+                            },
+                            Some(partition) => PartitionResponse {
+                                partition_index: *index,
+                                error_code: error_codes::NONE,
+                                active_producers: partition
+                                    .lock_producers()
+                                    .describe()
+                                    .into_iter()
+                                    .map(|p| ProducerState {
+                                        producer_id: p.producer_id,
+                                        producer_epoch: i32::from(p.producer_epoch),
+                                        last_sequence: p.last_sequence,
+                                        last_timestamp: p.last_timestamp,
+                                        coordinator_epoch: -1,
+                                        current_txn_start_offset: p.current_txn_start_offset,
+                                        ..Default::default()
+                                    })
+                                    .collect(),
+                                ..Default::default()
+                            },
+                        },
+                    )
+                    .collect(),
+                ..Default::default()
+            }
+        })
+        .collect();
+    Response::DescribeProducers(DescribeProducersResponse {
+        topics,
         ..Default::default()
     })
 }
