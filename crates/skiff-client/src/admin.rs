@@ -285,8 +285,8 @@ impl Admin {
             .iter()
             .map(|p| TopicPartition::new(name, p.partition))
             .collect();
-        let earliest = list_offsets(&self.client, &tps, -2).await?;
-        let latest = list_offsets(&self.client, &tps, -1).await?;
+        let earliest = list_offsets(&self.client, &tps, -2, 0).await?;
+        let latest = list_offsets(&self.client, &tps, -1, 0).await?;
         let offsets = tps
             .iter()
             .map(|tp| {

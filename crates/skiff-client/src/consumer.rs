@@ -68,6 +68,26 @@ impl std::fmt::Display for TopicPartition {
     }
 }
 
+/// Which records a consumer reads (`isolation.level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IsolationLevel {
+    /// Every record, including those of open and aborted transactions.
+    ReadUncommitted,
+    /// Only records of committed transactions (and non-transactional ones), up to the last
+    /// stable offset: librdkafka's default, and the default here.
+    ReadCommitted,
+}
+
+impl IsolationLevel {
+    /// The wire value of Fetch and ListOffsets.
+    pub fn code(self) -> i8 {
+        match self {
+            IsolationLevel::ReadUncommitted => 0,
+            IsolationLevel::ReadCommitted => 1,
+        }
+    }
+}
+
 /// Where to start when there is no committed offset (`auto.offset.reset`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OffsetReset {
@@ -105,6 +125,7 @@ pub struct ConsumerConfig {
     pub rebalance_timeout: Duration,
     /// KIP-848 server-side assignor (`None`: the broker's default).
     pub server_assignor: Option<String>,
+    pub isolation_level: IsolationLevel,
 }
 
 impl Default for ConsumerConfig {
@@ -120,6 +141,7 @@ impl Default for ConsumerConfig {
             max_partition_fetch_bytes: 1024 * 1024,
             rebalance_timeout: Duration::from_secs(60),
             server_assignor: None,
+            isolation_level: IsolationLevel::ReadCommitted,
         }
     }
 }
@@ -468,6 +490,7 @@ impl Consumer {
         let names_by_id: HashMap<Uuid, String> =
             topics.keys().map(|(n, id)| (*id, n.clone())).collect();
         let request = FetchRequest {
+            isolation_level: config.isolation_level.code(),
             max_wait_ms: wait.as_millis().min(i32::MAX as u128) as i32,
             min_bytes: config.fetch_min_bytes,
             max_bytes: config.fetch_max_bytes,
@@ -560,12 +583,13 @@ impl Consumer {
                 }
                 let records = p.records.unwrap_or_default();
                 let max_decompressed = max_decompressed_bytes(&self.inner.config);
+                let mut aborted = AbortedFilter::new(p.aborted_transactions.unwrap_or_default());
                 for batch in RecordBatches::new(records) {
                     let Ok(batch) = batch else { break }; // partial trailing batch
                     if batch.next_offset() <= position {
                         continue;
                     }
-                    if batch.is_control() {
+                    if aborted.skips(&batch) {
                         position = batch.next_offset();
                         continue;
                     }
@@ -655,7 +679,13 @@ impl Consumer {
                 )));
             }
         };
-        let offsets = list_offsets(&self.inner.client, partitions, timestamp).await?;
+        let offsets = list_offsets(
+            &self.inner.client,
+            partitions,
+            timestamp,
+            self.inner.config.isolation_level.code(),
+        )
+        .await?;
         let mut state = lock(&self.inner.state);
         for (tp, offset) in offsets {
             if let Some(p) = state.assigned.get_mut(&tp)
@@ -858,11 +888,63 @@ impl Drop for Consumer {
     }
 }
 
+/// Drops the records of aborted transactions from a read_committed Fetch, as Kafka's consumers do:
+/// a transactional batch of a producer whose aborted transaction (listed by the broker with its
+/// first offset) has started is skipped until that producer's abort marker; control batches
+/// (markers) are never returned.
+struct AbortedFilter {
+    /// Aborted transactions not reached yet, by first offset (smallest last).
+    pending: Vec<(i64, i64)>,
+    /// Producers inside an aborted transaction at the current batch.
+    active: std::collections::HashSet<i64>,
+}
+
+impl AbortedFilter {
+    fn new(
+        list: Vec<skiff_protocol::generated::fetch_response::AbortedTransaction>,
+    ) -> AbortedFilter {
+        let mut pending: Vec<(i64, i64)> = list
+            .into_iter()
+            .map(|a| (a.first_offset, a.producer_id))
+            .collect();
+        pending.sort_unstable_by(|a, b| b.cmp(a));
+        AbortedFilter {
+            pending,
+            active: Default::default(),
+        }
+    }
+
+    /// Whether `batch` is not for the application: a marker, or data of an aborted transaction.
+    fn skips(&mut self, batch: &skiff_records::RecordBatch) -> bool {
+        if batch.is_control() {
+            if skiff_records::control_record_type(batch)
+                == Some(skiff_records::ControlRecordType::Abort)
+            {
+                self.active.remove(&batch.producer_id());
+            }
+            return true;
+        }
+        if !batch.is_transactional() {
+            return false;
+        }
+        while let Some(&(first, producer_id)) = self.pending.last() {
+            if first > batch.last_offset() {
+                break;
+            }
+            self.active.insert(producer_id);
+            self.pending.pop();
+        }
+        self.active.contains(&batch.producer_id())
+    }
+}
+
 /// ListOffsets for `partitions` at `timestamp` (-2 earliest, -1 latest), sent to each leader.
+/// `isolation_level` 1 (read_committed) makes "latest" the last stable offset.
 pub(crate) async fn list_offsets(
     client: &Client,
     partitions: &[TopicPartition],
     timestamp: i64,
+    isolation_level: i8,
 ) -> Result<Vec<(TopicPartition, i64)>> {
     let mut by_node: BTreeMap<i32, BTreeMap<String, Vec<i32>>> = BTreeMap::new();
     for tp in partitions {
@@ -887,6 +969,7 @@ pub(crate) async fn list_offsets(
             .call(node, ApiKey::ListOffsets, |_| {
                 Request::ListOffsets(ListOffsetsRequest {
                     replica_id: -1,
+                    isolation_level,
                     topics: topics
                         .iter()
                         .map(|(name, parts)| ListOffsetsTopic {

@@ -8,7 +8,8 @@
 //!   acks 0/1/all, idempotence with ordered retries, delivery futures, [`Compression`] (gzip,
 //!   snappy, lz4, zstd); the consumer decompresses every codec, bounded.
 //! - [`Consumer`]: a KIP-848 group member whose member ID is the instance ID (KIP-1082), or a
-//!   plain assigned consumer; offsets, long-poll fetch, seek, pause/resume.
+//!   plain assigned consumer; offsets, long-poll fetch, seek, pause/resume; read_committed by
+//!   default ([`IsolationLevel`]: aborted and open transactions skipped, markers never returned).
 //! - [`Admin`]: topics, groups and client-metrics subscriptions.
 //! - KIP-714 telemetry: when the cluster subscribes to client metrics, each [`Client`] fetches its
 //!   subscription and pushes its own metrics (OTLP, body ID = header ID = its instance ID), with a
@@ -30,7 +31,8 @@ pub use admin::{
 pub use client::{BrokerInfo, Client, ClientConfig, Metadata, PartitionMetadata, TopicMetadata};
 pub use connection::{Connection, client_versions};
 pub use consumer::{
-    Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, RebalanceListener, TopicPartition,
+    Consumer, ConsumerConfig, ConsumerRecord, IsolationLevel, OffsetReset, RebalanceListener,
+    TopicPartition,
 };
 pub use error::{Error, Result, error_name, is_retriable_code};
 pub use producer::{

@@ -612,3 +612,93 @@ async fn two_consumers_split_partitions_and_share_the_work() {
     b.close().await.expect("close b");
     broker.stop().await;
 }
+
+/// Transactions written by librdkafka (rdkafka): committed, aborted, committed, and one left
+/// open. A read_committed skiff-client consumer (the default) gets exactly the committed records
+/// and stops before the open transaction; a read_uncommitted one gets every data record. Neither
+/// returns a transaction marker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_committed_skips_aborted_and_open_transactions() {
+    use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
+
+    let broker = TestBroker::start().await;
+    let client = client(&broker.bootstrap());
+    create_topic(&client, "txn-read", 1).await;
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("broker.address.family", "v4")
+        .set("transactional.id", "client-read-test")
+        .create()
+        .expect("rdkafka producer");
+    let call = |f: &dyn Fn() -> rdkafka::error::KafkaResult<()>| {
+        tokio::task::block_in_place(f).expect("transaction call")
+    };
+    call(&|| producer.init_transactions(TIMEOUT));
+    for (tag, end) in [
+        ("a", Some(true)),
+        ("b", Some(false)),
+        ("c", Some(true)),
+        ("d", None),
+    ] {
+        call(&|| producer.begin_transaction());
+        for i in 0..3 {
+            let value = format!("{tag}{i}");
+            producer
+                .send(
+                    FutureRecord::<(), _>::to("txn-read")
+                        .partition(0)
+                        .payload(&value),
+                    TIMEOUT,
+                )
+                .await
+                .map_err(|(e, _)| e)
+                .expect("delivered");
+        }
+        match end {
+            Some(true) => call(&|| producer.commit_transaction(TIMEOUT)),
+            Some(false) => call(&|| producer.abort_transaction(TIMEOUT)),
+            None => {}
+        }
+    }
+
+    let read = |isolation_level| {
+        let client = client.clone();
+        async move {
+            let consumer = Consumer::new(
+                client,
+                ConsumerConfig {
+                    auto_offset_reset: OffsetReset::Earliest,
+                    fetch_max_wait: Duration::from_millis(50),
+                    isolation_level,
+                    ..Default::default()
+                },
+            )
+            .expect("consumer");
+            consumer
+                .assign(&[TopicPartition::new("txn-read", 0)])
+                .expect("assign");
+            consume_n(
+                &consumer,
+                if isolation_level == skiff_client::IsolationLevel::ReadCommitted {
+                    6
+                } else {
+                    12
+                },
+            )
+            .await
+            .into_iter()
+            .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).to_string())
+            .collect::<Vec<_>>()
+        }
+    };
+    let committed = read(skiff_client::IsolationLevel::ReadCommitted).await;
+    assert_eq!(committed, ["a0", "a1", "a2", "c0", "c1", "c2"]);
+    let everything = read(skiff_client::IsolationLevel::ReadUncommitted).await;
+    assert_eq!(everything.len(), 12, "{everything:?}");
+    assert!(
+        everything.iter().all(|v| v.len() == 2),
+        "no marker among {everything:?}"
+    );
+    drop(producer);
+    broker.stop().await;
+}

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use serde_json::json;
-use skiff_client::{Consumer, ConsumerConfig, OffsetReset, TopicPartition};
+use skiff_client::{Consumer, ConsumerConfig, IsolationLevel, OffsetReset, TopicPartition};
 
 use super::{CmdResult, Conn, print_json};
 
@@ -33,6 +33,9 @@ pub struct ConsumeArgs {
     /// Hide the rate/lag line on stderr.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Also print records of open and aborted transactions (default: committed ones only).
+    #[arg(long)]
+    pub read_uncommitted: bool,
 }
 
 fn text(b: &Option<bytes::Bytes>) -> Option<String> {
@@ -52,6 +55,11 @@ pub async fn run(conn: Conn, args: ConsumeArgs) -> CmdResult {
             },
             fetch_max_wait: Duration::from_millis(200),
             auto_commit_interval: Duration::from_secs(1),
+            isolation_level: if args.read_uncommitted {
+                IsolationLevel::ReadUncommitted
+            } else {
+                IsolationLevel::ReadCommitted
+            },
             ..Default::default()
         },
     )?;
