@@ -570,7 +570,14 @@ impl Consumer {
                         None,
                     ));
                 }
-                part.high_watermark = p.high_watermark;
+                // Lag is measured to what this consumer can read: for read_committed, the last
+                // stable offset (as Kafka's consumers do).
+                part.high_watermark = match self.inner.config.isolation_level {
+                    IsolationLevel::ReadCommitted if p.last_stable_offset >= 0 => {
+                        p.last_stable_offset
+                    }
+                    _ => p.high_watermark,
+                };
                 let Some(mut position) = part.position else {
                     continue;
                 };
