@@ -211,7 +211,6 @@ struct PartitionQueue {
     ready: VecDeque<OpenBatch>,
     open: Option<OpenBatch>,
     in_flight: bool,
-    next_sequence: i32,
 }
 
 impl PartitionQueue {
@@ -222,7 +221,12 @@ impl PartitionQueue {
 
 #[derive(Default)]
 struct State {
+    /// Partitions with records queued or in flight (removed when drained).
     queues: BTreeMap<(String, i32), PartitionQueue>,
+    /// The idempotent producer's next sequence per partition. Kept apart from `queues`, which
+    /// forget a partition when it drains: restarting at 0 would make the broker take the next
+    /// batch for a retry of the first one and drop it.
+    next_sequence: HashMap<(String, i32), i32>,
     sticky: HashMap<String, i32>,
     buffered: usize,
     outstanding: usize,
@@ -470,6 +474,7 @@ fn drain(inner: &Inner, now: Instant) -> (Vec<SealedBatch>, Option<Instant>) {
     let mut failed = Vec::new();
     let mut state = lock(&inner.state);
     let state = &mut *state;
+    let sequences = &mut state.next_sequence;
     for ((topic, partition), queue) in state.queues.iter_mut() {
         if queue.in_flight {
             continue;
@@ -502,8 +507,9 @@ fn drain(inner: &Inner, now: Instant) -> (Vec<SealedBatch>, Option<Instant>) {
         let Some(batch) = batch else { continue };
         let record_count = batch.builder.len() as i32;
         let base_sequence = if inner.producer_id >= 0 {
-            let s = queue.next_sequence;
-            queue.next_sequence = s
+            let next = sequences.entry((topic.clone(), *partition)).or_insert(0);
+            let s = *next;
+            *next = s
                 .checked_add(record_count)
                 .unwrap_or(record_count - (i32::MAX - s) - 1);
             s
@@ -732,12 +738,12 @@ fn finish(inner: &Inner, mut batch: SealedBatch, outcome: Result<i64>) {
             let done = batch.waiters.len();
             state.buffered = state.buffered.saturating_sub(batch.bytes);
             state.outstanding = state.outstanding.saturating_sub(done);
+            if outcome.is_err() && inner.producer_id >= 0 && batch.base_sequence >= 0 {
+                // The broker did not take the batch: reuse its sequence for the next one.
+                state.next_sequence.insert(key.clone(), batch.base_sequence);
+            }
             if let Some(queue) = state.queues.get_mut(&key) {
                 queue.in_flight = false;
-                if outcome.is_err() && inner.producer_id >= 0 && batch.base_sequence >= 0 {
-                    // The broker did not take the batch: reuse its sequence for the next one.
-                    queue.next_sequence = batch.base_sequence;
-                }
                 if queue.is_empty() {
                     state.queues.remove(&key);
                 }

@@ -702,3 +702,29 @@ async fn read_committed_skips_aborted_and_open_transactions() {
     drop(producer);
     broker.stop().await;
 }
+
+/// An idempotent producer that goes idle between sends keeps its sequence per partition: the
+/// broker would refuse a batch restarting at sequence 0 as out of order.
+#[tokio::test]
+async fn idempotent_sequences_continue_after_the_producer_went_idle() {
+    let broker = TestBroker::start().await;
+    let client = client(&broker.bootstrap());
+    create_topic(&client, "idle-seq", 1).await;
+    let producer = Producer::new(client.clone(), ProducerConfig::default())
+        .await
+        .expect("producer");
+    for round in 0..3 {
+        let delivery = producer
+            .send(ProducerRecord::new("idle-seq", format!("r{round}")).partition(0))
+            .await
+            .expect("send");
+        let md = timeout(TIMEOUT, delivery)
+            .await
+            .expect("in time")
+            .expect("acknowledged");
+        assert_eq!(md.offset, round, "round {round}");
+        producer.flush().await.expect("flush");
+    }
+    producer.close().await.expect("close");
+    broker.stop().await;
+}
