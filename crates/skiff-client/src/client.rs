@@ -15,6 +15,10 @@ use crate::error::{Error, Result};
 use crate::telemetry::{self, ClientMetrics, Telemetry};
 use crate::util::{backoff, lock};
 
+/// FindCoordinator key types.
+const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
+
 /// Settings shared by producers, consumers and admin calls built on one [`Client`].
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -142,7 +146,8 @@ pub(crate) struct Inner {
     /// Broker addresses learnt from Metadata and FindCoordinator.
     addresses: Mutex<HashMap<i32, String>>,
     metadata: Mutex<(Arc<Metadata>, Option<Instant>, bool)>,
-    coordinators: Mutex<HashMap<String, i32>>,
+    /// (key type: 0 group, 1 transaction; key) -> coordinator node.
+    coordinators: Mutex<HashMap<(i8, String), i32>>,
     telemetry: Telemetry,
 }
 
@@ -544,15 +549,32 @@ impl Client {
 
     /// The coordinator node of `group` (cached after the first FindCoordinator).
     pub async fn coordinator(&self, group: &str) -> Result<i32> {
-        if let Some(node) = lock(&self.inner.coordinators).get(group) {
+        self.coordinator_of(KEY_TYPE_GROUP, group).await
+    }
+
+    /// The transaction coordinator of `transactional_id` (cached after the first lookup).
+    pub async fn transaction_coordinator(&self, transactional_id: &str) -> Result<i32> {
+        self.coordinator_of(KEY_TYPE_TRANSACTION, transactional_id)
+            .await
+    }
+
+    /// Forgets the cached transaction coordinator of `transactional_id`.
+    pub fn invalidate_transaction_coordinator(&self, transactional_id: &str) {
+        lock(&self.inner.coordinators)
+            .remove(&(KEY_TYPE_TRANSACTION, transactional_id.to_string()));
+    }
+
+    async fn coordinator_of(&self, key_type: i8, key: &str) -> Result<i32> {
+        let cache_key = (key_type, key.to_string());
+        if let Some(node) = lock(&self.inner.coordinators).get(&cache_key) {
             return Ok(*node);
         }
         let deadline = Instant::now() + self.inner.config.request_timeout;
         let mut attempt = 0;
         loop {
-            match self.find_coordinator(group).await {
+            match self.find_coordinator(key_type, key).await {
                 Ok(node) => {
-                    lock(&self.inner.coordinators).insert(group.to_string(), node);
+                    lock(&self.inner.coordinators).insert(cache_key, node);
                     return Ok(node);
                 }
                 Err(e) if e.is_retriable() && Instant::now() < deadline => {
@@ -571,20 +593,22 @@ impl Client {
 
     /// Forgets the cached coordinator of `group` (after NOT_COORDINATOR or a broken connection).
     pub fn invalidate_coordinator(&self, group: &str) {
-        lock(&self.inner.coordinators).remove(group);
+        lock(&self.inner.coordinators).remove(&(KEY_TYPE_GROUP, group.to_string()));
     }
 
-    async fn find_coordinator(&self, group: &str) -> Result<i32> {
+    async fn find_coordinator(&self, key_type: i8, key: &str) -> Result<i32> {
         let response = self
             .call_any(ApiKey::FindCoordinator, |v| {
                 Request::FindCoordinator(if v >= 4 {
                     FindCoordinatorRequest {
-                        coordinator_keys: vec![group.into()],
+                        key_type,
+                        coordinator_keys: vec![key.into()],
                         ..Default::default()
                     }
                 } else {
                     FindCoordinatorRequest {
-                        key: group.into(),
+                        key_type,
+                        key: key.into(),
                         ..Default::default()
                     }
                 })
@@ -610,7 +634,11 @@ impl Client {
             return Err(Error::broker_for(
                 "FindCoordinator",
                 code,
-                format!("group {group}"),
+                if key_type == KEY_TYPE_GROUP {
+                    format!("group {key}")
+                } else {
+                    format!("transactional ID {key}")
+                },
                 message.map(|m| m.to_string()),
             ));
         }

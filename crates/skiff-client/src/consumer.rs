@@ -311,6 +311,18 @@ impl Consumer {
         lock(&self.inner.state).member.epoch
     }
 
+    /// What a transactional producer needs to commit this consumer's progress in its
+    /// transaction ([`crate::Producer::send_offsets_to_transaction`]); `None` without a group.
+    pub fn group_metadata(&self) -> Option<crate::GroupMetadata> {
+        let group_id = self.inner.config.group_id.clone()?;
+        let state = lock(&self.inner.state);
+        Some(crate::GroupMetadata {
+            group_id,
+            member_id: state.member.id.clone(),
+            generation_id: state.member.epoch,
+        })
+    }
+
     /// The ConsumerGroupHeartbeat version in use (once known).
     pub fn heartbeat_version(&self) -> Option<i16> {
         lock(&self.inner.state).member.version

@@ -80,6 +80,10 @@ pub enum Error {
     /// A record could not be encoded or decoded.
     #[error("records: {0}")]
     Records(String),
+    /// A transactional producer call out of order (no transaction begun, one already open) or
+    /// after the transaction failed (it must be aborted) or the producer was fenced.
+    #[error("transaction: {0}")]
+    Transaction(String),
     /// The consumer group membership hit a fatal error.
     #[error("consumer group {group}: {reason}")]
     Group { group: String, reason: String },
@@ -187,6 +191,11 @@ pub fn error_name(code: i16) -> &'static str {
         45 => "OUT_OF_ORDER_SEQUENCE_NUMBER",
         46 => "DUPLICATE_SEQUENCE_NUMBER",
         47 => "INVALID_PRODUCER_EPOCH",
+        48 => "INVALID_TXN_STATE",
+        49 => "INVALID_PRODUCER_ID_MAPPING",
+        50 => "INVALID_TRANSACTION_TIMEOUT",
+        51 => "CONCURRENT_TRANSACTIONS",
+        53 => "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
         59 => "UNKNOWN_PRODUCER_ID",
         68 => "NON_EMPTY_GROUP",
         69 => "GROUP_ID_NOT_FOUND",
@@ -194,7 +203,9 @@ pub fn error_name(code: i16) -> &'static str {
         75 => "UNKNOWN_LEADER_EPOCH",
         81 => "GROUP_MAX_SIZE_REACHED",
         82 => "FENCED_INSTANCE_ID",
+        88 => "UNSTABLE_OFFSET_COMMIT",
         89 => "THROTTLING_QUOTA_EXCEEDED",
+        90 => "PRODUCER_FENCED",
         100 => "UNKNOWN_TOPIC_ID",
         110 => "FENCED_MEMBER_EPOCH",
         111 => "UNRELEASED_INSTANCE_ID",

@@ -6,7 +6,10 @@
 //!   client, sent in every v2 request header on every connection, for the client's whole life.
 //! - [`Producer`]: per-partition batching (linger, batch size), Kafka's murmur2 partitioner,
 //!   acks 0/1/all, idempotence with ordered retries, delivery futures, [`Compression`] (gzip,
-//!   snappy, lz4, zstd); the consumer decompresses every codec, bounded.
+//!   snappy, lz4, zstd); the consumer decompresses every codec, bounded. With a
+//!   `transactional_id`, transactions (KIP-98): begin/commit/abort, partitions added to the
+//!   transaction before their first batch, `send_offsets_to_transaction` for
+//!   consume-transform-produce, fencing by a newer producer with the same ID.
 //! - [`Consumer`]: a KIP-848 group member whose member ID is the instance ID (KIP-1082), or a
 //!   plain assigned consumer; offsets, long-poll fetch, seek, pause/resume; read_committed by
 //!   default ([`IsolationLevel`]: aborted and open transactions skipped, markers never returned).
@@ -22,6 +25,7 @@ mod consumer;
 mod error;
 mod producer;
 mod telemetry;
+mod transaction;
 mod util;
 
 pub use admin::{
@@ -41,3 +45,4 @@ pub use producer::{
 };
 pub use skiff_protocol::Uuid;
 pub use skiff_records::Compression;
+pub use transaction::GroupMetadata;

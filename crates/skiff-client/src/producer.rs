@@ -66,6 +66,13 @@ pub struct ProducerConfig {
     /// framing, as the Java client writes it), lz4 (frame format) or zstd. `batch_size` counts
     /// uncompressed bytes.
     pub compression: Compression,
+    /// Makes the producer transactional (`transactional.id`): records are sent only inside
+    /// `begin_transaction` … `commit_transaction`/`abort_transaction`, and a newer producer with
+    /// the same ID fences this one. Needs `idempotent` and `acks = All`.
+    pub transactional_id: Option<String>,
+    /// How long the coordinator lets a transaction stay open before aborting it
+    /// (`transaction.timeout.ms`).
+    pub transaction_timeout: Duration,
 }
 
 impl Default for ProducerConfig {
@@ -78,6 +85,8 @@ impl Default for ProducerConfig {
             delivery_timeout: Duration::from_secs(120),
             buffer_memory: 32 * 1024 * 1024,
             compression: Compression::None,
+            transactional_id: None,
+            transaction_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -237,6 +246,8 @@ struct Inner {
     config: ProducerConfig,
     producer_id: i64,
     producer_epoch: i16,
+    /// Present for a transactional producer.
+    txn: Option<crate::transaction::Transactional>,
     state: Mutex<State>,
     wake: Arc<Notify>,
     space: Notify,
@@ -263,16 +274,32 @@ impl Producer {
         if config.batch_size == 0 {
             return Err(Error::Config("batch_size must be positive".into()));
         }
-        let (producer_id, producer_epoch) = if config.idempotent {
-            init_producer_id(&client).await?
-        } else {
-            (-1, -1)
+        let txn = match &config.transactional_id {
+            Some(_) if !config.idempotent => {
+                return Err(Error::Config(
+                    "a transactional producer must be idempotent".into(),
+                ));
+            }
+            Some(id) if id.is_empty() => {
+                return Err(Error::Config("the transactional ID is empty".into()));
+            }
+            Some(id) => Some(crate::transaction::Transactional::new(
+                id.clone(),
+                config.transaction_timeout,
+            )),
+            None => None,
+        };
+        let (producer_id, producer_epoch) = match &txn {
+            Some(txn) => txn.init(&client).await?,
+            None if config.idempotent => init_producer_id(&client).await?,
+            None => (-1, -1),
         };
         let inner = Arc::new(Inner {
             client,
             config,
             producer_id,
             producer_epoch,
+            txn,
             state: Mutex::new(State::default()),
             wake: Arc::new(Notify::new()),
             space: Notify::new(),
@@ -297,6 +324,14 @@ impl Producer {
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("producer"));
+        }
+        if let Some(txn) = &self.inner.txn {
+            txn.check_alive()?;
+            if !lock(&txn.state).open {
+                return Err(Error::Transaction(
+                    "send outside a transaction: call begin_transaction first".into(),
+                ));
+            }
         }
         let topic = self.inner.client.topic(&record.topic).await?;
         let count = topic.partitions.len();
@@ -411,6 +446,90 @@ impl Producer {
         Ok(())
     }
 
+    fn transactional(&self) -> Result<&crate::transaction::Transactional> {
+        self.inner.txn.as_ref().ok_or_else(|| {
+            Error::Config("not a transactional producer (set transactional_id)".into())
+        })
+    }
+
+    /// Starts a transaction (transactional producers only).
+    pub fn begin_transaction(&self) -> Result<()> {
+        let txn = self.transactional()?;
+        txn.check_alive()?;
+        let mut state = lock(&txn.state);
+        if state.open {
+            return Err(Error::Transaction("a transaction is already open".into()));
+        }
+        state.open = true;
+        state.started = false;
+        state.failed = None;
+        state.added.clear();
+        Ok(())
+    }
+
+    /// Commits the consumer's `offsets` (the next offsets to read) for its group as part of
+    /// the transaction: they count only if it commits (consume-transform-produce).
+    pub async fn send_offsets_to_transaction(
+        &self,
+        offsets: &[(crate::TopicPartition, i64)],
+        group: &crate::transaction::GroupMetadata,
+    ) -> Result<()> {
+        let txn = self.transactional()?;
+        txn.check_alive()?;
+        if !lock(&txn.state).open {
+            return Err(Error::Transaction("no transaction is open".into()));
+        }
+        let ids = (self.inner.producer_id, self.inner.producer_epoch);
+        let sent = txn
+            .send_offsets(&self.inner.client, ids, offsets, group)
+            .await;
+        if let Err(e) = &sent {
+            txn.fail(e);
+        }
+        sent
+    }
+
+    /// Sends every record of the transaction, then commits it. If any of them failed, nothing
+    /// is committed: the error says why, and the transaction must be aborted.
+    pub async fn commit_transaction(&self) -> Result<()> {
+        self.end_transaction(true).await
+    }
+
+    /// Aborts the transaction: its records and offsets are never seen by read_committed
+    /// consumers.
+    pub async fn abort_transaction(&self) -> Result<()> {
+        self.end_transaction(false).await
+    }
+
+    async fn end_transaction(&self, commit: bool) -> Result<()> {
+        let txn = self.transactional()?;
+        txn.check_alive()?;
+        if !lock(&txn.state).open {
+            return Err(Error::Transaction("no transaction is open".into()));
+        }
+        self.flush().await?;
+        txn.check_alive()?;
+        let (started, failed) = {
+            let state = lock(&txn.state);
+            (state.started, state.failed.clone())
+        };
+        if commit && let Some(e) = failed {
+            return Err(Error::Transaction(format!(
+                "cannot commit, a part of the transaction failed (abort it): {e}"
+            )));
+        }
+        if started {
+            let ids = (self.inner.producer_id, self.inner.producer_epoch);
+            txn.end(&self.inner.client, ids, commit).await?;
+        }
+        let mut state = lock(&txn.state);
+        state.open = false;
+        state.started = false;
+        state.failed = None;
+        state.added.clear();
+        Ok(())
+    }
+
     /// Flushes, then stops the producer. Later `send`s fail with [`Error::Closed`].
     pub async fn close(&self) -> Result<()> {
         let result = self.flush().await;
@@ -519,6 +638,7 @@ fn drain(inner: &Inner, now: Instant) -> (Vec<SealedBatch>, Option<Instant>) {
         let built = batch
             .builder
             .producer(inner.producer_id, inner.producer_epoch, base_sequence)
+            .transactional(inner.txn.is_some())
             .build();
         match built {
             Ok(b) => {
@@ -579,8 +699,24 @@ async fn sender_loop(weak: std::sync::Weak<Inner>, wake_handle: Arc<Notify>) {
     }
 }
 
-/// Groups batches by leader and sends one Produce request per broker, each in its own task.
+/// Groups batches by leader and sends one Produce request per broker, each in its own task. A
+/// transactional producer first adds the batches' new partitions to its transaction; if that
+/// fails, the batches fail with it.
 async fn dispatch(inner: &Arc<Inner>, batches: Vec<SealedBatch>) {
+    if let Some(txn) = &inner.txn {
+        let partitions: Vec<(String, i32)> = batches
+            .iter()
+            .map(|b| (b.topic.clone(), b.partition))
+            .collect();
+        let ids = (inner.producer_id, inner.producer_epoch);
+        if let Err(e) = txn.add_partitions(&inner.client, ids, &partitions).await {
+            txn.fail(&e);
+            for batch in batches {
+                finish(inner, batch, Err(Error::Transaction(e.to_string())));
+            }
+            return;
+        }
+    }
     let mut by_node: BTreeMap<i32, Vec<SealedBatch>> = BTreeMap::new();
     for batch in batches {
         match inner.client.topic(&batch.topic).await {
@@ -631,7 +767,10 @@ async fn send_to_node(inner: &Arc<Inner>, node: i32, batches: Vec<SealedBatch>) 
         .as_millis()
         .min(i32::MAX as u128) as i32;
     let request = Request::Produce(ProduceRequest {
-        transactional_id: None,
+        transactional_id: inner
+            .txn
+            .as_ref()
+            .map(|t| t.transactional_id.as_str().into()),
         acks: inner.config.acks.code(),
         timeout_ms,
         topic_data: topics
@@ -735,6 +874,9 @@ fn finish(inner: &Inner, mut batch: SealedBatch, outcome: Result<i64>) {
             inner.wake.notify_one();
         }
         outcome => {
+            if let (Err(e), Some(txn)) = (&outcome, &inner.txn) {
+                txn.fail(e);
+            }
             let done = batch.waiters.len();
             state.buffered = state.buffered.saturating_sub(batch.bytes);
             state.outstanding = state.outstanding.saturating_sub(done);

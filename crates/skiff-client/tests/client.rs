@@ -728,3 +728,208 @@ async fn idempotent_sequences_continue_after_the_producer_went_idle() {
     producer.close().await.expect("close");
     broker.stop().await;
 }
+
+fn transactional(client: &Client, id: &str) -> ProducerConfig {
+    let _ = client;
+    ProducerConfig {
+        transactional_id: Some(id.to_string()),
+        linger: Duration::from_millis(1),
+        ..Default::default()
+    }
+}
+
+/// Sends `values` to partition 0 of `topic` and waits for every acknowledgement.
+async fn send_all(producer: &Producer, topic: &str, values: &[&str]) {
+    let mut deliveries = Vec::new();
+    for v in values {
+        deliveries.push(
+            producer
+                .send(ProducerRecord::new(topic, v.to_string()).partition(0))
+                .await
+                .expect("send"),
+        );
+    }
+    for d in deliveries {
+        timeout(TIMEOUT, d)
+            .await
+            .expect("in time")
+            .expect("acknowledged");
+    }
+}
+
+async fn read_values(client: &Client, topic: &str, n: usize) -> Vec<String> {
+    let consumer = Consumer::new(
+        client.clone(),
+        ConsumerConfig {
+            auto_offset_reset: OffsetReset::Earliest,
+            fetch_max_wait: Duration::from_millis(50),
+            ..Default::default()
+        },
+    )
+    .expect("consumer");
+    consumer
+        .assign(&[TopicPartition::new(topic, 0)])
+        .expect("assign");
+    consume_n(&consumer, n)
+        .await
+        .into_iter()
+        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).to_string())
+        .collect()
+}
+
+/// The Skiff client's transactional producer: commit, abort, commit; records outside a
+/// transaction are refused. Read back by a read_committed skiff-client consumer and by
+/// librdkafka's read_committed consumer (its markers and batches must look like Kafka's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_producer_commits_and_aborts() {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+
+    let broker = TestBroker::start().await;
+    let client = client(&broker.bootstrap());
+    create_topic(&client, "tx-out", 1).await;
+    let producer = Producer::new(client.clone(), transactional(&client, "skiff-tx"))
+        .await
+        .expect("transactional producer");
+    let outside = producer
+        .send(ProducerRecord::new("tx-out", "no"))
+        .await
+        .err()
+        .expect("refused outside a transaction");
+    assert!(matches!(outside, Error::Transaction(_)), "{outside}");
+    for (values, commit) in [
+        (["a0", "a1", "a2"], true),
+        (["b0", "b1", "b2"], false),
+        (["c0", "c1", "c2"], true),
+    ] {
+        producer.begin_transaction().expect("begin");
+        send_all(&producer, "tx-out", &values).await;
+        if commit {
+            producer.commit_transaction().await.expect("commit");
+        } else {
+            producer.abort_transaction().await.expect("abort");
+        }
+    }
+    assert_eq!(
+        read_values(&client, "tx-out", 6).await,
+        ["a0", "a1", "a2", "c0", "c1", "c2"]
+    );
+
+    let rd: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("broker.address.family", "v4")
+        .set("group.id", "unused")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .create()
+        .expect("rdkafka consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset("tx-out", 0, rdkafka::Offset::Beginning)
+        .expect("assign");
+    rd.assign(&tpl).expect("assign");
+    let seen = tokio::task::block_in_place(|| {
+        let mut seen = Vec::new();
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        while std::time::Instant::now() < deadline {
+            match rd.poll(Duration::from_millis(200)) {
+                Some(Ok(m)) => seen.push(
+                    String::from_utf8_lossy(rdkafka::Message::payload(&m).unwrap_or_default())
+                        .to_string(),
+                ),
+                Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => break,
+                Some(Err(e)) => panic!("{e}"),
+                None => {}
+            }
+        }
+        seen
+    });
+    assert_eq!(seen, ["a0", "a1", "a2", "c0", "c1", "c2"]);
+    producer.close().await.expect("close");
+    broker.stop().await;
+}
+
+/// A second producer with the same transactional ID fences the first: the first's open
+/// transaction is aborted and its commit fails; the second's commits.
+#[tokio::test]
+async fn a_new_transactional_producer_fences_the_old_one() {
+    let broker = TestBroker::start().await;
+    let client = client(&broker.bootstrap());
+    create_topic(&client, "tx-fence", 1).await;
+    let old = Producer::new(client.clone(), transactional(&client, "skiff-fence"))
+        .await
+        .expect("old producer");
+    old.begin_transaction().expect("begin");
+    send_all(&old, "tx-fence", &["zombie"]).await;
+    let new = Producer::new(client.clone(), transactional(&client, "skiff-fence"))
+        .await
+        .expect("new producer");
+    assert!(old.commit_transaction().await.is_err(), "fenced");
+    new.begin_transaction().expect("begin");
+    send_all(&new, "tx-fence", &["fresh"]).await;
+    new.commit_transaction().await.expect("commit");
+    assert_eq!(read_values(&client, "tx-fence", 1).await, ["fresh"]);
+    broker.stop().await;
+}
+
+/// Consume-transform-produce with the Skiff client: a KIP-848 group member reads the input, the
+/// transactional producer writes the output and commits the member's positions with the
+/// transaction; the group's committed offset moves only with a commit.
+#[tokio::test]
+async fn consume_transform_produce_commits_offsets_with_the_transaction() {
+    let broker = TestBroker::start().await;
+    let client = client(&broker.bootstrap());
+    create_topic(&client, "ctp-in", 1).await;
+    create_topic(&client, "ctp-out", 1).await;
+    produce(&client, "ctp-in", 4).await;
+    let consumer = Consumer::new(
+        client.clone(),
+        ConsumerConfig {
+            group_id: Some("ctp".into()),
+            auto_offset_reset: OffsetReset::Earliest,
+            enable_auto_commit: false,
+            fetch_max_wait: Duration::from_millis(50),
+            ..Default::default()
+        },
+    )
+    .expect("consumer");
+    consumer.subscribe(&["ctp-in"]).expect("subscribe");
+    let input = consume_n(&consumer, 4).await;
+    let producer = Producer::new(client.clone(), transactional(&client, "skiff-ctp"))
+        .await
+        .expect("producer");
+    let tp = TopicPartition::new("ctp-in", 0);
+    for commit in [false, true] {
+        producer.begin_transaction().expect("begin");
+        let out: Vec<String> = input.iter().map(|r| format!("seen-{}", r.offset)).collect();
+        let out: Vec<&str> = out.iter().map(String::as_str).collect();
+        send_all(&producer, "ctp-out", &out).await;
+        let position = consumer.position(&tp).expect("position");
+        producer
+            .send_offsets_to_transaction(
+                &[(tp.clone(), position)],
+                &consumer.group_metadata().expect("a group member"),
+            )
+            .await
+            .expect("offsets in the transaction");
+        if commit {
+            producer.commit_transaction().await.expect("commit");
+            assert_eq!(
+                consumer
+                    .committed(std::slice::from_ref(&tp))
+                    .await
+                    .expect("committed"),
+                vec![(tp.clone(), 4)]
+            );
+        } else {
+            producer.abort_transaction().await.expect("abort");
+            let committed = consumer
+                .committed(std::slice::from_ref(&tp))
+                .await
+                .expect("committed");
+            assert!(committed.iter().all(|(_, o)| *o < 0), "{committed:?}");
+        }
+    }
+    assert_eq!(read_values(&client, "ctp-out", 4).await.len(), 4);
+    consumer.close().await.expect("close");
+    broker.stop().await;
+}
