@@ -546,3 +546,35 @@ fn a_short_client_command_still_reports_its_metrics_with_a_terminating_push() {
         "{telemetry:#}"
     );
 }
+
+#[test]
+fn a_transactional_produce_is_read_committed_by_consume() {
+    let broker = start_broker();
+    let out = skiff(&broker, &["topic", "create", "ledger"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = skiff_stdin(
+        &broker,
+        &["produce", "ledger", "--transactional-id", "ledger-loader"],
+        Some("one\ntwo\nthree\n"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("3/3 records acknowledged"),
+        "{}",
+        stderr(&out)
+    );
+    // The consumer is read_committed by default: three records, and no transaction marker.
+    let out = skiff(
+        &broker,
+        &[
+            "consume",
+            "ledger",
+            "--from-beginning",
+            "--idle-exit-ms",
+            "1500",
+            "--quiet",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "one\ntwo\nthree\n");
+}

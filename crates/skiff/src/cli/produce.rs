@@ -22,7 +22,7 @@ pub enum AcksArg {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  echo hello | skiff produce greetings\n  skiff produce orders --file orders.txt --key-separator :\n  seq 1 100000 | skiff produce numbers --acks 1 --linger-ms 20"
+    after_help = "Examples:\n  echo hello | skiff produce greetings\n  skiff produce orders --file orders.txt --key-separator :\n  seq 1 100000 | skiff produce numbers --acks 1 --linger-ms 20\n  skiff produce payments --file batch.txt --transactional-id payments-loader"
 )]
 pub struct ProduceArgs {
     /// Topic to write to.
@@ -45,6 +45,10 @@ pub struct ProduceArgs {
     /// Hide the progress line on stderr.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Write all input in one transaction with this transactional ID: committed at the end of
+    /// the input, aborted if any record fails (read_committed consumers then see none of it).
+    #[arg(long)]
+    pub transactional_id: Option<String>,
 }
 
 pub async fn run(conn: Conn, args: ProduceArgs) -> CmdResult {
@@ -60,10 +64,15 @@ pub async fn run(conn: Conn, args: ProduceArgs) -> CmdResult {
             acks,
             idempotent: acks == Acks::All,
             linger: Duration::from_millis(args.linger_ms),
+            transactional_id: args.transactional_id.clone(),
             ..Default::default()
         },
     )
     .await?;
+    let transactional = args.transactional_id.is_some();
+    if transactional {
+        producer.begin_transaction()?;
+    }
     let input: Box<dyn tokio::io::AsyncRead + Unpin + Send> = match &args.file {
         Some(path) => Box::new(tokio::fs::File::open(path).await.map_err(|e| Failure {
             code: super::exit::FAILURE,
@@ -121,6 +130,17 @@ pub async fn run(conn: Conn, args: ProduceArgs) -> CmdResult {
         match f.await {
             Ok(_) => acked += 1,
             Err(e) => first_error = first_error.or(Some(e)),
+        }
+    }
+    if transactional {
+        let ended = if first_error.is_some() {
+            producer.abort_transaction().await
+        } else {
+            producer.commit_transaction().await
+        };
+        if let Err(e) = ended {
+            first_error = first_error.or(Some(e));
+            acked = 0;
         }
     }
     let closed = producer.close().await;
