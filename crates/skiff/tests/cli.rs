@@ -21,9 +21,10 @@ impl Drop for Broker {
     }
 }
 
-/// Starts `skiff broker` on port 0 and learns its address from the startup log line.
+/// Starts `skiff broker` on port 0 and learns its address from the startup log line. No admin
+/// listener: its default port (9644) would collide between tests running in parallel.
 fn start_broker() -> Broker {
-    start_broker_with(&[])
+    start_broker_with(&["--set", "admin.listen=none"])
 }
 
 /// `start_broker` with extra broker arguments.
@@ -42,10 +43,15 @@ fn start_broker_with(extra: &[&str]) -> Broker {
         .expect("spawn skiff broker");
     let stderr = child.stderr.take().expect("stderr");
     let (tx, rx) = mpsc::channel();
+    let early = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let early_lines = std::sync::Arc::clone(&early);
     std::thread::spawn(move || {
         let mut sent = false;
         for line in BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
+            if !sent && let Ok(mut kept) = early_lines.lock() {
+                kept.push(line.clone());
+            }
             if !sent && line.contains("skiff broker started") {
                 let clean: String = strip_ansi(&line);
                 if let Some(addr) = clean
@@ -61,7 +67,10 @@ fn start_broker_with(extra: &[&str]) -> Broker {
     });
     let addr = rx
         .recv_timeout(Duration::from_secs(20))
-        .expect("broker reports its address in time");
+        .unwrap_or_else(|e| {
+            let said = early.lock().map(|l| l.join("\n")).unwrap_or_default();
+            panic!("the broker did not report its address ({e}); it said:\n{said}")
+        });
     Broker {
         child,
         addr,
