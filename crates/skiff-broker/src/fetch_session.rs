@@ -494,6 +494,20 @@ mod tests {
             r.responses[0].partitions[0].error_code = error_codes::OFFSET_OUT_OF_RANGE;
             s.finish(&ctx, &mut r);
             assert_eq!(answered(&r), vec![("a".to_string(), 0)]);
+            // A commit moved only bb-0's last stable offset: read_committed consumers need it.
+            let ctx = s
+                .begin(&request(id, 4, &[]), version, 4, ids(100))
+                .expect("ok");
+            let mut r = response(&[("a", 0, 10, b""), ("a", 1, 3, b""), ("bb", 0, 6, b"")]);
+            if let Some(bb) = r
+                .responses
+                .get_mut(1)
+                .and_then(|t| t.partitions.first_mut())
+            {
+                bb.last_stable_offset = 5;
+            }
+            s.finish(&ctx, &mut r);
+            assert_eq!(answered(&r), vec![("bb".to_string(), 0)]);
         }
     }
 

@@ -315,6 +315,44 @@ async fn commit_abort_last_stable_offset_and_read_committed() {
         }
         other => panic!("unexpected {other:?}"),
     }
+    // Producer ID filter; the duration filter (v1) lists only transactions open longer.
+    let other = init(&mut c, "t2", 60_000).await;
+    assert_eq!(add_partition(&mut c, "t2", other, "tx").await, 0);
+    for (filters, want) in [
+        (
+            ListTransactionsRequest {
+                producer_id_filters: vec![other.0],
+                duration_filter: -1,
+                ..Default::default()
+            },
+            vec!["t2"],
+        ),
+        (
+            ListTransactionsRequest {
+                state_filters: vec!["Ongoing".into()],
+                duration_filter: -1,
+                ..Default::default()
+            },
+            vec!["t2"],
+        ),
+        (
+            ListTransactionsRequest {
+                duration_filter: 3_600_000,
+                ..Default::default()
+            },
+            vec![],
+        ),
+    ] {
+        let got = match c.call(filters, 1).await {
+            Response::ListTransactions(r) => r
+                .transaction_states
+                .iter()
+                .map(|t| t.transactional_id.to_string())
+                .collect::<Vec<_>>(),
+            other => panic!("unexpected {other:?}"),
+        };
+        assert_eq!(got, want);
+    }
     broker.stop().await;
 }
 
@@ -500,15 +538,36 @@ async fn transactional_offsets_apply_only_on_commit() {
     broker.stop().await;
 }
 
+/// Creates `topic`, opens a transaction of `tid` on its partition 0 with one record (offset 0)
+/// and appends a plain record behind it (offset 1); returns the producer ID and epoch.
+async fn open_transaction_with_a_record_behind(
+    c: &mut Client,
+    topic: &str,
+    tid: &str,
+    timeout_ms: i32,
+    open: &[u8],
+    behind: &[u8],
+) -> (i64, i16) {
+    create_topic(c, topic).await;
+    let p = init(c, tid, timeout_ms).await;
+    assert_eq!(add_partition(c, tid, p, topic).await, 0);
+    assert_eq!(
+        produce(c, Some(tid), topic, txn_batch(p, 0, &[open])).await,
+        (0, 0)
+    );
+    assert_eq!(
+        produce(c, None, topic, plain_batch(&[behind])).await,
+        (0, 1)
+    );
+    p
+}
+
 #[tokio::test]
 async fn open_transactions_survive_a_restart_and_time_out() {
     let broker = TestBroker::start().await;
     let mut c = broker.client().await;
-    create_topic(&mut c, "tr").await;
-    let p = init(&mut c, "slow", 1_000).await;
-    assert_eq!(add_partition(&mut c, "slow", p, "tr").await, 0);
-    produce(&mut c, Some("slow"), "tr", txn_batch(p, 0, &[b"open"])).await;
-    produce(&mut c, None, "tr", plain_batch(&[b"plain"])).await;
+    let p =
+        open_transaction_with_a_record_behind(&mut c, "tr", "slow", 1_000, b"open", b"plain").await;
     drop(c);
     // Restarted within the timeout the transaction is still open (coordinator and partition
     // state both restored)...
@@ -595,11 +654,8 @@ async fn an_end_interrupted_by_a_stop_is_finished_at_start() {
 async fn a_transaction_its_coordinator_forgot_is_closed_at_start() {
     let broker = TestBroker::start().await;
     let mut c = broker.client().await;
-    create_topic(&mut c, "th").await;
-    let p = init(&mut c, "lost", 60_000).await;
-    assert_eq!(add_partition(&mut c, "lost", p, "th").await, 0);
-    produce(&mut c, Some("lost"), "th", txn_batch(p, 0, &[b"hanging"])).await;
-    produce(&mut c, None, "th", plain_batch(&[b"behind"])).await;
+    open_transaction_with_a_record_behind(&mut c, "th", "lost", 60_000, b"hanging", b"behind")
+        .await;
     assert_eq!(latest(&mut c, "th", true).await, 0);
     drop(c);
     // The coordinator's log is lost (a damaged disk, an operator's mistake): without the
