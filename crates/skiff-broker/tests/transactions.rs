@@ -360,10 +360,7 @@ async fn commit_abort_last_stable_offset_and_read_committed() {
 async fn a_new_producer_fences_the_old_one_and_aborts_its_transaction() {
     let broker = TestBroker::start().await;
     let mut c = broker.client().await;
-    create_topic(&mut c, "fence").await;
-    let old = init(&mut c, "tf", 60_000).await;
-    assert_eq!(add_partition(&mut c, "tf", old, "fence").await, 0);
-    produce(&mut c, Some("tf"), "fence", txn_batch(old, 0, &[b"zombie"])).await;
+    let old = open_transaction(&mut c, "fence", "tf", 60_000, b"zombie").await;
     assert_eq!(latest(&mut c, "fence", true).await, 0);
     // DescribeProducers shows the open transaction (what find-hanging tools read).
     let describe = DescribeProducersRequest {
@@ -548,16 +545,29 @@ async fn open_transaction_with_a_record_behind(
     open: &[u8],
     behind: &[u8],
 ) -> (i64, i16) {
+    let p = open_transaction(c, topic, tid, timeout_ms, open).await;
+    assert_eq!(
+        produce(c, None, topic, plain_batch(&[behind])).await,
+        (0, 1)
+    );
+    p
+}
+
+/// Creates `topic` and opens a transaction of `tid` on its partition 0 with one record (offset
+/// 0); returns the producer ID and epoch.
+async fn open_transaction(
+    c: &mut Client,
+    topic: &str,
+    tid: &str,
+    timeout_ms: i32,
+    value: &[u8],
+) -> (i64, i16) {
     create_topic(c, topic).await;
     let p = init(c, tid, timeout_ms).await;
     assert_eq!(add_partition(c, tid, p, topic).await, 0);
     assert_eq!(
-        produce(c, Some(tid), topic, txn_batch(p, 0, &[open])).await,
+        produce(c, Some(tid), topic, txn_batch(p, 0, &[value])).await,
         (0, 0)
-    );
-    assert_eq!(
-        produce(c, None, topic, plain_batch(&[behind])).await,
-        (0, 1)
     );
     p
 }
@@ -609,10 +619,7 @@ async fn open_transactions_survive_a_restart_and_time_out() {
 async fn an_end_interrupted_by_a_stop_is_finished_at_start() {
     let broker = TestBroker::start().await;
     let mut c = broker.client().await;
-    create_topic(&mut c, "ti").await;
-    let p = init(&mut c, "ti", 60_000).await;
-    assert_eq!(add_partition(&mut c, "ti", p, "ti").await, 0);
-    produce(&mut c, Some("ti"), "ti", txn_batch(p, 0, &[b"kept"])).await;
+    let p = open_transaction(&mut c, "ti", "ti", 60_000, b"kept").await;
     // The commit is decided and persisted, but no marker is written (as if the broker stopped
     // right after persisting PrepareCommit).
     {
