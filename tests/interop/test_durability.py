@@ -6,6 +6,8 @@ graceful-shutdown test (SIGTERM with clients connected: exit 0, quickly, nothing
 The broker runs with its default ``flush=always`` (acks=all answered after fdatasync). One
 idempotent loop uses 1 MiB segments and ~4 KiB messages, so segments roll (and producer-state
 snapshots are written) between the crashes, and each restart loads a snapshot and replays after it.
+A transactional loop commits transactions through the crashes: read_committed must then show every
+committed transaction whole and once, and never part of one.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Producer, TopicPartition
 
 import kafka_wire as kw
 from confluent_util import consume_partitions, consumer
@@ -252,3 +254,125 @@ def test_sigterm_does_not_wait_for_fetch_long_polls(make_broker):
     assert rc == 0, f"broker exited with {rc} on SIGTERM"
     assert elapsed < 3, f"SIGTERM took {elapsed:.1f}s: shutdown waited for a Fetch long-poll to expire"
     _restart_and_check(b, topic, np_)
+
+
+class TransactionalLoop:
+    """Commits transactions of TXN_SIZE numbered messages (t00042-007: transaction 42, message 7)
+    to partition 0 from a thread, as a careful application does: a retriable commit error retries
+    the commit, an abortable one aborts. Records which transactions committed and which aborted."""
+
+    TXN_SIZE = 20
+
+    def __init__(self, bootstrap: str, topic: str):
+        self.topic = topic
+        self.committed: list[int] = []
+        self.aborted: list[int] = []
+        self.fatal: list[str] = []
+        self._stop = threading.Event()
+        self.p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"crash-{uuid.uuid4().hex[:8]}",
+                           "linger.ms": 2, "retry.backoff.ms": 50, "retry.backoff.max.ms": 300,
+                           "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 300,
+                           "socket.timeout.ms": 5000, "log_level": 2})
+        self.thread = threading.Thread(target=self._run, name="transactional-loop", daemon=True)
+
+    def _call(self, what, *args) -> None:
+        """Runs a transactional call, retrying it while librdkafka says the error is retriable."""
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                what(*args)
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.retriable() and time.monotonic() < deadline:
+                    continue
+                raise
+
+    def _run(self) -> None:
+        try:
+            self._call(self.p.init_transactions, 30)
+            txn = 0
+            while not self._stop.is_set():
+                self.p.begin_transaction()
+                for i in range(self.TXN_SIZE):
+                    while True:
+                        try:
+                            self.p.produce(self.topic, value=b"t%05d-%03d" % (txn, i), partition=0)
+                            break
+                        except BufferError:
+                            self.p.poll(0.05)
+                try:
+                    self._call(self.p.commit_transaction, 30)
+                    self.committed.append(txn)
+                except KafkaException as exc:
+                    if not exc.args[0].txn_requires_abort():
+                        raise
+                    self._call(self.p.abort_transaction, 30)
+                    self.aborted.append(txn)
+                txn += 1
+        except KafkaException as exc:
+            self.fatal.append(str(exc))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=90)
+        assert not self.thread.is_alive(), "the transactional loop did not stop"
+
+
+@pytest.mark.timeout(150)
+def test_sigkill_loop_transactions_stay_atomic(make_broker):
+    """SIGKILL the broker while a librdkafka transactional producer commits transactions in a loop.
+    A read_committed consumer afterwards sees every committed transaction whole and exactly once,
+    in order, nothing of an aborted one, and never part of a transaction: a crash between the
+    commit decision and the markers is finished at restart, markers and producer state survive.
+    """
+    rnd = random.Random(47)
+    b = make_broker()
+    topic = f"txcrash-{uuid.uuid4().hex[:8]}"
+    loop = TransactionalLoop(b.bootstrap, topic)
+    loop.thread.start()
+    deadline = time.monotonic() + 20
+    while not loop.committed and time.monotonic() < deadline and not loop.fatal:
+        time.sleep(0.05)
+    assert loop.committed, f"no transaction committed before the first crash: {loop.fatal}"
+    committed_at_kill = []
+    for _ in range(4):
+        time.sleep(rnd.uniform(0.3, 1.0))
+        committed_at_kill.append(len(loop.committed))
+        b.kill()
+        time.sleep(rnd.uniform(0.0, 0.3))
+        b.start()
+    deadline = time.monotonic() + 30
+    while len(loop.committed) <= committed_at_kill[-1] and time.monotonic() < deadline and not loop.fatal:
+        time.sleep(0.05)
+    loop.stop()
+    assert not loop.fatal, f"fatal transactional error: {loop.fatal}"
+    assert len(loop.committed) > committed_at_kill[-1], "no progress after the last restart"
+
+    # Read everything read_committed up to the end of the partition (its last stable offset).
+    c = consumer(b.bootstrap, **{"isolation.level": "read_committed", "enable.partition.eof": True})
+    values: list[bytes] = []
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 40
+        at_end = False
+        while not at_end:
+            assert time.monotonic() < deadline, f"no end of partition after {len(values)} records"
+            for m in c.consume(num_messages=1000, timeout=0.5):
+                if m.error() is None:
+                    values.append(m.value())
+                elif m.error().code() == KafkaError._PARTITION_EOF:
+                    at_end = True
+                else:
+                    raise KafkaException(m.error())
+    finally:
+        c.close()
+    seen: dict[int, list[int]] = {}
+    for v in values:
+        txn, i = (int(x) for x in v[1:].split(b"-"))
+        seen.setdefault(txn, []).append(i)
+    full = list(range(TransactionalLoop.TXN_SIZE))
+    partial = {t: v for t, v in seen.items() if v != full}
+    assert not partial, f"transactions seen partly or twice: {dict(list(partial.items())[:3])}"
+    assert sorted(seen) == sorted(loop.committed), (
+        f"committed {loop.committed[:5]}..., aborted {loop.aborted}, seen {sorted(seen)[:5]}...")
