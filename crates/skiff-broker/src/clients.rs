@@ -154,9 +154,30 @@ impl ClientRegistry {
             .copied()
     }
 
-    /// Notes that `instance` was handed a producer ID; a later note of the same producer ID
-    /// replaces the earlier one (an epoch bump, or another instance taking a transactional ID).
-    pub fn note_producer(&self, instance: Uuid, note: ProducerNote) {
+    /// Notes, for a connection with a client instance ID, the producer ID InitProducerId just
+    /// handed it; a later note of the same producer ID replaces the earlier one (an epoch bump,
+    /// or another instance taking over a transactional ID).
+    pub fn note_producer(
+        &self,
+        instance: Option<Uuid>,
+        producer_id: i64,
+        producer_epoch: i16,
+        transactional_id: Option<&str>,
+        now_ms: i64,
+    ) {
+        let Some(instance) = instance else { return };
+        self.remember_producer(
+            instance,
+            ProducerNote {
+                producer_id,
+                producer_epoch,
+                transactional_id: transactional_id.map(str::to_string),
+                at_ms: now_ms,
+            },
+        );
+    }
+
+    fn remember_producer(&self, instance: Uuid, note: ProducerNote) {
         let mut producers = self
             .producers
             .lock()
@@ -275,12 +296,22 @@ mod tests {
             transactional_id: Some("t".into()),
             at_ms: 1,
         };
-        registry.note_producer(a, note(5, 0));
-        registry.note_producer(a, note(6, 0));
-        registry.note_producer(Uuid::from_u128(2), note(5, 1));
+        registry.note_producer(Some(a), 5, 0, Some("t"), 1);
+        registry.note_producer(Some(a), 6, 0, Some("t"), 1);
+        registry.note_producer(Some(Uuid::from_u128(2)), 5, 1, Some("t"), 1);
+        registry.note_producer(None, 9, 0, None, 1);
         assert_eq!(registry.producers_of(a), vec![note(6, 0)]);
         assert_eq!(registry.producers_of(Uuid::from_u128(2)), vec![note(5, 1)]);
         assert_eq!(registry.producer_instances(), vec![a, Uuid::from_u128(2)]);
+        // Only the newest PRODUCERS_KEPT are remembered.
+        for id in 0..PRODUCERS_KEPT as i64 {
+            registry.note_producer(Some(Uuid::from_u128(3)), 100 + id, 0, None, 2);
+        }
+        assert!(registry.producers_of(a).is_empty(), "the oldest went first");
+        assert_eq!(
+            registry.producers_of(Uuid::from_u128(3)).len(),
+            PRODUCERS_KEPT
+        );
         assert_eq!(registry.connections()[0].requests.get("Metadata"), Some(&1));
         assert_eq!(registry.rejections_of(Some(a)).len(), REJECTIONS_KEPT);
         assert_eq!(registry.member_instance("g", "m"), Some(a));

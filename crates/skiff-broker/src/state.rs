@@ -453,10 +453,9 @@ impl Broker {
             end_offset: watch::channel(end).0,
             first_unstable: AtomicI64::new(i64::MAX),
             has_aborted: AtomicBool::new(false),
-            producers: Mutex::new(ProducerStates::default()),
+            producers: Mutex::new(producers),
         };
-        partition.publish_txn_state(&producers);
-        *partition.lock_producers() = producers;
+        partition.publish_txn_state(&partition.lock_producers());
         Ok(Arc::new(partition))
     }
 

@@ -33,6 +33,7 @@ pub mod error_codes {
     pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
     pub const REQUEST_TIMED_OUT: i16 = 7;
     pub const MESSAGE_TOO_LARGE: i16 = 10;
+    pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const NOT_COORDINATOR: i16 = 16;
     pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
@@ -79,6 +80,7 @@ pub mod error_codes {
     pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
     pub const FENCED_INSTANCE_ID: i16 = 82;
     pub const INVALID_RECORD: i16 = 87;
+    pub const UNSTABLE_OFFSET_COMMIT: i16 = 88;
     pub const THROTTLING_QUOTA_EXCEEDED: i16 = 89;
     pub const RESOURCE_NOT_FOUND: i16 = 91;
     pub const UNKNOWN_TOPIC_ID: i16 = 100;

@@ -60,6 +60,16 @@ pub enum TxnState {
 }
 
 impl TxnState {
+    /// Every state, for listings and filters.
+    pub const ALL: [TxnState; 6] = [
+        TxnState::Empty,
+        TxnState::Ongoing,
+        TxnState::PrepareCommit,
+        TxnState::PrepareAbort,
+        TxnState::CompleteCommit,
+        TxnState::CompleteAbort,
+    ];
+
     /// The name DescribeTransactions and ListTransactions use.
     pub fn name(self) -> &'static str {
         match self {

@@ -17,13 +17,13 @@ use skiff_protocol::generated::fetch_response::{
     AbortedTransaction, FetchResponse, FetchableTopicResponse, PartitionData,
 };
 use skiff_protocol::{ByteString, Response, Uuid, error_codes};
+use skiff_records::BatchHeader;
 use tokio::sync::watch;
 
 use super::{Reply, RequestContext};
 use crate::fetch_session::{self, FetchContext, PartitionKey, SessionPartition};
 use crate::state::{Broker, Partition, now_ms};
 
-const KAFKA_STORAGE_ERROR: i16 = 56;
 /// Longest wait a client may ask for; longer requests are cut to this.
 const MAX_WAIT: Duration = Duration::from_secs(30);
 
@@ -219,26 +219,15 @@ fn plan(
 fn stable_prefix(records: Bytes, stable: i64) -> (Bytes, i64) {
     let mut position = 0usize;
     let mut next = i64::MIN;
-    while let Some(header) = records.get(position..) {
-        let (Some(base), Some(length)) = (header.get(0..8), header.get(8..12)) else {
-            break;
-        };
-        let base = i64::from_be_bytes(base.try_into().unwrap_or([0xff; 8]));
-        let length = i32::from_be_bytes(length.try_into().unwrap_or([0xff; 4]));
-        if base >= stable || length < 0 {
+    // Headers only (no CRC pass); the walk stops at the first batch it cannot read.
+    while let Some(Ok(header)) = records.get(position..).map(BatchHeader::parse) {
+        if header.base_offset >= stable {
             break;
         }
-        let last_delta = header
-            .get(23..27)
-            .and_then(|d| d.try_into().ok())
-            .map_or(0, i32::from_be_bytes);
-        next = base
-            .saturating_add(i64::from(last_delta.max(0)))
-            .saturating_add(1);
+        next = header.last_offset().saturating_add(1);
         // A trailing partial batch (cut by max_bytes) is returned as it is.
         position = position
-            .saturating_add(12)
-            .saturating_add(length as usize)
+            .saturating_add(header.total_len())
             .min(records.len());
     }
     (records.slice(..position), next)
@@ -333,7 +322,7 @@ fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
                         }
                         Err(e) => {
                             tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "read failed");
-                            data.error_code = KAFKA_STORAGE_ERROR;
+                            data.error_code = error_codes::KAFKA_STORAGE_ERROR;
                             any_error = true;
                         }
                     }

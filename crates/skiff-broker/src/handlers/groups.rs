@@ -40,7 +40,6 @@ use super::{Reply, RequestContext, bs};
 use crate::groups::{Group, GroupCoordinator, Inner};
 use crate::state::now_ms;
 
-pub(crate) const OFFSET_METADATA_TOO_LARGE: i16 = 12;
 const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 /// Kafka's `offset.metadata.max.bytes` default.
 pub(crate) const MAX_OFFSET_METADATA: usize = 4096;
@@ -513,7 +512,7 @@ pub fn offset_commit(ctx: &RequestContext, request: OffsetCommitRequest) -> Repl
                                 .as_ref()
                                 .is_some_and(|m| m.len() > MAX_OFFSET_METADATA) =>
                         {
-                            OFFSET_METADATA_TOO_LARGE
+                            error_codes::OFFSET_METADATA_TOO_LARGE
                         }
                         (Ok(()), Some(name)) => {
                             commits.push((
@@ -597,12 +596,8 @@ type CommittedRow = (i32, i64, i32, String);
 /// topic.
 type FetchedOffsets = Vec<(String, Vec<FetchedOffset>)>;
 
-/// Kafka's UNSTABLE_OFFSET_COMMIT: a transaction in progress will commit an offset for this
-/// partition; a consumer asking with `require_stable` retries until it ends (KIP-447).
-const UNSTABLE_OFFSET_COMMIT: i16 = 88;
-
 /// [`committed_offsets`], with the partitions in `unstable` (pending transactional offsets, when
-/// the request asked for stable offsets) answered UNSTABLE_OFFSET_COMMIT.
+/// the request asked for stable offsets) answered UNSTABLE_OFFSET_COMMIT (KIP-447: the consumer retries until the transaction ends).
 fn fetch_offsets(
     inner: &Inner,
     group_id: &str,
@@ -616,7 +611,13 @@ fn fetch_offsets(
                 .into_iter()
                 .map(|(p, offset, epoch, metadata)| {
                     if unstable.contains(&(topic.clone(), p)) {
-                        (p, -1, -1, String::new(), UNSTABLE_OFFSET_COMMIT)
+                        (
+                            p,
+                            -1,
+                            -1,
+                            String::new(),
+                            error_codes::UNSTABLE_OFFSET_COMMIT,
+                        )
                     } else {
                         (p, offset, epoch, metadata, error_codes::NONE)
                     }

@@ -16,7 +16,6 @@ const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
 const EARLIEST_PENDING_UPLOAD: i64 = -6;
-const KAFKA_STORAGE_ERROR: i16 = 56;
 
 pub fn handle(ctx: &RequestContext, request: ListOffsetsRequest) -> Response {
     // v2+: read_committed answers stop at the last stable offset, as its fetches do.
@@ -83,7 +82,7 @@ fn lookup(partition: &Partition, timestamp: i64, read_committed: bool) -> Result
     };
     let storage = |e: skiff_log::LogError| {
         tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "offset lookup failed");
-        KAFKA_STORAGE_ERROR
+        error_codes::KAFKA_STORAGE_ERROR
     };
     match timestamp {
         LATEST => Ok((-1, fetchable_end)),

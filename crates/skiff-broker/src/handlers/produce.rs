@@ -17,8 +17,6 @@ use crate::producer::SequenceCheck;
 use crate::state::{Partition, now_ms};
 use crate::txns::TransactionCoordinator;
 
-const KAFKA_STORAGE_ERROR: i16 = 56;
-
 /// The outcome of appending to one partition.
 struct Appended {
     base_offset: i64,
@@ -127,7 +125,7 @@ pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
                     .get_mut(t)
                     .and_then(|topic| topic.partition_responses.get_mut(p))
                 {
-                    r.error_code = KAFKA_STORAGE_ERROR;
+                    r.error_code = error_codes::KAFKA_STORAGE_ERROR;
                     r.error_message = Some(ByteString::from(format!("disk sync failed: {e}")));
                     r.base_offset = -1;
                 }
@@ -246,9 +244,9 @@ fn append(
             LogError::MessageTooLarge { .. } => error_codes::MESSAGE_TOO_LARGE,
             LogError::RecordSetTooLarge { .. } => error_codes::RECORD_LIST_TOO_LARGE,
             LogError::InvalidRecords(inner) => records_error(inner),
-            _ => KAFKA_STORAGE_ERROR,
+            _ => error_codes::KAFKA_STORAGE_ERROR,
         };
-        if code == KAFKA_STORAGE_ERROR {
+        if code == error_codes::KAFKA_STORAGE_ERROR {
             tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "append failed");
         }
         (code, e.to_string())

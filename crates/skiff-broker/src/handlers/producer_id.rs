@@ -73,17 +73,13 @@ pub fn handle(ctx: &RequestContext, request: InitProducerIdRequest) -> Reply {
             }
         }
     };
-    if let Some(instance) = ctx.instance_id {
-        ctx.broker.clients.note_producer(
-            instance,
-            crate::clients::ProducerNote {
-                producer_id,
-                producer_epoch,
-                transactional_id: None,
-                at_ms: crate::state::now_ms(),
-            },
-        );
-    }
+    ctx.broker.clients.note_producer(
+        ctx.instance_id,
+        producer_id,
+        producer_epoch,
+        None,
+        crate::state::now_ms(),
+    );
     Response::InitProducerId(InitProducerIdResponse {
         error_code: error_codes::NONE,
         producer_id,

@@ -14,7 +14,6 @@ use crate::state::{Broker, Partition};
 
 /// DeleteRecords' "up to the high watermark".
 const HIGH_WATERMARK: i64 = -1;
-const KAFKA_STORAGE_ERROR: i16 = 56;
 
 pub fn handle(ctx: &RequestContext, request: DeleteRecordsRequest) -> Response {
     let broker = &ctx.broker;
@@ -82,7 +81,7 @@ fn delete_before(partition: &Partition, offset: i64) -> Result<i64, i16> {
     }
     let low_watermark = log.delete_records_before(target).map_err(|e| {
         tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "delete records failed");
-        KAFKA_STORAGE_ERROR
+        error_codes::KAFKA_STORAGE_ERROR
     })?;
     drop(log);
     partition.forget_transactions_below(low_watermark);

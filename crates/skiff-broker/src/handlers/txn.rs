@@ -34,7 +34,7 @@ use skiff_protocol::generated::{
 use skiff_protocol::{Response, error_codes};
 use skiff_txn::{EndOutcome, InitOutcome, PendingOffset, TopicPartition, TxnState};
 
-use super::groups::{MAX_OFFSET_METADATA, OFFSET_METADATA_TOO_LARGE, validate_txn_commit};
+use super::groups::{MAX_OFFSET_METADATA, validate_txn_commit};
 use super::{Reply, RequestContext, bs};
 use crate::state::{Broker, now_ms};
 use crate::txns::finish_detached;
@@ -110,17 +110,13 @@ pub fn init_producer_id(
                     producer_id,
                     producer_epoch,
                 } => {
-                    if let Some(instance) = instance {
-                        broker.clients.note_producer(
-                            instance,
-                            crate::clients::ProducerNote {
-                                producer_id,
-                                producer_epoch,
-                                transactional_id: Some(transactional_id.clone()),
-                                at_ms: now_ms(),
-                            },
-                        );
-                    }
+                    broker.clients.note_producer(
+                        instance,
+                        producer_id,
+                        producer_epoch,
+                        Some(&transactional_id),
+                        now_ms(),
+                    );
                     return Response::InitProducerId(InitProducerIdResponse {
                         error_code: error_codes::NONE,
                         producer_id,
@@ -306,7 +302,7 @@ pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) 
                         .as_ref()
                         .is_some_and(|m| m.len() > MAX_OFFSET_METADATA)
                     {
-                        OFFSET_METADATA_TOO_LARGE
+                        error_codes::OFFSET_METADATA_TOO_LARGE
                     } else {
                         offsets.push(PendingOffset {
                             topic: topic.name.to_string(),
@@ -465,20 +461,11 @@ pub fn describe_transactions(
     })
 }
 
-const STATE_NAMES: [TxnState; 6] = [
-    TxnState::Empty,
-    TxnState::Ongoing,
-    TxnState::PrepareCommit,
-    TxnState::PrepareAbort,
-    TxnState::CompleteCommit,
-    TxnState::CompleteAbort,
-];
-
 pub fn list_transactions(ctx: &RequestContext, request: ListTransactionsRequest) -> Response {
     let unknown_state_filters: Vec<_> = request
         .state_filters
         .iter()
-        .filter(|f| !STATE_NAMES.iter().any(|s| s.name() == &***f))
+        .filter(|f| !TxnState::ALL.iter().any(|s| s.name() == &***f))
         .cloned()
         .collect();
     let now = now_ms();
