@@ -460,10 +460,7 @@ impl Producer {
         if state.open {
             return Err(Error::Transaction("a transaction is already open".into()));
         }
-        state.open = true;
-        state.started = false;
-        state.failed = None;
-        state.added.clear();
+        state.reset(true);
         Ok(())
     }
 
@@ -523,10 +520,7 @@ impl Producer {
             txn.end(&self.inner.client, ids, commit).await?;
         }
         let mut state = lock(&txn.state);
-        state.open = false;
-        state.started = false;
-        state.failed = None;
-        state.added.clear();
+        state.reset(false);
         Ok(())
     }
 

@@ -41,6 +41,16 @@ pub(crate) struct TxnState {
     pub fatal: Option<Error>,
 }
 
+impl TxnState {
+    /// A fresh transaction (`open`) or none; what was added and what failed is forgotten.
+    pub fn reset(&mut self, open: bool) {
+        self.open = open;
+        self.started = false;
+        self.failed = None;
+        self.added.clear();
+    }
+}
+
 /// A transactional producer's identity and state.
 pub(crate) struct Transactional {
     pub transactional_id: String,
