@@ -9,7 +9,6 @@
 //! not mixed with another test's allocations.
 
 use std::alloc::System;
-use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -70,109 +69,24 @@ fn kind(request: bool) -> &'static str {
     if request { "request" } else { "response" }
 }
 
-/// What the message schema says about the first field of a body at a version.
-#[derive(Debug, PartialEq)]
-enum FirstField {
-    Array,
-    Other,
-}
-
-/// Reads the Kafka schema JSON (the generator's input): does the body of `api` (request or
-/// response) at `version` start with an array, and is that version flexible?
-struct Schemas {
-    dir: PathBuf,
-}
-
-impl Schemas {
-    fn open() -> Schemas {
-        let dir =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/kafka-message-schemas");
-        assert!(
-            dir.is_dir(),
-            "the Kafka message schemas are expected at {} (beside the workspace, as for `cargo xtask codegen`)",
-            dir.display()
-        );
-        Schemas { dir }
-    }
-
-    fn load(&self, api: ApiKey, request: bool) -> serde_json::Value {
-        let name = format!(
-            "{}{}.json",
-            api.name(),
-            if request { "Request" } else { "Response" }
-        );
-        let text = std::fs::read_to_string(self.dir.join(&name))
-            .unwrap_or_else(|e| panic!("read schema {name}: {e}"));
-        serde_json::from_str(&strip_comments(&text))
-            .unwrap_or_else(|e| panic!("parse schema {name}: {e}"))
-    }
-
-    /// (first field, flexible) of `api`'s body at `version`.
-    fn first_field(&self, api: ApiKey, version: i16, request: bool) -> (FirstField, bool) {
-        let schema = self.load(api, request);
-        let flexible = in_range(
-            schema["flexibleVersions"].as_str().unwrap_or("none"),
-            version,
-        );
-        let first = schema["fields"]
-            .as_array()
-            .expect("fields")
-            .iter()
-            .find(|f| {
-                in_range(f["versions"].as_str().unwrap_or("none"), version)
-                    && f.get("tag").is_none()
-            })
-            .map(|f| {
-                if f["type"].as_str().unwrap_or("").starts_with("[]") {
-                    FirstField::Array
-                } else {
-                    FirstField::Other
-                }
-            })
-            .unwrap_or(FirstField::Other);
-        (first, flexible)
-    }
-}
-
-/// Kafka's schema files are JSON with `//` comments.
-fn strip_comments(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for line in text.lines() {
-        let mut in_string = false;
-        let mut escaped = false;
-        let mut cut = line.len();
-        let bytes = line.as_bytes();
-        for (i, &b) in bytes.iter().enumerate() {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' if in_string => escaped = true,
-                b'"' => in_string = !in_string,
-                b'/' if !in_string && bytes.get(i + 1) == Some(&b'/') => {
-                    cut = i;
-                    break;
-                }
-                _ => {}
-            }
-        }
-        out.push_str(&line[..cut]);
-        out.push('\n');
-    }
-    out
-}
-
-/// Kafka version ranges: "none", "3", "3+", "1-4".
-fn in_range(spec: &str, version: i16) -> bool {
-    if spec == "none" {
-        return false;
-    }
-    if let Some(lo) = spec.strip_suffix('+') {
-        return version >= lo.parse::<i16>().expect("version");
-    }
-    if let Some((lo, hi)) = spec.split_once('-') {
-        return (lo.parse::<i16>().expect("lo")..=hi.parse::<i16>().expect("hi"))
-            .contains(&version);
-    }
-    spec.parse::<i16>().expect("version") == version
+/// Whether the body of `api` at `version` starts with an array, and whether it is flexible: what
+/// the message schemas say, as the generated code records it (so this runs without the schemas).
+fn first_field(api: ApiKey, version: i16, request: bool) -> (bool, bool) {
+    let (starts_with_array, flexible_since) = if request {
+        (
+            api.request_starts_with_array(version),
+            api.request_flexible_since(),
+        )
+    } else {
+        (
+            api.response_starts_with_array(version),
+            api.response_flexible_since(),
+        )
+    };
+    (
+        starts_with_array,
+        flexible_since.is_some_and(|first| version >= first),
+    )
 }
 
 /// A count of 2^31 - 1 elements: int32 for classic arrays.
@@ -204,12 +118,11 @@ fn metadata_v1_with_a_count_of_2_pow_31_minus_1_is_rejected_without_allocating()
 #[test]
 fn every_body_that_starts_with_an_array_rejects_a_huge_count_up_front() {
     let _serial = serial();
-    let schemas = Schemas::open();
     let (mut arrays, mut max_allocated) = (0, 0);
     let started = Instant::now();
     for (api, version) in every_version() {
         for request in [true, false] {
-            let (first, flexible) = schemas.first_field(api, version, request);
+            let (starts_with_array, flexible) = first_field(api, version, request);
             let (count, expected) = if flexible {
                 (HUGE_COMPACT_COUNT, u32::MAX as usize - 1)
             } else {
@@ -228,7 +141,7 @@ fn every_body_that_starts_with_an_array_rejects_a_huge_count_up_front() {
                     kind(request)
                 );
                 max_allocated = max_allocated.max(allocated);
-                if first == FirstField::Array && hostile == count {
+                if starts_with_array && hostile == count {
                     arrays += 1;
                     assert_eq!(
                         result,

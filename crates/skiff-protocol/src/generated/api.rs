@@ -712,6 +712,70 @@ impl ApiKey {
         }
     }
 
+    /// Whether the body at `version` starts with an array (its first untagged field there).
+    /// Hostile-input tests use it to know where a huge count must be refused up front.
+    pub fn request_starts_with_array(self, version: i16) -> bool {
+        match self {
+            ApiKey::Metadata => matches!(version, 0..=13),
+            ApiKey::OffsetFetch => matches!(version, 8..=10),
+            ApiKey::DescribeGroups => matches!(version, 0..=6),
+            ApiKey::ListGroups => matches!(version, 4..=5),
+            ApiKey::CreateTopics => matches!(version, 2..=7),
+            ApiKey::DeleteTopics => matches!(version, 1..=6),
+            ApiKey::DeleteRecords => matches!(version, 0..=2),
+            ApiKey::OffsetForLeaderEpoch => matches!(version, 2),
+            ApiKey::AddPartitionsToTxn => matches!(version, 4..=5),
+            ApiKey::WriteTxnMarkers => matches!(version, 1..=2),
+            ApiKey::CreateAcls => matches!(version, 1..=3),
+            ApiKey::DeleteAcls => matches!(version, 1..=3),
+            ApiKey::DescribeConfigs => matches!(version, 1..=4),
+            ApiKey::AlterConfigs => matches!(version, 0..=2),
+            ApiKey::AlterReplicaLogDirs => matches!(version, 1..=2),
+            ApiKey::DescribeLogDirs => matches!(version, 1..=4),
+            ApiKey::CreatePartitions => matches!(version, 0..=3),
+            ApiKey::CreateDelegationToken => matches!(version, 1..=2),
+            ApiKey::DescribeDelegationToken => matches!(version, 1..=3),
+            ApiKey::DeleteGroups => matches!(version, 0..=2),
+            ApiKey::ElectLeaders => matches!(version, 0),
+            ApiKey::IncrementalAlterConfigs => matches!(version, 0..=1),
+            ApiKey::DescribeClientQuotas => matches!(version, 0..=1),
+            ApiKey::AlterClientQuotas => matches!(version, 0..=1),
+            ApiKey::DescribeUserScramCredentials => matches!(version, 0),
+            ApiKey::AlterUserScramCredentials => matches!(version, 0),
+            ApiKey::DescribeQuorum => matches!(version, 0..=2),
+            ApiKey::DescribeProducers => matches!(version, 0),
+            ApiKey::DescribeTransactions => matches!(version, 0),
+            ApiKey::ListTransactions => matches!(version, 0..=2),
+            ApiKey::ConsumerGroupDescribe => matches!(version, 0..=1),
+            ApiKey::ListConfigResources => matches!(version, 1),
+            ApiKey::DescribeTopicPartitions => matches!(version, 0),
+            ApiKey::ShareGroupDescribe => matches!(version, 1),
+            ApiKey::StreamsGroupDescribe => matches!(version, 0),
+            ApiKey::DescribeShareGroupOffsets => matches!(version, 0..=1),
+            _ => false,
+        }
+    }
+
+    /// Whether the body at `version` starts with an array (its first untagged field there).
+    /// Hostile-input tests use it to know where a huge count must be refused up front.
+    pub fn response_starts_with_array(self, version: i16) -> bool {
+        match self {
+            ApiKey::Produce => matches!(version, 3..=13),
+            ApiKey::ListOffsets => matches!(version, 1),
+            ApiKey::Metadata => matches!(version, 0..=2),
+            ApiKey::OffsetCommit => matches!(version, 2),
+            ApiKey::OffsetFetch => matches!(version, 1..=2),
+            ApiKey::DescribeGroups => matches!(version, 0),
+            ApiKey::WriteTxnMarkers => matches!(version, 1..=2),
+            ApiKey::InitializeShareGroupState => matches!(version, 0),
+            ApiKey::ReadShareGroupState => matches!(version, 0),
+            ApiKey::WriteShareGroupState => matches!(version, 0..=1),
+            ApiKey::DeleteShareGroupState => matches!(version, 0),
+            ApiKey::ReadShareGroupStateSummary => matches!(version, 0..=1),
+            _ => false,
+        }
+    }
+
     /// Request header version: 2 for flexible request versions, else 1.
     pub fn request_header_version(self, version: i16) -> i16 {
         match self.request_flexible_since() {
