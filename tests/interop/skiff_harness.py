@@ -38,6 +38,27 @@ def broker_required() -> bool:
     return os.environ.get("SKIFF_REQUIRE_BROKER", "").strip().lower() in {"1", "true", "yes"}
 
 
+def require_tool(*names: str, package: str) -> str:
+    """The path of the first of ``names`` on PATH.
+
+    ``./scripts/test`` installs every tool the suite uses and sets ``SKIFF_REQUIRE_TOOLS=1`` (as
+    does CI), so there a missing tool fails the test; a bare ``pytest`` run skips it instead.
+    """
+    import shutil
+
+    import pytest
+
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return path
+    required = os.environ.get("SKIFF_REQUIRE_TOOLS") == "1" or bool(os.environ.get("CI"))
+    message = f"{names[0]} is not installed (Debian package {package}; ./scripts/test installs it)"
+    if required:
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """Ask the kernel for a free loopback port (bind to 0, read it, close)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

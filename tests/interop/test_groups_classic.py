@@ -13,8 +13,6 @@ members on one thread would block each other's JoinGroup); aiokafka members are 
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import subprocess
 import threading
 import time
@@ -27,6 +25,7 @@ from confluent_kafka import Consumer
 from groups_util import (PARTS, ConsumerGroupState, ConsumerGroupType, committed, group_broker, listed,
                          members_summary, name, produce_values, wait_group, wait_until)
 from test_groups_confluent import Member, assert_exactly_once, consumed, poll_all
+from skiff_harness import require_tool
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -308,12 +307,7 @@ def test_aiokafka_split_takeover_exactly_once(make_broker):
 
 @pytest.fixture(scope="module")
 def kcat() -> str:
-    path = shutil.which("kcat")
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("kcat not on PATH in CI (.ci/run installs it)")
-        pytest.skip("kcat not installed (apt-get install kcat)")
-    return path
+    return require_tool("kcat", package="kcat")
 
 
 def kcat_group(kcat: str, bootstrap: str, group: str, topic: str) -> list[bytes]:

@@ -1,16 +1,16 @@
 """kcat (Debian 12: kcat 1.7.1 on librdkafka 2.0.2) against a real Skiff broker.
 
-Skipped when kcat is not installed, except in CI (CI=1), where .ci/run installs it.
+``./scripts/test`` installs kcat; a bare ``pytest`` run without it skips these tests.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import uuid
 
 import pytest
+
+from skiff_harness import require_tool
 
 TIMEOUT_S = 20
 N = 50
@@ -19,12 +19,7 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture(scope="module")
 def kcat() -> str:
-    path = shutil.which("kcat")
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("kcat not on PATH in CI (.ci/run installs it)")
-        pytest.skip("kcat not installed (apt-get install kcat)")
-    return path
+    return require_tool("kcat", package="kcat")
 
 
 @pytest.fixture

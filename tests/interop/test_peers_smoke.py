@@ -154,16 +154,12 @@ def test_aiokafka_reads_confluent_records(mock_cluster, topic):
 
 
 def test_kcat_interop(mock_cluster, topic):
-    """kcat (Debian's build, librdkafka 2.0.2) round trip through the mock cluster. CI installs kcat."""
-    import os
-    import shutil
+    """kcat (Debian's build, librdkafka 2.0.2) round trip through the mock cluster."""
     import subprocess
 
-    kcat = shutil.which("kcat")
-    if kcat is None:
-        if os.environ.get("CI"):
-            pytest.fail("kcat not on PATH in CI (.ci/run installs it)")
-        pytest.skip("kcat not installed (apt-get install kcat)")
+    from skiff_harness import require_tool
+
+    kcat = require_tool("kcat", package="kcat")
     lines = "".join(f"line-{i}\n" for i in range(N))
     subprocess.run([kcat, "-b", mock_cluster, "-P", "-t", topic, "-p", "0"], input=lines, text=True,
                    check=True, timeout=DEADLINE_S)
