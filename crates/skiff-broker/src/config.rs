@@ -17,6 +17,12 @@ pub const DEFAULT_ADMIN_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddr
     9644,
 ));
 
+/// `queued.max.request.bytes` unless set: 512 MiB.
+pub const DEFAULT_QUEUED_MAX_REQUEST_BYTES: usize = 512 * 1024 * 1024;
+
+/// `fetch.max.bytes` unless set: Kafka's 55 MiB.
+pub const DEFAULT_FETCH_MAX_BYTES: i32 = 55 * 1024 * 1024;
+
 /// When acknowledged appends reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlushMode {
@@ -43,6 +49,16 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     /// `max.connections`: connections beyond this wait in the accept queue.
     pub max_connections: usize,
+    /// `queued.max.request.bytes`: bytes of requests read but not yet answered, over all
+    /// connections; a connection whose next request does not fit waits (back-pressure).
+    /// `None` (-1): unbounded.
+    pub queued_max_request_bytes: Option<usize>,
+    /// `fetch.max.bytes`: the most record bytes one Fetch response carries, whatever the client
+    /// asks (Kafka's broker setting, 55 MiB).
+    pub fetch_max_bytes: i32,
+    /// `shutdown.timeout.ms`: how long a graceful stop waits for connections to finish before
+    /// closing them.
+    pub shutdown_timeout_ms: u64,
     /// `admin.listen`: the admin HTTP listener (`none` disables it). The command line and config
     /// files default to 127.0.0.1:9644; a config built in code has none unless it sets one.
     pub admin_listen: Option<SocketAddr>,
@@ -72,6 +88,9 @@ impl Default for BrokerConfig {
             flush: FlushMode::Always,
             socket_request_max_bytes: skiff_protocol::DEFAULT_MAX_FRAME_SIZE,
             max_connections: 10_000,
+            queued_max_request_bytes: Some(DEFAULT_QUEUED_MAX_REQUEST_BYTES),
+            fetch_max_bytes: DEFAULT_FETCH_MAX_BYTES,
+            shutdown_timeout_ms: 30_000,
             admin_listen: None,
             telemetry_enabled: true,
             telemetry_max_bytes: 1024 * 1024,
@@ -194,6 +213,23 @@ impl BrokerConfig {
         }
         if let Some(v) = entries.remove("max.connections") {
             config.max_connections = parse_num(&v, "max.connections", 1, 1_000_000)? as usize;
+        }
+        if let Some(v) = entries.remove("queued.max.request.bytes") {
+            config.queued_max_request_bytes =
+                match parse_num(&v, "queued.max.request.bytes", -1, i64::from(i32::MAX))? {
+                    -1 => None,
+                    0 => bail!(
+                        "queued.max.request.bytes = 0: expected -1 (unbounded) or a positive size"
+                    ),
+                    n => Some(n as usize),
+                };
+        }
+        if let Some(v) = entries.remove("fetch.max.bytes") {
+            config.fetch_max_bytes =
+                parse_num(&v, "fetch.max.bytes", 1024, i64::from(i32::MAX))? as i32;
+        }
+        if let Some(v) = entries.remove("shutdown.timeout.ms") {
+            config.shutdown_timeout_ms = parse_num(&v, "shutdown.timeout.ms", 0, 3_600_000)? as u64;
         }
         if let Some(v) = entries.remove("transaction.max.timeout.ms") {
             config.transactions.max_timeout_ms =
@@ -433,6 +469,26 @@ mod tests {
     }
 
     #[test]
+    fn limits_have_kafkas_defaults_and_can_be_set() {
+        let config = BrokerConfig::from_entries(BTreeMap::new()).expect("defaults");
+        assert_eq!(config.queued_max_request_bytes, Some(512 * 1024 * 1024));
+        assert_eq!(config.fetch_max_bytes, 55 * 1024 * 1024);
+        assert_eq!(config.shutdown_timeout_ms, 30_000);
+        let entries = flatten_toml(
+            "queued.max.request.bytes = -1
+fetch.max.bytes = 1048576
+shutdown.timeout.ms = 0
+",
+        )
+        .expect("valid TOML");
+        let config = BrokerConfig::from_entries(entries).expect("valid");
+        assert_eq!(config.queued_max_request_bytes, None);
+        assert_eq!(config.fetch_max_bytes, 1 << 20);
+        assert_eq!(config.shutdown_timeout_ms, 0);
+        assert!(config.kafka.is_empty(), "{:?}", config.kafka);
+    }
+
+    #[test]
     fn bad_values_are_clear_errors() {
         for bad in [
             "listen = \"nowhere\"",
@@ -443,6 +499,10 @@ mod tests {
             "advertise = \"host\"",
             "transaction.max.timeout.ms = 0",
             "transactional.id.expiration.ms = 99999999999",
+            "queued.max.request.bytes = 0",
+            "queued.max.request.bytes = -2",
+            "fetch.max.bytes = 10",
+            "shutdown.timeout.ms = -1",
         ] {
             let entries = flatten_toml(bad).unwrap_or_default();
             assert!(BrokerConfig::from_entries(entries).is_err(), "{bad}");

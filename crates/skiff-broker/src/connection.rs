@@ -9,20 +9,19 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
 use skiff_protocol::codec::{ChunkChain, ChunkedBuf};
 use skiff_protocol::header::encode_response_frame_chunked;
 use skiff_protocol::{
-    ApiKey, FrameError, FrameReader, Request, RequestFrame, RequestHeaderError, Response,
+    ApiKey, Frame, FrameError, FrameReader, Request, RequestFrame, RequestHeaderError, Response,
     error_codes,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 use crate::handlers::{self, Reply, RequestContext};
 use crate::identity::{ConnectionIdentity, Verdict};
@@ -46,6 +45,26 @@ pub struct Connection {
     record: crate::clients::SharedRecord,
 }
 
+/// The responses queue of a connection while one request is handled: the response pushed takes
+/// the request's budget with it.
+struct Holding<'a> {
+    pending: &'a mut FuturesOrdered<Pending>,
+    budget: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Holding<'_> {
+    fn push_back(&mut self, response: Pending) {
+        match self.budget.take() {
+            Some(budget) => self.pending.push_back(Box::pin(async move {
+                let response = response.await;
+                drop(budget);
+                response
+            })),
+            None => self.pending.push_back(response),
+        }
+    }
+}
+
 /// What to do with the connection after a request.
 enum Next {
     Continue,
@@ -53,6 +72,7 @@ enum Next {
 }
 
 impl Connection {
+    /// `budget`: the bytes of requests in flight shared by every connection, with its size.
     pub fn new(
         id: u64,
         stream: TcpStream,
@@ -60,9 +80,15 @@ impl Connection {
         broker: Arc<Broker>,
         shutdown: watch::Receiver<bool>,
         span: tracing::Span,
+        budget: Option<(Arc<Semaphore>, usize)>,
     ) -> Self {
         let (read, write) = stream.into_split();
         let max = broker.config.socket_request_max_bytes;
+        let reader = FrameReader::new(read, max);
+        let reader = match budget {
+            Some((budget, total)) => reader.with_budget(budget, total),
+            None => reader,
+        };
         let record = broker
             .clients
             .register(crate::clients::ConnectionRecord::new(
@@ -71,7 +97,7 @@ impl Connection {
                 crate::state::now_ms(),
             ));
         Connection {
-            reader: FrameReader::new(read, max),
+            reader,
             writer: write,
             peer,
             broker,
@@ -83,7 +109,9 @@ impl Connection {
         }
     }
 
-    pub async fn run(mut self) {
+    /// Serves until the peer or the broker closes the connection; `kill` (the shutdown
+    /// deadline) drops it at once, wherever it is, even in a write the peer does not read.
+    pub async fn run(mut self, mut kill: watch::Receiver<bool>) {
         self.broker
             .metrics
             .connections_accepted
@@ -93,7 +121,10 @@ impl Connection {
             .connections_open
             .fetch_add(1, Ordering::Relaxed);
         tracing::debug!("connection opened");
-        let reason = self.serve().await;
+        let reason = tokio::select! {
+            reason = self.serve() => reason,
+            _ = crate::server::stopped(&mut kill) => "shutdown deadline passed",
+        };
         self.broker.clients.unregister(self.id);
         self.broker
             .metrics
@@ -104,7 +135,6 @@ impl Connection {
 
     async fn serve(&mut self) -> &'static str {
         let mut pending: FuturesOrdered<Pending> = FuturesOrdered::new();
-        let mut out = ChunkedBuf::with_capacity(64 * 1024);
         let mut closing: Option<&'static str> = None;
         loop {
             if closing.is_some() && pending.is_empty() {
@@ -112,7 +142,7 @@ impl Connection {
             }
             let can_read = closing.is_none() && pending.len() < MAX_IN_FLIGHT;
             tokio::select! {
-                frame = self.reader.read_frame(), if can_read => {
+                frame = self.reader.next_frame(), if can_read => {
                     match frame {
                         Ok(Some(frame)) => {
                             if let Next::Close = self.on_frame(frame, &mut pending) {
@@ -133,6 +163,8 @@ impl Connection {
                 Some(done) = pending.next(), if !pending.is_empty() => {
                     // This response and every later one that is already complete go out in one
                     // vectored write; record sets are sent from their own buffers, not copied.
+                    // The buffer lives for this write only: an idle connection holds none.
+                    let mut out = ChunkedBuf::new();
                     let mut next = Some(done);
                     while let Some(done) = next.take() {
                         if let Some((version, correlation_id, response)) = done
@@ -154,18 +186,17 @@ impl Connection {
                 }
             }
         }
-        if !out.is_empty() {
-            let _ = self
-                .writer
-                .write_all_buf(&mut ChunkChain::from(out.take_chunks()))
-                .await;
-        }
         let _ = self.writer.shutdown().await;
         closing.unwrap_or("closed")
     }
 
-    fn on_frame(&mut self, frame: Bytes, pending: &mut FuturesOrdered<Pending>) -> Next {
-        let frame = match RequestFrame::parse(frame) {
+    /// Parses and dispatches one request. Its share of the request budget is held until its
+    /// response is ready (or, for acks=0, until it is handled).
+    fn on_frame(&mut self, frame: Frame, pending: &mut FuturesOrdered<Pending>) -> Next {
+        let Frame { body, budget } = frame;
+        let mut pending = Holding { pending, budget };
+        let pending = &mut pending;
+        let frame = match RequestFrame::parse(body) {
             Ok(frame) => frame,
             Err(RequestHeaderError::UnknownApiKey {
                 api_key,

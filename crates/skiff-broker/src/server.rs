@@ -1,6 +1,6 @@
 //! The listener: binds, accepts connections under a cap, runs background maintenance, and shuts
-//! down gracefully (stop accepting, let connections finish what they have read, flush, snapshot
-//! producer state, return).
+//! down gracefully (stop accepting, let connections finish what they have read for at most
+//! `shutdown.timeout.ms`, then close the rest, flush, snapshot producer state, return).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -86,6 +86,12 @@ async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<()> {
     let limit = Arc::new(Semaphore::new(broker.config.max_connections));
+    let budget = broker
+        .config
+        .queued_max_request_bytes
+        .map(|total| (Arc::new(Semaphore::new(total)), total));
+    // Sent when the shutdown deadline passes: connections still open are dropped.
+    let (kill, kill_rx) = watch::channel(false);
     // Every connection holds a clone; when all are gone, recv() returns None.
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
     let connection_ids = AtomicU64::new(1);
@@ -129,11 +135,13 @@ async fn serve(
             Arc::clone(&broker),
             shutdown.clone(),
             span.clone(),
+            budget.clone(),
         );
         let done = done_tx.clone();
+        let kill = kill_rx.clone();
         tokio::spawn(
             async move {
-                connection.run().await;
+                connection.run(kill).await;
                 drop(permit);
                 drop(done);
             }
@@ -143,8 +151,23 @@ async fn serve(
 
     drop(listener);
     drop(done_tx);
-    tracing::info!("stopped accepting; waiting for connections to finish");
-    let _ = done_rx.recv().await;
+    let deadline = Duration::from_millis(broker.config.shutdown_timeout_ms);
+    tracing::info!(
+        ?deadline,
+        "stopped accepting; waiting for connections to finish"
+    );
+    if tokio::time::timeout(deadline, done_rx.recv())
+        .await
+        .is_err()
+    {
+        let open = broker.metrics.connections_open.load(Ordering::Relaxed);
+        tracing::warn!(
+            open,
+            "shutdown.timeout.ms passed with connections still open; closing them"
+        );
+        let _ = kill.send(true);
+        let _ = done_rx.recv().await;
+    }
     maintenance.abort();
     group_timers.abort();
     txn_timers.abort();

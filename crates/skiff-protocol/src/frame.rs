@@ -1,14 +1,32 @@
 //! Length-prefixed frames over tokio streams.
 //!
 //! A frame is a big-endian i32 size followed by that many bytes. The size is checked (negative,
-//! or above the configured maximum) before any of the body is read or buffer space reserved,
-//! so a hostile size costs nothing.
+//! or above the configured maximum) before any of the body is read, and a declared size reserves
+//! nothing by itself: the buffer grows with the bytes that actually arrive (doubling, so a large
+//! frame costs a few reallocations), or at once to the declared size when this stream has
+//! already delivered a frame that large. An idle stream holds at most [`RETAINED_CAPACITY`]
+//! bytes: a larger buffer is released as soon as it has no unread bytes.
+//!
+//! With a budget (a semaphore of bytes shared by every connection, Kafka's
+//! `queued.max.request.bytes`), the bytes of a frame's body are taken from the budget before they
+//! are read (in steps that grow with what arrived, so a declared size alone holds nothing), and
+//! travel with the frame: they return to the budget when the request is done. A stream whose
+//! next bytes do not fit waits: back-pressure.
+
+use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Kafka's default `socket.request.max.bytes`: 100 MiB.
 pub const DEFAULT_MAX_FRAME_SIZE: usize = 100 * 1024 * 1024;
+
+/// The first read of an empty buffer, and the most an idle stream keeps allocated.
+pub const RETAINED_CAPACITY: usize = 4 * 1024;
+
+/// The first step of a frame's body taken from the budget; later steps double with what arrived.
+const BUDGET_STEP: usize = 64 * 1024;
 
 /// Why no frame could be read.
 #[derive(Debug, thiserror::Error)]
@@ -23,51 +41,138 @@ pub enum FrameError {
     Io(#[from] std::io::Error),
 }
 
-/// Reads frames from a stream into a reusable buffer.
+/// A frame's body, with the bytes it holds of the shared budget (returned when dropped).
+#[derive(Debug)]
+pub struct Frame {
+    pub body: Bytes,
+    pub budget: Option<OwnedSemaphorePermit>,
+}
+
+/// Reads frames from a stream into a buffer that grows with what arrives.
 #[derive(Debug)]
 pub struct FrameReader<R> {
     reader: R,
     buffer: BytesMut,
     max_frame_size: usize,
+    /// The largest frame this stream has delivered whole: room for a frame up to this size may
+    /// be reserved as soon as its size is known, since such bytes came before.
+    proven: usize,
+    /// The shared budget and its whole size (a larger frame takes all of it).
+    budget: Option<(Arc<Semaphore>, usize)>,
+    /// The budget held for the frame being read.
+    held: Option<OwnedSemaphorePermit>,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub fn new(reader: R, max_frame_size: usize) -> Self {
         FrameReader {
             reader,
-            buffer: BytesMut::with_capacity(64 * 1024),
+            buffer: BytesMut::new(),
             max_frame_size,
+            proven: 0,
+            budget: None,
+            held: None,
         }
     }
 
-    /// Checks whether the buffer holds a whole frame; returns its body if so. Errors on a size
-    /// that can never be valid.
-    fn parse_buffered(&mut self) -> Result<Option<Bytes>, FrameError> {
-        let Some(size_bytes) = self.buffer.get(..4) else {
+    /// Reads a body only once its size is acquired from `budget` (whose whole size is `total`:
+    /// a larger frame waits for all of it); see [`Frame::budget`].
+    pub fn with_budget(mut self, budget: Arc<Semaphore>, total: usize) -> Self {
+        self.budget = Some((budget, total.clamp(1, Semaphore::MAX_PERMITS)));
+        self
+    }
+
+    /// The declared size of the frame at the front of the buffer, once its 4 bytes are in.
+    fn declared_size(&self) -> Result<Option<usize>, FrameError> {
+        let Some(mut size_bytes) = self.buffer.get(..4) else {
             return Ok(None);
         };
-        let mut size_bytes = size_bytes;
-        let size = size_bytes.get_i32();
-        let size = check_size(size, self.max_frame_size)?;
+        check_size(size_bytes.get_i32(), self.max_frame_size).map(Some)
+    }
+
+    /// How many bytes to make room for before the next read.
+    fn room_to_reserve(&self, declared: Option<usize>) -> usize {
+        let Some(size) = declared else {
+            return RETAINED_CAPACITY;
+        };
+        let missing = (4 + size).saturating_sub(self.buffer.len()).max(1);
+        if size <= self.proven {
+            // This stream has sent a frame this large before: room for all of it at once.
+            missing
+        } else {
+            // Grow with what has arrived (doubling), never by more than is still missing.
+            missing.min(self.buffer.len().max(RETAINED_CAPACITY))
+        }
+    }
+
+    /// Whether the frame at the front (of `size`) is whole; takes it if so.
+    fn take_frame(&mut self, size: usize) -> Option<Bytes> {
         if self.buffer.len() < 4 + size {
-            // Reserve only what this (validated) frame still needs.
-            self.buffer.reserve(4 + size - self.buffer.len());
-            return Ok(None);
+            return None;
         }
         self.buffer.advance(4);
-        Ok(Some(self.buffer.split_to(size).freeze()))
+        let body = self.buffer.split_to(size).freeze();
+        self.proven = self.proven.max(size);
+        if self.buffer.is_empty() && self.buffer.capacity() > RETAINED_CAPACITY {
+            // Nothing unread: an idle stream keeps no large buffer (the frame keeps its bytes).
+            self.buffer = BytesMut::new();
+        }
+        Some(body)
     }
 
     /// The next frame's body (without the size prefix), or `None` on a clean end of stream.
     pub async fn read_frame(&mut self) -> Result<Option<Bytes>, FrameError> {
+        Ok(self.next_frame().await?.map(|frame| frame.body))
+    }
+
+    /// The next frame with the budget it holds, or `None` on a clean end of stream.
+    /// Cancel-safe: bytes read stay buffered, and budget taken for a read that did not happen
+    /// is given back.
+    pub async fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
         loop {
-            if let Some(frame) = self.parse_buffered()? {
-                return Ok(Some(frame));
+            let declared = self.declared_size()?;
+            let mut limit = usize::MAX;
+            let mut permit = None;
+            if let Some(size) = declared {
+                if let Some(body) = self.take_frame(size) {
+                    return Ok(Some(Frame {
+                        body,
+                        budget: self.held.take(),
+                    }));
+                }
+                // Read at most the rest of this frame, in steps that grow with what arrived;
+                // each step's bytes are taken from the budget before they are read.
+                let missing = (4 + size).saturating_sub(self.buffer.len()).max(1);
+                limit = missing.min(self.buffer.len().max(BUDGET_STEP));
+                if let Some((budget, total)) = &self.budget {
+                    let held = self.held.as_ref().map_or(0, |p| p.num_permits());
+                    // A frame larger than the whole budget takes all of it, then reads on.
+                    if held < *total {
+                        let want = limit.min(total - held);
+                        let want = u32::try_from(want).unwrap_or(u32::MAX);
+                        limit = want as usize;
+                        permit = Arc::clone(budget).acquire_many_owned(want).await.ok();
+                    }
+                }
             }
             if self.buffer.capacity() == self.buffer.len() {
-                self.buffer.reserve(64 * 1024);
+                self.buffer.reserve(self.room_to_reserve(declared));
             }
-            if self.reader.read_buf(&mut self.buffer).await? == 0 {
+            let read = (&mut self.reader)
+                .take(limit as u64)
+                .read_buf(&mut self.buffer)
+                .await?;
+            if let Some(mut permit) = permit {
+                // Keep what was read; give back the rest.
+                let unused = permit.num_permits().saturating_sub(read);
+                drop(permit.split(unused));
+                match &mut self.held {
+                    Some(held) => held.merge(permit),
+                    None if permit.num_permits() > 0 => self.held = Some(permit),
+                    None => {}
+                }
+            }
+            if read == 0 {
                 return if self.buffer.is_empty() {
                     Ok(None)
                 } else {
@@ -86,6 +191,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             }
             None => false,
         }
+    }
+
+    /// Bytes allocated for frames not yet returned (what this stream costs while idle).
+    pub fn buffered_capacity(&self) -> usize {
+        self.buffer.capacity()
     }
 
     pub fn get_ref(&self) -> &R {
@@ -143,12 +253,109 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn truncated_frame_is_an_error() {
-        let data: &[u8] = &[0, 0, 0, 9, 1, 2];
-        let mut reader = FrameReader::new(data, 1024);
-        assert!(matches!(
-            reader.read_frame().await,
-            Err(FrameError::Truncated)
-        ));
+    async fn a_declared_size_reserves_nothing_until_its_bytes_arrive() {
+        // 100 MiB declared, 1 byte sent, then the stream stalls.
+        let (mut client, server) = tokio::io::duplex(1024);
+        tokio::io::AsyncWriteExt::write_all(&mut client, &[0x06, 0x40, 0, 0, 7])
+            .await
+            .ok();
+        let mut reader = FrameReader::new(server, DEFAULT_MAX_FRAME_SIZE);
+        let read = tokio::time::timeout(std::time::Duration::from_millis(50), reader.read_frame());
+        assert!(read.await.is_err(), "no frame yet");
+        assert!(
+            reader.buffered_capacity() <= 2 * RETAINED_CAPACITY,
+            "{} bytes reserved for 5 received",
+            reader.buffered_capacity()
+        );
+    }
+
+    #[tokio::test]
+    async fn the_buffer_grows_with_arrivals_and_is_released_when_idle() {
+        let size: i32 = 3 * 1024 * 1024 + 17;
+        let body: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        let mut data = size.to_be_bytes().to_vec();
+        data.extend(&body);
+        data.extend(&size.to_be_bytes());
+        data.extend(&body);
+        let mut reader = FrameReader::new(&data[..], DEFAULT_MAX_FRAME_SIZE);
+        assert_eq!(reader.buffered_capacity(), 0, "a new stream holds nothing");
+        for _ in 0..2 {
+            let frame = reader.read_frame().await.ok().flatten();
+            assert_eq!(frame.as_deref(), Some(&body[..]));
+        }
+        // Nothing unread is left: the megabytes are released (the frames own their bytes).
+        assert!(
+            reader.buffered_capacity() <= RETAINED_CAPACITY,
+            "{} bytes kept after the frames",
+            reader.buffered_capacity()
+        );
+        assert!(matches!(reader.read_frame().await, Ok(None)));
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_sent_a_large_frame_gets_room_for_the_next_at_once() {
+        let mut reader = FrameReader::new(&[][..], DEFAULT_MAX_FRAME_SIZE);
+        reader.buffer.extend_from_slice(&[0, 0x10, 0, 0, 1, 2, 3]);
+        let first = reader.room_to_reserve(Some(0x10_0000));
+        assert_eq!(first, RETAINED_CAPACITY, "unproven: grows with arrivals");
+        reader.proven = 0x10_0000;
+        assert_eq!(reader.room_to_reserve(Some(0x10_0000)), 0x10_0000 + 4 - 7);
+    }
+
+    fn frames(sizes: &[usize]) -> Vec<u8> {
+        let mut data = Vec::new();
+        for (i, &size) in sizes.iter().enumerate() {
+            data.extend(&(size as i32).to_be_bytes());
+            data.extend(std::iter::repeat_n(i as u8, size));
+        }
+        data
+    }
+
+    #[tokio::test]
+    async fn a_budget_holds_back_bodies_until_bytes_are_returned() {
+        let total = 100_000;
+        let budget = Arc::new(Semaphore::new(total));
+        let data = frames(&[80_000, 80_000]);
+        let mut reader =
+            FrameReader::new(&data[..], 1 << 20).with_budget(Arc::clone(&budget), total);
+        let Some(first) = reader.next_frame().await.ok().flatten() else {
+            panic!("first frame");
+        };
+        assert_eq!(first.body.len(), 80_000);
+        // All but the first read (at most RETAINED_CAPACITY bytes, taken before the size was
+        // known) came out of the budget.
+        let held = first.budget.as_ref().map_or(0, |p| p.num_permits());
+        assert!(
+            (80_000 - RETAINED_CAPACITY..=80_000).contains(&held),
+            "{held} bytes held"
+        );
+        assert_eq!(budget.available_permits(), total - held);
+        // The second frame does not fit while the first is held.
+        let second =
+            tokio::time::timeout(std::time::Duration::from_millis(50), reader.next_frame());
+        assert!(second.await.is_err(), "second frame read while over budget");
+        drop(first);
+        let second = reader.next_frame().await.ok().flatten();
+        assert_eq!(second.as_ref().map(|f| f.body.len()), Some(80_000));
+        assert!(
+            second
+                .as_ref()
+                .is_some_and(|f| f.body.iter().all(|&b| b == 1))
+        );
+        drop(second);
+        assert_eq!(budget.available_permits(), total);
+    }
+
+    #[tokio::test]
+    async fn a_frame_larger_than_the_budget_takes_all_of_it() {
+        let budget = Arc::new(Semaphore::new(10_000));
+        let data = frames(&[80_000]);
+        let mut reader =
+            FrameReader::new(&data[..], 1 << 20).with_budget(Arc::clone(&budget), 10_000);
+        let frame = reader.next_frame().await.ok().flatten();
+        assert_eq!(frame.as_ref().map(|f| f.body.len()), Some(80_000));
+        assert_eq!(budget.available_permits(), 0);
+        drop(frame);
+        assert_eq!(budget.available_permits(), 10_000);
     }
 }

@@ -16,7 +16,7 @@ pub mod uuid;
 
 pub use codec::{ByteString, Decodable, DecodeError, Encodable, EncodeError, Message};
 pub use error_response::{error_response, response_error_codes};
-pub use frame::{DEFAULT_MAX_FRAME_SIZE, FrameError, FrameReader};
+pub use frame::{DEFAULT_MAX_FRAME_SIZE, Frame, FrameError, FrameReader};
 pub use generated::api::{ApiKey, Request, Response};
 pub use header::{RequestFrame, RequestHeaderError};
 pub use uuid::Uuid;

@@ -39,7 +39,6 @@ struct Target {
 
 /// Everything needed to (re)read the response.
 struct Plan {
-    version: i16,
     topics: Vec<(ByteString, Uuid)>,
     targets: Vec<Target>,
     max_bytes: usize,
@@ -204,10 +203,18 @@ fn plan(
         }
     }
     Plan {
-        version,
         topics,
         targets,
-        max_bytes: usize::try_from(request.max_bytes).unwrap_or(0),
+        // The broker's `fetch.max.bytes` caps every response, whatever the client asks (before
+        // v3 a request has no limit of its own).
+        max_bytes: {
+            let asked = if version >= 3 {
+                request.max_bytes
+            } else {
+                i32::MAX
+            };
+            usize::try_from(asked.min(broker.config.fetch_max_bytes)).unwrap_or(0)
+        },
         read_committed: request.isolation_level == 1,
         session,
     }
@@ -246,11 +253,7 @@ fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
             ..Default::default()
         })
         .collect();
-    let mut budget = if plan.version >= 3 {
-        plan.max_bytes
-    } else {
-        usize::MAX
-    };
+    let mut budget = plan.max_bytes;
     let mut total = 0usize;
     let mut any_error = false;
     for target in &plan.targets {
