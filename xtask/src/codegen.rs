@@ -876,9 +876,10 @@ fn array_first_versions(msg: &Msg) -> Vec<(i16, i16)> {
         return ranges;
     }
     for version in msg.valid.lo..=msg.valid.hi {
-        let first = top.fields.iter().find(|f| {
-            f.tag.is_none() && f.present.lo <= version && version <= f.present.hi
-        });
+        let first = top
+            .fields
+            .iter()
+            .find(|f| f.tag.is_none() && f.present.lo <= version && version <= f.present.hi);
         if first.is_some_and(|f| matches!(f.ty, Ty::Array(_))) {
             match ranges.last_mut() {
                 Some(last) if last.1 + 1 == version => last.1 = version,
