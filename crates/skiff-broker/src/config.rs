@@ -56,6 +56,10 @@ pub struct BrokerConfig {
     /// `fetch.max.bytes`: the most record bytes one Fetch response carries, whatever the client
     /// asks (Kafka's broker setting, 55 MiB).
     pub fetch_max_bytes: i32,
+    /// `metadata.rebuild` (`skiff broker --rebuild-metadata`): when the metadata file is lost
+    /// but partition directories remain, register their topics again from the directories
+    /// instead of refusing to start.
+    pub rebuild_metadata: bool,
     /// `shutdown.timeout.ms`: how long a graceful stop waits for connections to finish before
     /// closing them.
     pub shutdown_timeout_ms: u64,
@@ -91,6 +95,7 @@ impl Default for BrokerConfig {
             queued_max_request_bytes: Some(DEFAULT_QUEUED_MAX_REQUEST_BYTES),
             fetch_max_bytes: DEFAULT_FETCH_MAX_BYTES,
             shutdown_timeout_ms: 30_000,
+            rebuild_metadata: false,
             admin_listen: None,
             telemetry_enabled: true,
             telemetry_max_bytes: 1024 * 1024,
@@ -227,6 +232,13 @@ impl BrokerConfig {
         if let Some(v) = entries.remove("fetch.max.bytes") {
             config.fetch_max_bytes =
                 parse_num(&v, "fetch.max.bytes", 1024, i64::from(i32::MAX))? as i32;
+        }
+        if let Some(v) = entries.remove("metadata.rebuild") {
+            config.rebuild_metadata = match v.trim() {
+                "true" => true,
+                "false" => false,
+                other => bail!("metadata.rebuild = {other:?}: expected true or false"),
+            };
         }
         if let Some(v) = entries.remove("shutdown.timeout.ms") {
             config.shutdown_timeout_ms = parse_num(&v, "shutdown.timeout.ms", 0, 3_600_000)? as u64;

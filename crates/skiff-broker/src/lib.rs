@@ -15,6 +15,7 @@ pub mod identity;
 mod kv_log;
 mod node_file;
 pub mod otlp;
+mod partition_dirs;
 pub mod producer;
 mod producer_snapshot;
 mod server;

@@ -64,6 +64,27 @@ impl ProducerIdAllocator {
         })
     }
 
+    /// Makes sure no ID up to `highest_in_use` is handed out (at start: the file may have been
+    /// lowered or lost while partitions still know producers); the next allocation persists
+    /// the new floor.
+    pub fn stay_above(&mut self, highest_in_use: i64) {
+        if self.next <= highest_in_use {
+            tracing::warn!(
+                file = %self.path.display(),
+                was = self.next,
+                now = highest_in_use.saturating_add(1),
+                "producer IDs in use lie above the allocator's file; moving past them"
+            );
+            self.next = highest_in_use.saturating_add(1);
+            self.reserved_until = self.next;
+        }
+    }
+
+    /// The next ID [`ProducerIdAllocator::allocate`] would hand out.
+    pub fn peek(&self) -> i64 {
+        self.next
+    }
+
     pub fn allocate(&mut self) -> Result<i64> {
         if self.next >= self.reserved_until {
             let until = self
@@ -355,6 +376,11 @@ impl ProducerStates {
     }
 
     /// How many producers are known.
+    /// The highest producer ID this partition knows.
+    pub fn max_producer_id(&self) -> Option<i64> {
+        self.producers.keys().copied().max()
+    }
+
     pub fn len(&self) -> usize {
         self.producers.len()
     }
@@ -795,5 +821,21 @@ mod tests {
         drop(a);
         let mut b = ProducerIdAllocator::open(dir.path()).expect("reopen");
         assert!(b.allocate().expect("id") > second);
+    }
+
+    #[test]
+    fn the_allocator_stays_above_ids_in_use_when_its_file_was_lost() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut a = ProducerIdAllocator::open(dir.path()).expect("open");
+        a.stay_above(4_321);
+        assert_eq!(a.allocate().expect("id"), 4_322);
+        // The new floor is on disk before the ID is handed out.
+        drop(a);
+        let mut b = ProducerIdAllocator::open(dir.path()).expect("reopen");
+        assert!(b.allocate().expect("id") > 4_322);
+        // A floor below the next ID changes nothing.
+        let next = b.peek();
+        b.stay_above(3);
+        assert_eq!(b.peek(), next);
     }
 }

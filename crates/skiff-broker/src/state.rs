@@ -5,12 +5,12 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use skiff_log::{FlushPolicy, GroupCommitter, LogConfig, PartitionLog, TimestampPolicy};
 use skiff_meta::{EffectiveTopicConfig, MetadataStore, TimestampType, TopicInfo};
 use skiff_protocol::{ApiKey, Uuid};
@@ -260,9 +260,15 @@ impl Broker {
     pub fn open(config: BrokerConfig, bound: SocketAddr) -> Result<Arc<Broker>> {
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
-        let meta = MetadataStore::open(&config.data_dir, &config.kafka)
+        let mut meta = MetadataStore::open(&config.data_dir, &config.kafka)
             .map_err(|e| anyhow::anyhow!("{e}"))
             .with_context(|| format!("opening metadata in {}", config.data_dir.display()))?;
+        let found = crate::partition_dirs::scan(&config.data_dir)?;
+        if !meta.found_on_disk() && !found.is_empty() {
+            restore_lost_metadata(&mut meta, &found, &config)?;
+        }
+        meta.ensure_written()
+            .map_err(|e| anyhow::anyhow!("writing the metadata file: {e}"))?;
         let cluster_id = crate::node_file::load_or_create_cluster_id(&config.data_dir)?;
         let producer_ids = crate::producer::ProducerIdAllocator::open(&config.data_dir)?;
         let advertised = config.advertised(bound);
@@ -303,7 +309,8 @@ impl Broker {
         for info in infos {
             broker.open_topic(info)?;
         }
-        broker.remove_stray_partition_dirs()?;
+        broker.clean_up_partition_dirs(&found)?;
+        broker.keep_producer_ids_unique();
         Ok(broker)
     }
 
@@ -437,6 +444,7 @@ impl Broker {
         config: LogConfig,
     ) -> Result<Arc<Partition>> {
         let dir = self.partition_dir(&info.name, index);
+        self.claim_partition_dir(info, index, &dir)?;
         let always = config.flush == FlushPolicy::Always;
         let log = PartitionLog::open(&dir, config)
             .with_context(|| format!("opening partition {}-{index}", info.name))?;
@@ -472,11 +480,19 @@ impl Broker {
                 partitions: Vec::new(),
             }));
         }
-        self.open_topic(info)
-            .map_err(|e| skiff_meta::MetaError::Io {
+        let id = info.id;
+        self.open_topic(info.clone()).map_err(|e| {
+            // Leave nothing behind: the topic goes from the metadata, its directories from disk.
+            tracing::error!(topic = %info.name, error = %format!("{e:#}"), "creating the partitions of a new topic failed; undoing it");
+            match self.meta_mut().undo_create_topic(id) {
+                Ok(_) => self.remove_partition_dirs(&info),
+                Err(undo) => tracing::error!(topic = %info.name, error = %undo, "undoing the topic failed"),
+            }
+            skiff_meta::MetaError::Io {
                 context: "opening the partitions of a new topic".into(),
                 source: std::io::Error::other(format!("{e:#}")),
-            })
+            }
+        })
     }
 
     /// Grows a registered topic to `info.partitions` partitions.
@@ -532,7 +548,8 @@ impl Broker {
         Ok(())
     }
 
-    /// Unregisters a topic and deletes its partition directories.
+    /// Unregisters a deleted topic and deletes its partition directories (those whose marker
+    /// carries its ID); the tombstone goes once they are gone.
     pub fn remove_topic(&self, id: Uuid) -> Result<()> {
         let removed = self
             .topics
@@ -541,42 +558,138 @@ impl Broker {
             .remove(&id);
         self.topics_changed();
         if let Some(topic) = removed {
-            for partition in &topic.partitions {
-                let dir = self.partition_dir(&topic.info.name, partition.index);
+            self.remove_partition_dirs(&topic.info);
+        }
+        Ok(())
+    }
+
+    /// Deletes the directories of `info`'s partitions that carry its ID, then forgets its
+    /// tombstone if all went; a failure leaves the tombstone for the next start.
+    fn remove_partition_dirs(&self, info: &TopicInfo) {
+        let mut all_gone = true;
+        for index in 0..info.partitions {
+            let dir = self.partition_dir(&info.name, index);
+            let ours = crate::partition_dirs::read_marker(&dir)
+                .ok()
+                .flatten()
+                .and_then(|m| m.id(&dir).ok())
+                == Some(info.id);
+            if !ours {
                 if dir.exists() {
-                    std::fs::remove_dir_all(&dir)
-                        .with_context(|| format!("deleting {}", dir.display()))?;
+                    tracing::warn!(dir = %dir.display(), "not deleted: its marker does not name the deleted topic");
                 }
+                continue;
+            }
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                tracing::error!(dir = %dir.display(), error = %e, "deleting a partition directory failed; retried at the next start");
+                all_gone = false;
+            }
+        }
+        if all_gone && let Err(e) = self.meta_mut().forget_deleted_topic(info.id) {
+            tracing::warn!(topic = %info.name, error = %e, "forgetting the tombstone failed; retried at the next start");
+        }
+    }
+
+    /// Makes `dir` the directory of partition `index` of `info`: creates it with its marker, or
+    /// checks the marker of the one there. A directory left by a deleted topic of the same name
+    /// (its ID has a tombstone) is replaced; one of a topic the metadata does not know is an
+    /// error, never overwritten.
+    fn claim_partition_dir(&self, info: &TopicInfo, index: i32, dir: &Path) -> Result<()> {
+        use crate::partition_dirs::{self, Marker};
+        let marker = Marker::new(&info.name, info.id, index);
+        match partition_dirs::read_marker(dir)? {
+            Some(found) if found.id(dir)? == info.id => Ok(()),
+            Some(found) => {
+                let id = found.id(dir)?;
+                if self.meta().deleted_topic(id).is_none() {
+                    bail!(
+                        "{} holds partition {} of topic {} ({id}), which the metadata does not know: \
+                         move it away to open partition {index} of {} ({})",
+                        dir.display(),
+                        found.partition,
+                        found.topic,
+                        info.name,
+                        info.id
+                    );
+                }
+                tracing::info!(dir = %dir.display(), deleted = %id, "removing what a deleted topic of the same name left");
+                std::fs::remove_dir_all(dir)
+                    .with_context(|| format!("deleting {}", dir.display()))?;
+                partition_dirs::create(&self.config.data_dir, dir, &marker)
+            }
+            // A directory an older version created (no marker): the metadata names it.
+            None if dir.exists() => partition_dirs::write_marker(dir, &marker),
+            None => partition_dirs::create(&self.config.data_dir, dir, &marker),
+        }
+    }
+
+    /// At start: deletes the directories of deleted topics (marker and tombstone agree) and
+    /// forgets tombstones with nothing left on disk; leaves everything else alone.
+    fn clean_up_partition_dirs(&self, found: &[crate::partition_dirs::Found]) -> Result<()> {
+        let mut on_disk = std::collections::HashSet::new();
+        for f in found {
+            // Read again: opening the topics gave their unmarked directories a marker.
+            let marker = crate::partition_dirs::read_marker(&f.dir)?;
+            let id = match &marker {
+                Some(marker) => Some(marker.id(&f.dir)?),
+                None => None,
+            };
+            let live = id.is_some_and(|id| {
+                self.topic_by_id(id).is_some_and(|t| {
+                    marker.as_ref().is_some_and(|m| {
+                        m.topic == t.info.name
+                            && (0..t.info.partitions).contains(&m.partition)
+                            && f.name == format!("{}-{}", m.topic, m.partition)
+                    })
+                })
+            });
+            if live {
+                on_disk.insert(id);
+                continue;
+            }
+            match id {
+                Some(id) if self.meta().deleted_topic(id).is_some() => {
+                    tracing::info!(dir = %f.dir.display(), "removing the directory of a deleted topic");
+                    match std::fs::remove_dir_all(&f.dir) {
+                        Ok(()) => {}
+                        Err(e) => {
+                            tracing::error!(dir = %f.dir.display(), error = %e, "deleting failed");
+                            on_disk.insert(Some(id));
+                        }
+                    }
+                }
+                _ => {
+                    tracing::warn!(dir = %f.dir.display(), "left alone: not a partition of any topic the metadata knows");
+                    on_disk.insert(id);
+                }
+            }
+        }
+        let tombstones: Vec<Uuid> = self.meta().deleted_topics().map(|t| t.id).collect();
+        for id in tombstones {
+            if !on_disk.contains(&Some(id)) {
+                self.meta_mut()
+                    .forget_deleted_topic(id)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
             }
         }
         Ok(())
     }
 
-    /// Deletes partition directories left by a topic deleted just before a crash.
-    fn remove_stray_partition_dirs(&self) -> Result<()> {
-        let expected: std::collections::HashSet<String> = self
-            .all_topics()
-            .iter()
-            .flat_map(|t| (0..t.info.partitions).map(move |i| format!("{}-{i}", t.info.name)))
-            .collect();
-        let entries = std::fs::read_dir(&self.config.data_dir)
-            .with_context(|| format!("listing {}", self.config.data_dir.display()))?;
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-                continue;
-            };
-            let looks_like_partition = path.is_dir()
-                && name
-                    .rsplit_once('-')
-                    .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-            if looks_like_partition && !expected.contains(name) {
-                tracing::warn!(dir = %path.display(), "removing the directory of a deleted partition");
-                std::fs::remove_dir_all(&path)
-                    .with_context(|| format!("deleting {}", path.display()))?;
+    /// Producer IDs are never handed out twice: the allocator stays above every ID a partition
+    /// or the transaction coordinator still knows, whatever its file says.
+    fn keep_producer_ids_unique(&self) {
+        let mut highest = self.txns.lock().state.max_producer_id();
+        for topic in self.all_topics() {
+            for partition in &topic.partitions {
+                highest = highest.max(partition.lock_producers().max_producer_id());
             }
         }
-        Ok(())
+        if let Some(highest) = highest {
+            self.producer_ids
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .stay_above(highest);
+        }
     }
 
     /// Applies retention to every partition (called periodically).
@@ -623,4 +736,38 @@ impl Broker {
             }
         }
     }
+}
+
+/// The metadata file is missing while partition directories are present: refuse to start over
+/// them, unless the operator asked to register their topics again (`--rebuild-metadata`).
+fn restore_lost_metadata(
+    meta: &mut MetadataStore,
+    found: &[crate::partition_dirs::Found],
+    config: &BrokerConfig,
+) -> Result<()> {
+    let file = config.data_dir.join(skiff_meta::METADATA_FILE);
+    let examples: Vec<&str> = found.iter().take(3).map(|f| f.name.as_str()).collect();
+    if !config.rebuild_metadata {
+        bail!(
+            "the metadata file {} is missing, but {} holds {} partition directories ({}{}): \
+             refusing to start over them. Restore the file from a backup, or start once with \
+             `skiff broker --rebuild-metadata` to register their topics again from the \
+             directories (topic configs return to the defaults)",
+            file.display(),
+            config.data_dir.display(),
+            found.len(),
+            examples.join(", "),
+            if found.len() > examples.len() {
+                ", ..."
+            } else {
+                ""
+            }
+        );
+    }
+    for (name, id, partitions) in crate::partition_dirs::topics_on_disk(found)? {
+        meta.restore_topic(&name, id, partitions)
+            .map_err(|e| anyhow::anyhow!("restoring topic {name}: {e}"))?;
+    }
+    tracing::warn!(file = %file.display(), topics = meta.topics().len(), "metadata rebuilt from the partition directories");
+    Ok(())
 }

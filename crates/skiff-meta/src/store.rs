@@ -82,6 +82,10 @@ struct State {
     broker: BTreeMap<String, String>,
     /// Dynamic cluster-wide defaults (DYNAMIC_DEFAULT_BROKER_CONFIG).
     cluster_default: BTreeMap<String, String>,
+    /// Tombstones: topics deleted whose partition data may still be on disk. The broker removes
+    /// a partition directory only when its topic ID is here (proof that this broker created and
+    /// deleted it), then forgets the tombstone.
+    deleted: BTreeMap<Uuid, TopicInfo>,
 }
 
 impl State {
@@ -99,6 +103,8 @@ struct Snapshot {
     broker_configs: BTreeMap<String, String>,
     #[serde(default)]
     cluster_default_broker_configs: BTreeMap<String, String>,
+    #[serde(default)]
+    deleted_topics: Vec<TopicRecord>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -124,6 +130,8 @@ pub struct MetadataStore {
     path: PathBuf,
     static_broker: BTreeMap<String, String>,
     state: State,
+    /// Whether the metadata file existed when the store was opened.
+    found: bool,
     _lock: File,
 }
 
@@ -170,9 +178,9 @@ impl MetadataStore {
 
         let path = dir.join(METADATA_FILE);
         persist::remove_stale_temp(&path)?;
-        let state = match persist::read(&path)? {
-            Some(payload) => load_state(&path, &payload)?,
-            None => State::default(),
+        let (state, found) = match persist::read(&path)? {
+            Some(payload) => (load_state(&path, &payload)?, true),
+            None => (State::default(), false),
         };
         tracing::info!(
             dir = %dir.display(),
@@ -184,8 +192,25 @@ impl MetadataStore {
             path,
             static_broker,
             state,
+            found,
             _lock: lock,
         })
+    }
+
+    /// Writes the file of a new store (the broker calls it once it has checked that no data is
+    /// orphaned), so that from then on a missing file always means a lost one.
+    pub fn ensure_written(&mut self) -> Result<()> {
+        if !self.path.exists() {
+            self.commit(self.state.clone())?;
+        }
+        Ok(())
+    }
+
+    /// Whether the metadata file was there when the store was opened (false: a new store, or
+    /// one whose file was lost; the broker then checks that no partition data is orphaned).
+    /// See [`MetadataStore::ensure_written`].
+    pub fn found_on_disk(&self) -> bool {
+        self.found
     }
 
     /// The directory holding the metadata file.
@@ -226,6 +251,54 @@ impl MetadataStore {
     /// All topics, sorted by name.
     pub fn topics(&self) -> impl ExactSizeIterator<Item = &TopicInfo> {
         self.state.topics.values()
+    }
+
+    /// The deleted topic with this ID whose data may still be on disk (a tombstone).
+    pub fn deleted_topic(&self, id: Uuid) -> Option<&TopicInfo> {
+        self.state.deleted.get(&id)
+    }
+
+    /// Every tombstone: deleted topics whose data may still be on disk.
+    pub fn deleted_topics(&self) -> impl ExactSizeIterator<Item = &TopicInfo> {
+        self.state.deleted.values()
+    }
+
+    /// Forgets a tombstone once the topic's data is gone from disk.
+    pub fn forget_deleted_topic(&mut self, id: Uuid) -> Result<()> {
+        if !self.state.deleted.contains_key(&id) {
+            return Ok(());
+        }
+        let mut next = self.state.clone();
+        next.deleted.remove(&id);
+        self.commit(next)
+    }
+
+    /// Re-registers a topic found on disk (name, ID, partition count) when the metadata file
+    /// was lost: its configs are the defaults again. Errors: a bad name, the zero ID, or a
+    /// name or ID already taken.
+    pub fn restore_topic(&mut self, name: &str, id: Uuid, partitions: i32) -> Result<TopicInfo> {
+        validate_topic_name(name)?;
+        check_partition_count(partitions)?;
+        if id.is_zero() || self.state.by_id.contains_key(&id) {
+            return Err(MetaError::InvalidTopic {
+                name: name.to_owned(),
+                reason: format!("topic ID {id} is zero or taken"),
+            });
+        }
+        if self.state.topics.contains_key(name) {
+            return Err(MetaError::TopicAlreadyExists(name.to_owned()));
+        }
+        let topic = TopicInfo {
+            name: name.to_owned(),
+            id,
+            partitions,
+            configs: BTreeMap::new(),
+        };
+        let mut next = self.state.clone();
+        next.insert_topic(topic.clone());
+        self.commit(next)?;
+        tracing::warn!(topic = %topic.name, id = %topic.id, partitions, "topic restored from its partition directories (configs are the defaults)");
+        Ok(topic)
     }
 
     // ----- Topic mutations -------------------------------------------------------------------
@@ -285,13 +358,25 @@ impl MetadataStore {
     /// remove its partitions' data. Errors: UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID,
     /// TOPIC_DELETION_DISABLED (`delete.topic.enable=false`).
     pub fn delete_topic(&mut self, topic: TopicRef<'_>) -> Result<TopicInfo> {
-        let removed = self.resolve(topic)?.clone();
         if self.broker_value("delete.topic.enable").as_deref() == Some("false") {
+            self.resolve(topic)?;
             return Err(MetaError::TopicDeletionDisabled);
         }
+        self.remove_topic(topic)
+    }
+
+    /// Takes back a topic whose creation could not be completed (its partitions could not be
+    /// opened): deleted whatever `delete.topic.enable` says, with a tombstone for its data.
+    pub fn undo_create_topic(&mut self, id: Uuid) -> Result<TopicInfo> {
+        self.remove_topic(TopicRef::Id(id))
+    }
+
+    fn remove_topic(&mut self, topic: TopicRef<'_>) -> Result<TopicInfo> {
+        let removed = self.resolve(topic)?.clone();
         let mut next = self.state.clone();
         next.topics.remove(&removed.name);
         next.by_id.remove(&removed.id);
+        next.deleted.insert(removed.id, removed.clone());
         self.commit(next)?;
         tracing::info!(topic = %removed.name, id = %removed.id, "topic deleted");
         Ok(removed)
@@ -479,7 +564,7 @@ impl MetadataStore {
         // A collision among 122 random bits is not expected; retry a few times regardless.
         for _ in 0..8 {
             let id = Uuid::random().map_err(|e| MetaError::Random(e.to_string()))?;
-            if !self.state.by_id.contains_key(&id) {
+            if !self.state.by_id.contains_key(&id) && !self.state.deleted.contains_key(&id) {
                 return Ok(id);
             }
         }
@@ -490,19 +575,17 @@ impl MetadataStore {
 
     /// Persists `next` and makes it current; on failure the current state is unchanged.
     fn commit(&mut self, next: State) -> Result<()> {
+        let record = |t: &TopicInfo| TopicRecord {
+            name: t.name.clone(),
+            id: t.id.to_string(),
+            partitions: t.partitions,
+            configs: t.configs.clone(),
+        };
         let snapshot = Snapshot {
-            topics: next
-                .topics
-                .values()
-                .map(|t| TopicRecord {
-                    name: t.name.clone(),
-                    id: t.id.to_string(),
-                    partitions: t.partitions,
-                    configs: t.configs.clone(),
-                })
-                .collect(),
+            topics: next.topics.values().map(record).collect(),
             broker_configs: next.broker.clone(),
             cluster_default_broker_configs: next.cluster_default.clone(),
+            deleted_topics: next.deleted.values().map(record).collect(),
         };
         let payload = serde_json::to_vec(&snapshot)
             .map_err(|e| MetaError::io("encoding metadata snapshot", std::io::Error::other(e)))?;
@@ -575,6 +658,29 @@ fn load_state(path: &Path, payload: &[u8]) -> Result<State> {
             partitions: record.partitions,
             configs,
         });
+    }
+    for record in snapshot.deleted_topics {
+        let id: Uuid = record.id.parse().map_err(|e| {
+            corrupt(format!(
+                "deleted topic {}: bad ID {:?}: {e}",
+                record.name, record.id
+            ))
+        })?;
+        if id.is_zero() || record.partitions < 1 || state.by_id.contains_key(&id) {
+            return Err(corrupt(format!(
+                "deleted topic {} ({id}, {} partitions) is not a valid tombstone",
+                record.name, record.partitions
+            )));
+        }
+        state.deleted.insert(
+            id,
+            TopicInfo {
+                name: record.name,
+                id,
+                partitions: record.partitions,
+                configs: BTreeMap::new(),
+            },
+        );
     }
     Ok(state)
 }

@@ -197,6 +197,11 @@ impl TxnCoordinator {
         c
     }
 
+    /// The highest producer ID bound to a transactional ID (the allocator stays above it).
+    pub fn max_producer_id(&self) -> Option<i64> {
+        self.by_producer.keys().copied().max()
+    }
+
     pub fn get(&self, transactional_id: &str) -> Option<&Transaction> {
         self.txns.get(transactional_id)
     }

@@ -51,6 +51,10 @@ enum Command {
         /// Any config key, KEY=VALUE (repeatable); wins over the file.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
+        /// The metadata file is lost: register the topics of the partition directories again
+        /// (their configs return to the defaults) instead of refusing to start.
+        #[arg(long)]
+        rebuild_metadata: bool,
     },
     /// Create, list, describe and delete topics.
     Topic {
@@ -112,8 +116,12 @@ fn main() -> Result<()> {
             config,
             node_id,
             set,
+            rebuild_metadata,
         } => {
             let mut pairs = Vec::new();
+            if rebuild_metadata {
+                pairs.push(("metadata.rebuild".to_string(), "true".to_string()));
+            }
             for item in set {
                 let Some((k, v)) = item.split_once('=') else {
                     bail!("--set {item:?}: expected KEY=VALUE");

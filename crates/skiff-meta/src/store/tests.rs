@@ -90,6 +90,62 @@ fn create_list_delete_reopen() {
 }
 
 #[test]
+fn a_deleted_topic_leaves_a_tombstone_until_its_data_is_forgotten() {
+    let dir = TempDir::new().expect("tempdir");
+    let gone = {
+        let mut store = open(&dir);
+        assert!(!store.found_on_disk(), "a new store has no file yet");
+        let gone = create(&mut store, "gone", 2);
+        store.delete_topic(TopicRef::Id(gone.id)).expect("delete");
+        // The name is free again; the tombstone keeps the old ID.
+        let again = create(&mut store, "gone", 1);
+        assert_ne!(again.id, gone.id);
+        gone
+    };
+    let mut store = open(&dir);
+    assert!(store.found_on_disk());
+    assert_eq!(store.deleted_topic(gone.id).map(|t| t.partitions), Some(2));
+    assert_eq!(store.deleted_topics().len(), 1);
+    store.forget_deleted_topic(gone.id).expect("forget");
+    store
+        .forget_deleted_topic(gone.id)
+        .expect("forgetting twice is fine");
+    drop(store);
+    let store = open(&dir);
+    assert!(store.deleted_topic(gone.id).is_none());
+    assert_eq!(store.topic("gone").map(|t| t.partitions), Some(1));
+}
+
+#[test]
+fn a_lost_topic_is_restored_with_its_id() {
+    let dir = TempDir::new().expect("tempdir");
+    let id = Uuid::random().expect("random");
+    let mut store = open(&dir);
+    let restored = store.restore_topic("found", id, 3).expect("restore");
+    assert_eq!((restored.id, restored.partitions), (id, 3));
+    assert!(
+        store
+            .restore_topic("found", Uuid::random().expect("random"), 1)
+            .is_err()
+    );
+    assert!(
+        store.restore_topic("other", id, 1).is_err(),
+        "the ID is taken"
+    );
+    assert!(store.restore_topic("zero", Uuid::ZERO, 1).is_err());
+    assert!(
+        store
+            .restore_topic("bad/name", Uuid::random().expect("random"), 1)
+            .is_err()
+    );
+    drop(store);
+    assert_eq!(
+        open(&dir).topic_by_id(id).map(|t| t.name.as_str()),
+        Some("found")
+    );
+}
+
+#[test]
 fn ids_are_stable_across_reopens_and_new_after_recreate() {
     let dir = TempDir::new().expect("tempdir");
     let id = {
