@@ -54,6 +54,10 @@ pub enum LogError {
     /// durability any more (Kafka halts the broker on this).
     #[error("fdatasync failed: {0}")]
     SyncFailed(Arc<io::Error>),
+    /// A durability wait failed without any data being at risk (the sync could not be
+    /// started); a retry may succeed.
+    #[error("sync not started: {0}")]
+    TransientSync(Arc<io::Error>),
 }
 
 /// Shorthand for results of this crate.

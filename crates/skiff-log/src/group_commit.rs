@@ -48,8 +48,13 @@ impl SyncSource for Mutex<PartitionLog> {
 #[derive(Debug, Clone)]
 struct Durability {
     end_offset: i64,
-    /// Once a sync fails the page cache state is unknown: every later wait fails too.
+    /// Once an fdatasync fails the page cache state is unknown: every later wait fails too
+    /// (the log is offline).
     failure: Option<Arc<io::Error>>,
+    /// Rounds that failed before any fdatasync (the log could not be asked for a target):
+    /// nothing written was lost, so only the waiters of that round fail.
+    transient_failures: u64,
+    last_transient: Option<Arc<io::Error>>,
 }
 
 #[derive(Debug)]
@@ -72,6 +77,8 @@ impl GroupCommitter {
         let (state, _) = watch::channel(Durability {
             end_offset: source.durable_offset(),
             failure: None,
+            transient_failures: 0,
+            last_transient: None,
         });
         let shared = Arc::new(Shared {
             sync_requested: Notify::new(),
@@ -100,18 +107,35 @@ impl GroupCommitter {
 
     async fn wait(&self, end_offset: i64, request: bool) -> Result<()> {
         let mut state = self.shared.state.subscribe();
-        let covered =
-            |state: &Durability| state.failure.is_some() || state.end_offset >= end_offset;
+        let failed_before = state.borrow().transient_failures;
+        let covered = |state: &Durability| {
+            state.failure.is_some()
+                || state.end_offset >= end_offset
+                || state.transient_failures > failed_before
+        };
         if request && !covered(&state.borrow()) {
             self.shared.sync_requested.notify_one();
         }
         let state = state.wait_for(covered).await.map_err(|_| {
             LogError::SyncFailed(Arc::new(io::Error::other("group committer stopped")))
         })?;
-        match &state.failure {
-            Some(err) => Err(LogError::SyncFailed(Arc::clone(err))),
-            None => Ok(()),
+        if let Some(err) = &state.failure {
+            return Err(LogError::SyncFailed(Arc::clone(err)));
         }
+        if state.end_offset >= end_offset {
+            return Ok(());
+        }
+        Err(LogError::TransientSync(
+            state
+                .last_transient
+                .clone()
+                .unwrap_or_else(|| Arc::new(io::Error::other("sync round failed"))),
+        ))
+    }
+
+    /// Whether an fdatasync failed: the log can no longer promise durability (offline).
+    pub fn is_offline(&self) -> bool {
+        self.shared.state.borrow().failure.is_some()
     }
 
     /// Offsets below this are durable, as last published by the committer.
@@ -131,11 +155,29 @@ impl Drop for GroupCommitter {
     }
 }
 
+/// How a sync round ended.
+enum Round {
+    Durable(i64),
+    /// Nothing was synced, nothing lost (no target could be taken, or the blocking task did
+    /// not run): the round's waiters fail, the log stays usable.
+    Transient(Arc<io::Error>),
+    /// fdatasync itself failed: written data may be lost; the log goes offline.
+    Lost(Arc<io::Error>),
+}
+
+fn as_io(err: LogError) -> Arc<io::Error> {
+    match err {
+        LogError::SyncFailed(inner) | LogError::TransientSync(inner) => inner,
+        LogError::Io { source, .. } => Arc::new(source),
+        other => Arc::new(io::Error::other(other.to_string())),
+    }
+}
+
 async fn run<S: SyncSource>(source: Arc<S>, shared: Arc<Shared>) {
     loop {
         shared.sync_requested.notified().await;
-        let result = match source.sync_target() {
-            Ok(None) => Ok(source.durable_offset()),
+        let round = match source.sync_target() {
+            Ok(None) => Round::Durable(source.durable_offset()),
             Ok(Some(target)) => {
                 let synced = tokio::task::spawn_blocking(move || {
                     target.sync().map(|()| target.end_offset())
@@ -145,32 +187,30 @@ async fn run<S: SyncSource>(source: Arc<S>, shared: Arc<Shared>) {
                     Ok(Ok(end_offset)) => {
                         shared.syncs.fetch_add(1, Ordering::Relaxed);
                         source.mark_durable(end_offset);
-                        Ok(source.durable_offset())
+                        Round::Durable(source.durable_offset())
                     }
-                    Ok(Err(err)) => Err(err),
-                    Err(join) => Err(LogError::SyncFailed(Arc::new(io::Error::other(
-                        join.to_string(),
-                    )))),
+                    Ok(Err(err)) => Round::Lost(as_io(err)),
+                    Err(join) => Round::Transient(Arc::new(io::Error::other(join.to_string()))),
                 }
             }
-            Err(err) => Err(err),
+            Err(err) => Round::Transient(as_io(err)),
         };
-        match result {
-            Ok(end_offset) => {
+        match round {
+            Round::Durable(end_offset) => {
                 shared.state.send_modify(|state| {
                     state.end_offset = state.end_offset.max(end_offset);
                 });
             }
-            Err(err) => {
-                tracing::error!(error = %err, "fdatasync failed; log no longer durable");
-                let failure = match err {
-                    LogError::SyncFailed(inner) => inner,
-                    LogError::Io { source, .. } => Arc::new(source),
-                    other => Arc::new(io::Error::other(other.to_string())),
-                };
-                shared
-                    .state
-                    .send_modify(|state| state.failure = Some(failure));
+            Round::Transient(err) => {
+                tracing::warn!(error = %err, "a sync round failed before fdatasync; its waiters fail, the log stays online");
+                shared.state.send_modify(|state| {
+                    state.transient_failures += 1;
+                    state.last_transient = Some(err);
+                });
+            }
+            Round::Lost(err) => {
+                tracing::error!(error = %err, "fdatasync failed; log no longer durable (offline)");
+                shared.state.send_modify(|state| state.failure = Some(err));
                 return;
             }
         }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::IoSlice;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use skiff_records::{
@@ -69,7 +70,7 @@ pub struct DeletionOutcome {
 /// target was taken is covered: earlier segments were synced when they were rolled.
 #[derive(Debug)]
 pub struct SyncTarget {
-    file: File,
+    file: Arc<File>,
     path: PathBuf,
     end_offset: i64,
 }
@@ -635,12 +636,8 @@ impl PartitionLog {
             return Ok(None);
         }
         let active = &self.active;
-        let file = active
-            .file()
-            .try_clone()
-            .io("clone segment handle", active.path())?;
         Ok(Some(SyncTarget {
-            file,
+            file: active.shared_file(),
             path: active.path().to_path_buf(),
             end_offset: self.log_end_offset,
         }))

@@ -4,6 +4,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, IoSlice};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use skiff_records::{BATCH_HEADER_LEN, BatchHeader, Compression, RecordBatch, TimestampType};
@@ -198,7 +199,9 @@ impl<'a> WindowReader<'a> {
 pub(crate) struct Segment {
     base_offset: i64,
     log_path: PathBuf,
-    log: File,
+    /// Shared with sync targets, so a group commit needs no new descriptor (a `dup` can fail
+    /// with EMFILE, and that must not cost a sync).
+    log: Arc<File>,
     size: u64,
     /// Offset after the last batch (`base_offset` when empty).
     next_offset: i64,
@@ -214,12 +217,13 @@ impl Segment {
         [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX].map(|s| dir.join(file_name(base_offset, s)))
     }
 
-    fn open_log_file(path: &Path, create: bool) -> Result<File> {
+    fn open_log_file(path: &Path, create: bool) -> Result<Arc<File>> {
         OpenOptions::new()
             .read(true)
             .write(true)
             .create(create)
             .open(path)
+            .map(Arc::new)
             .io("open segment", path)
     }
 
@@ -309,7 +313,7 @@ impl Segment {
 
     /// Scans `size` bytes of `log`, building fresh indexes over the valid prefix.
     fn rebuild(
-        log: File,
+        log: Arc<File>,
         log_path: PathBuf,
         base_offset: i64,
         size: u64,
@@ -382,6 +386,11 @@ impl Segment {
     }
     pub(crate) fn file(&self) -> &File {
         &self.log
+    }
+
+    /// The segment file, shared (for syncing outside the log's lock).
+    pub(crate) fn shared_file(&self) -> Arc<File> {
+        Arc::clone(&self.log)
     }
 
     /// Appends already validated batches: `parts` hold their bytes in order (any split) and

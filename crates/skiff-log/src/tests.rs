@@ -571,3 +571,73 @@ async fn group_commit_covers_many_appends_with_few_syncs() {
     // Already durable: returns without a sync.
     committer.wait_durable(appends as i64).await.unwrap();
 }
+
+/// A log whose next `sync_target` calls fail as if descriptors had run out (EMFILE).
+struct Flaky {
+    log: Mutex<PartitionLog>,
+    failures_left: Mutex<u32>,
+}
+
+impl SyncSource for Flaky {
+    fn sync_target(&self) -> Result<Option<SyncTarget>> {
+        let mut left = self.failures_left.lock().unwrap();
+        if *left > 0 {
+            *left -= 1;
+            return Err(LogError::Io {
+                op: "open",
+                path: "flaky".into(),
+                source: std::io::Error::from_raw_os_error(24),
+            });
+        }
+        self.log.lock().unwrap().sync_target()
+    }
+    fn mark_durable(&self, end_offset: i64) {
+        self.log.lock().unwrap().mark_durable(end_offset);
+    }
+    fn durable_offset(&self) -> i64 {
+        self.log.lock().unwrap().durable_offset()
+    }
+}
+
+#[tokio::test]
+async fn a_transient_failure_fails_the_waiters_of_its_round_not_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = PartitionLog::open(
+        dir.path(),
+        LogConfig {
+            flush: FlushPolicy::Always,
+            ..config()
+        },
+    )
+    .unwrap();
+    let flaky = Arc::new(Flaky {
+        log: Mutex::new(log),
+        failures_left: Mutex::new(1),
+    });
+    let committer = GroupCommitter::spawn(Arc::clone(&flaky));
+    let first = flaky
+        .log
+        .lock()
+        .unwrap()
+        .append(batch(1, 0, 10), 0)
+        .unwrap();
+    let failed = committer.wait_durable(first.last_offset + 1).await;
+    assert!(
+        matches!(failed, Err(LogError::TransientSync(_))),
+        "{failed:?}"
+    );
+    assert!(!committer.is_offline());
+    // The descriptors are back: the next append and the first become durable.
+    let second = flaky
+        .log
+        .lock()
+        .unwrap()
+        .append(batch(1, 0, 10), 0)
+        .unwrap();
+    committer
+        .wait_durable(second.last_offset + 1)
+        .await
+        .unwrap();
+    assert_eq!(flaky.durable_offset(), second.last_offset + 1);
+    assert!(!committer.is_offline());
+}

@@ -7,6 +7,7 @@ use skiff_protocol::Uuid;
 /// Kafka error codes this crate can produce (`org.apache.kafka.common.protocol.Errors`).
 pub mod codes {
     pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+    pub const KAFKA_STORAGE_ERROR: i16 = skiff_protocol::error_codes::KAFKA_STORAGE_ERROR;
     pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
     pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
     pub const TOPIC_ALREADY_EXISTS: i16 = 36;
@@ -88,8 +89,10 @@ impl MetaError {
             MetaError::InvalidRequest(_) => INVALID_REQUEST,
             MetaError::PolicyViolation(_) => POLICY_VIOLATION,
             MetaError::TopicDeletionDisabled => TOPIC_DELETION_DISABLED,
-            MetaError::Io { .. }
-            | MetaError::Corrupt { .. }
+            // The metadata could not be written (a full disk, a read-only file system): Kafka's
+            // answer, with a message saying what failed.
+            MetaError::Io { .. } => KAFKA_STORAGE_ERROR,
+            MetaError::Corrupt { .. }
             | MetaError::UnsupportedVersion { .. }
             | MetaError::Locked(_)
             | MetaError::Random(_)
@@ -102,6 +105,8 @@ impl MetaError {
     pub fn client_message(&self) -> Option<String> {
         if self.kafka_error_code() == codes::UNKNOWN_SERVER_ERROR {
             None
+        } else if let MetaError::Io { context, source } = self {
+            Some(format!("storage error while {context}: {source}"))
         } else {
             Some(self.to_string())
         }

@@ -563,7 +563,7 @@ pub fn offset_commit(ctx: &RequestContext, request: OffsetCommitRequest) -> Repl
         Ok(Some(end)) => end,
         Err(e) => {
             tracing::error!(group = %group_id, error = %e, "cannot store offsets");
-            set_commit_errors(&mut response, error_codes::UNKNOWN_SERVER_ERROR);
+            set_commit_errors(&mut response, error_codes::KAFKA_STORAGE_ERROR);
             return Reply::Now(Response::OffsetCommit(response));
         }
     };
@@ -571,7 +571,7 @@ pub fn offset_commit(ctx: &RequestContext, request: OffsetCommitRequest) -> Repl
     Reply::Later(Box::pin(async move {
         if let Err(e) = broker.groups.wait_durable(end).await {
             tracing::error!(error = %e, "group log sync failed");
-            set_commit_errors(&mut response, error_codes::UNKNOWN_SERVER_ERROR);
+            set_commit_errors(&mut response, error_codes::KAFKA_STORAGE_ERROR);
         }
         Response::OffsetCommit(response)
     }))

@@ -503,9 +503,9 @@ fn grow_one(
     };
     broker.grow_topic(info).map_err(|e| {
         tracing::error!(topic = %name, error = %format!("{e:#}"), "opening new partitions failed");
-        TopicError {
-            code: error_codes::UNKNOWN_SERVER_ERROR,
-            message: None,
-        }
+        TopicError::new(
+            error_codes::KAFKA_STORAGE_ERROR,
+            format!("storage error while opening the new partitions: {e:#}"),
+        )
     })
 }

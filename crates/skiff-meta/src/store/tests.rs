@@ -969,7 +969,11 @@ fn a_failed_write_changes_nothing() {
     fs::create_dir(persist::temp_path(&path)).expect("mkdir");
     let result = store.create_topic(&NewTopic::new("new", 1), false);
     assert!(matches!(result, Err(MetaError::Io { .. })), "{result:?}");
-    assert_eq!(result.map_err(|e| e.kafka_error_code()).err(), Some(-1));
+    // KAFKA_STORAGE_ERROR, with a message saying what failed.
+    let error = result.err();
+    assert_eq!(error.as_ref().map(MetaError::kafka_error_code), Some(56));
+    let message = error.and_then(|e| e.client_message()).unwrap_or_default();
+    assert!(message.starts_with("storage error while creating"), "{message}");
     assert!(store.topic("new").is_none());
     assert!(store.delete_topic(TopicRef::Name("kept")).is_err());
     assert_eq!(store.topic("kept"), Some(&topic));
