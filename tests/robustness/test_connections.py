@@ -191,3 +191,57 @@ def test_a_fetch_response_is_capped_by_the_brokers_fetch_max_bytes(make_broker):
     # At most the cap, plus the rest of the batch it ends in (batches are 64 KiB here).
     assert 0 < size <= cap + 64 * 1024, size
     s.close()
+
+
+def test_running_out_of_descriptors_fails_requests_not_the_partition(tmp_path):
+    """Finding 4: after a transient EMFILE every acks=all produce answered KAFKA_STORAGE_ERROR
+    ("clone segment handle") until a restart."""
+    import urllib.request
+
+    from skiff_harness import SkiffBroker, free_port, skiff_bin
+
+    # The broker inherits a small descriptor limit; this process keeps its own.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (96, hard))
+    b = SkiffBroker(skiff_bin(), data_dir=tmp_path / "data", log_dir=tmp_path / "logs", port=free_port())
+    try:
+        b.start()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        topic = f"fds-{uuid.uuid4().hex[:8]}"
+        p = producer(b.bootstrap, acks="all")
+        sent = []
+
+        def produce_one(value: bytes) -> None:
+            errors = []
+            p.produce(topic, value=value, partition=0, on_delivery=lambda err, _m: err and errors.append(err))
+            assert p.flush(20) == 0
+            assert not errors, errors
+            sent.append(value)
+
+        produce_one(b"before")
+        # Exhaust the broker's descriptors: connections it cannot accept wait in the backlog.
+        socks = []
+        for _ in range(150):
+            try:
+                socks.append(socket.create_connection((b.host, b.port), timeout=2))
+            except OSError:
+                break
+        deadline = time.monotonic() + 10
+        while "accept failed" not in b.stderr_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "accept failed" in b.stderr_text(), "the broker never ran out of descriptors"
+        # While out of descriptors, appends and their syncs need none.
+        produce_one(b"during")
+        for s in socks:
+            s.close()
+        time.sleep(0.5)  # the broker accepts and closes what waited
+        produce_one(b"after")
+        metrics = urllib.request.urlopen(f"{b.admin_url}/metrics", timeout=5).read().decode()
+        assert "skiff_partitions_offline 0" in metrics, metrics
+        from confluent_util import consume_partitions
+        got = consume_partitions(b.bootstrap, topic, {0: len(sent)}, timeout=15)
+        assert [g.value for g in got[0]] == sent
+    finally:
+        b.stop()

@@ -139,6 +139,26 @@ pub fn render_metrics(broker: &Broker) -> String {
         "gauge",
         ongoing as u64,
     );
+    let (partitions, offline) = broker
+        .all_topics()
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .fold((0u64, 0u64), |(all, offline), p| {
+            let lost = p.committer.as_ref().is_some_and(|c| c.is_offline());
+            (all + 1, offline + u64::from(lost))
+        });
+    gauge(
+        "skiff_partitions",
+        "Partitions this broker holds.",
+        "gauge",
+        partitions,
+    );
+    gauge(
+        "skiff_partitions_offline",
+        "Partitions whose log can no longer promise durability (an fdatasync failed): they answer KAFKA_STORAGE_ERROR until the broker restarts.",
+        "gauge",
+        offline,
+    );
     gauge(
         "skiff_connections_accepted_total",
         "Client connections accepted.",

@@ -973,7 +973,10 @@ fn a_failed_write_changes_nothing() {
     let error = result.err();
     assert_eq!(error.as_ref().map(MetaError::kafka_error_code), Some(56));
     let message = error.and_then(|e| e.client_message()).unwrap_or_default();
-    assert!(message.starts_with("storage error while creating"), "{message}");
+    assert!(
+        message.starts_with("storage error while creating"),
+        "{message}"
+    );
     assert!(store.topic("new").is_none());
     assert!(store.delete_topic(TopicRef::Name("kept")).is_err());
     assert_eq!(store.topic("kept"), Some(&topic));
