@@ -172,3 +172,46 @@ def require_api(bootstrap: str, api_key: int, min_version: int = 0) -> None:
     if api_key not in apis or apis[api_key][1] < min_version:
         pytest.fail(f"broker does not advertise {name} (key {api_key}) v{min_version}+ "
                     f"(advertised: {apis.get(api_key)})", pytrace=False)
+
+
+def fetch_v4_body(topic: str, partition: int, offset: int, max_bytes: int, partition_max_bytes: int) -> bytes:
+    """A Fetch v4 request body (non-flexible): one partition, read_uncommitted, no wait."""
+    name = topic.encode()
+    return (struct.pack(">iiiib", -1, 0, 1, max_bytes, 0)
+            + struct.pack(">i", 1) + struct.pack(">h", len(name)) + name
+            + struct.pack(">i", 1) + struct.pack(">iqi", partition, offset, partition_max_bytes))
+
+
+def fetch_v4_partition(body: bytes) -> tuple[int, bytes]:
+    """(error code, record set) of the one partition in a Fetch v4 response body."""
+    r = Reader(body)
+    r.take(">i")  # throttle
+    assert r.take(">i") == 1
+    r.string()
+    assert r.take(">i") == 1
+    _, error = r.take(">ih")
+    r.take(">qq")  # high watermark, last stable offset
+    r.array(lambda r: r.take(">qq"))  # aborted transactions
+    size = r.take(">i")
+    records = r.data[r.pos:r.pos + max(size, 0)]
+    return error, records
+
+
+def fetch_v4_records_size(body: bytes) -> int:
+    """The size of the one partition's record set in a Fetch v4 response body (no error)."""
+    error, records = fetch_v4_partition(body)
+    assert error == 0, f"fetch error {error}"
+    return len(records)
+
+
+def batch_offsets(records: bytes) -> list[tuple[int, int]]:
+    """(base offset, last offset) of each whole v2 batch in a record set."""
+    out, pos = [], 0
+    while pos + 61 <= len(records):
+        base, length = struct.unpack_from(">qi", records, pos)
+        if pos + 12 + length > len(records):
+            break
+        (last_delta,) = struct.unpack_from(">i", records, pos + 23)
+        out.append((base, base + last_delta))
+        pos += 12 + length
+    return out

@@ -132,7 +132,7 @@ def test_sigterm_completes_while_a_client_pipelines_requests_and_never_reads(mak
     s = kw.connect(b.bootstrap)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     # 32 pipelined fetches of up to 10 MB each; none of the responses is read.
-    body = fetch_v4_body(topic, 0, 0, max_bytes=10_000_000, partition_max_bytes=10_000_000)
+    body = kw.fetch_v4_body(topic, 0, 0, max_bytes=10_000_000, partition_max_bytes=10_000_000)
     s.sendall(b"".join(kw.request(kw.FETCH, 4, i, body) for i in range(32)))
     time.sleep(0.5)  # let the broker read them and block on its writes
     started = time.monotonic()
@@ -148,28 +148,6 @@ def test_sigterm_completes_while_a_client_pipelines_requests_and_never_reads(mak
     s.close()
 
 
-def fetch_v4_body(topic: str, partition: int, offset: int, max_bytes: int, partition_max_bytes: int) -> bytes:
-    """A Fetch v4 request body (non-flexible): one partition, read_uncommitted, no wait."""
-    name = topic.encode()
-    return (struct.pack(">iiiib", -1, 0, 1, max_bytes, 0)
-            + struct.pack(">i", 1) + struct.pack(">h", len(name)) + name
-            + struct.pack(">i", 1) + struct.pack(">iqi", partition, offset, partition_max_bytes))
-
-
-def fetch_v4_records_size(body: bytes) -> int:
-    """The size of the one partition's record set in a Fetch v4 response body."""
-    r = kw.Reader(body)
-    r.take(">i")  # throttle
-    assert r.take(">i") == 1
-    r.string()
-    assert r.take(">i") == 1
-    _, error = r.take(">ih")
-    assert error == 0, f"fetch error {error}"
-    r.take(">qq")  # high watermark, last stable offset
-    r.array(lambda r: r.take(">qq"))  # aborted transactions
-    return r.take(">i")
-
-
 def test_a_fetch_response_is_capped_by_the_brokers_fetch_max_bytes(make_broker):
     """Finding 11: a Fetch asking for 2^31-1 bytes got 1,010 MiB; Kafka caps it at fetch.max.bytes."""
     cap = 1024 * 1024
@@ -182,11 +160,11 @@ def test_a_fetch_response_is_capped_by_the_brokers_fetch_max_bytes(make_broker):
         p.poll(0)
     assert p.flush(30) == 0
     s = kw.connect(b.bootstrap, timeout=10)
-    body = fetch_v4_body(topic, 0, 0, max_bytes=2**31 - 1, partition_max_bytes=2**31 - 1)
+    body = kw.fetch_v4_body(topic, 0, 0, max_bytes=2**31 - 1, partition_max_bytes=2**31 - 1)
     s.sendall(kw.request(kw.FETCH, 4, 7, body))
     cid, response = kw.read_response(s)
     assert cid == 7
-    size = fetch_v4_records_size(response)
+    size = kw.fetch_v4_records_size(response)
     print(f"\nrecords in the response: {size} bytes (fetch.max.bytes = {cap})")
     # At most the cap, plus the rest of the batch it ends in (batches are 64 KiB here).
     assert 0 < size <= cap + 64 * 1024, size

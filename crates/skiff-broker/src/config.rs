@@ -56,6 +56,10 @@ pub struct BrokerConfig {
     /// `fetch.max.bytes`: the most record bytes one Fetch response carries, whatever the client
     /// asks (Kafka's broker setting, 55 MiB).
     pub fetch_max_bytes: i32,
+    /// `log.recovery.mode`: `torn-tail` (default: a torn tail of a partition's last segment is
+    /// cut; damage followed by valid batches refuses to start, naming the file and position)
+    /// or `truncate` (cut at the first damaged batch, dropping what follows).
+    pub log_recovery: skiff_log::RecoveryMode,
     /// `metadata.rebuild` (`skiff broker --rebuild-metadata`): when the metadata file is lost
     /// but partition directories remain, register their topics again from the directories
     /// instead of refusing to start.
@@ -96,6 +100,7 @@ impl Default for BrokerConfig {
             fetch_max_bytes: DEFAULT_FETCH_MAX_BYTES,
             shutdown_timeout_ms: 30_000,
             rebuild_metadata: false,
+            log_recovery: skiff_log::RecoveryMode::TornTail,
             admin_listen: None,
             telemetry_enabled: true,
             telemetry_max_bytes: 1024 * 1024,
@@ -232,6 +237,15 @@ impl BrokerConfig {
         if let Some(v) = entries.remove("fetch.max.bytes") {
             config.fetch_max_bytes =
                 parse_num(&v, "fetch.max.bytes", 1024, i64::from(i32::MAX))? as i32;
+        }
+        if let Some(v) = entries.remove("log.recovery.mode") {
+            config.log_recovery = match v.trim() {
+                "torn-tail" => skiff_log::RecoveryMode::TornTail,
+                "truncate" => skiff_log::RecoveryMode::Truncate,
+                other => {
+                    bail!("log.recovery.mode = {other:?}: expected \"torn-tail\" or \"truncate\"")
+                }
+            };
         }
         if let Some(v) = entries.remove("metadata.rebuild") {
             config.rebuild_metadata = match v.trim() {
@@ -515,6 +529,7 @@ shutdown.timeout.ms = 0
             "queued.max.request.bytes = -2",
             "fetch.max.bytes = 10",
             "shutdown.timeout.ms = -1",
+            "log.recovery.mode = \"sometimes\"",
         ] {
             let entries = flatten_toml(bad).unwrap_or_default();
             assert!(BrokerConfig::from_entries(entries).is_err(), "{bad}");

@@ -413,7 +413,7 @@ impl Broker {
             retention_ms: positive(topic.retention_ms),
             retention_bytes: positive(topic.retention_bytes),
             flush,
-            recovery: skiff_log::RecoveryMode::TruncateTail,
+            recovery: self.config.log_recovery,
         }
     }
 

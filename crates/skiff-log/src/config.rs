@@ -23,13 +23,18 @@ pub enum FlushPolicy {
     Never,
 }
 
-/// What recovery does with an invalid tail in the last segment.
+/// What recovery does with an invalid batch in the last segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RecoveryMode {
-    /// Truncate the segment at the first invalid batch (a torn write after a crash).
+    /// Truncate a torn tail (damage with no valid batch after it: what a crash during a write
+    /// leaves); damage followed by valid batches fails `open` with [`LogError::Corrupt`] naming
+    /// the file and position, and leaves the files untouched.
     #[default]
-    TruncateTail,
-    /// Fail `open` with [`LogError::Corrupt`] and leave the files untouched.
+    TornTail,
+    /// Truncate at the first invalid batch, whatever follows (the operator's choice, Kafka
+    /// `log.recovery.mode = "truncate"` in Skiff): valid batches after the damage are dropped.
+    Truncate,
+    /// Fail `open` on any invalid batch, torn tail included.
     Strict,
 }
 
@@ -67,7 +72,7 @@ impl Default for LogConfig {
             retention_ms: Some(7 * 24 * 60 * 60 * 1000),
             retention_bytes: None,
             flush: FlushPolicy::Always,
-            recovery: RecoveryMode::TruncateTail,
+            recovery: RecoveryMode::TornTail,
         }
     }
 }

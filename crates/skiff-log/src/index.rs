@@ -159,14 +159,18 @@ impl<E: Entry> Index<E> {
 impl Index<OffsetEntry> {
     /// Position of the last indexed batch whose base offset is at most `relative_offset`
     /// (0 when none is: scan from the segment start).
+    #[cfg(test)]
     pub(crate) fn position_for(&self, relative_offset: u32) -> u32 {
+        self.entry_for(relative_offset)
+            .map_or(0, |entry| entry.position)
+    }
+
+    /// The last entry whose batch's base offset is at most `relative_offset`.
+    pub(crate) fn entry_for(&self, relative_offset: u32) -> Option<&OffsetEntry> {
         let after = self
             .entries
             .partition_point(|entry| entry.relative_offset <= relative_offset);
-        after
-            .checked_sub(1)
-            .and_then(|at| self.entries.get(at))
-            .map_or(0, |entry| entry.position)
+        after.checked_sub(1).and_then(|at| self.entries.get(at))
     }
 }
 

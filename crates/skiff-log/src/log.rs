@@ -129,20 +129,37 @@ impl PartitionLog {
                     let (mut segment, end) =
                         Segment::open_active(&dir, base, config.index_interval_bytes)?;
                     if let ScanEnd::Invalid { position, reason } = end {
+                        let corrupt = |reason: String| LogError::Corrupt {
+                            path: segment.path().to_path_buf(),
+                            position,
+                            reason,
+                        };
                         match config.recovery {
-                            RecoveryMode::Strict => {
-                                return Err(LogError::Corrupt {
-                                    path: segment.path().to_path_buf(),
-                                    position,
-                                    reason,
-                                });
-                            }
-                            RecoveryMode::TruncateTail => {
+                            RecoveryMode::Strict => return Err(corrupt(reason)),
+                            RecoveryMode::TornTail => {
+                                if let Some(valid) = segment.valid_batch_after(position)? {
+                                    return Err(corrupt(format!(
+                                        "{reason}; a valid batch follows at byte {valid}, so this is \
+                                         damage, not a torn tail: refusing to drop what follows \
+                                         (log.recovery.mode = \"truncate\" would)"
+                                    )));
+                                }
                                 tracing::warn!(
                                     segment = %segment.path().display(),
                                     position,
                                     %reason,
-                                    "truncating invalid log tail"
+                                    "truncating a torn log tail"
+                                );
+                                segment.truncate_to_valid()?;
+                            }
+                            RecoveryMode::Truncate => {
+                                let dropped = segment.valid_batch_after(position)?;
+                                tracing::warn!(
+                                    segment = %segment.path().display(),
+                                    position,
+                                    %reason,
+                                    valid_batches_dropped_from = ?dropped,
+                                    "log.recovery.mode = truncate: truncating at the first invalid batch"
                                 );
                                 segment.truncate_to_valid()?;
                             }
@@ -462,13 +479,11 @@ impl PartitionLog {
     ) -> Result<()> {
         let from = from_offset.max(self.log_start_offset);
         for segment in self.segments().filter(|s| s.next_offset() > from) {
-            let Some((mut position, _)) = segment.find(from)? else {
+            let Some((position, first)) = segment.find(from)? else {
                 continue;
             };
-            while position < segment.size() {
-                let header = segment.header_at(position)?;
-                visit(&header);
-                position += header.total_len() as u64;
+            for found in segment.headers_from(position, first.base_offset) {
+                visit(&found?.1);
             }
         }
         Ok(())

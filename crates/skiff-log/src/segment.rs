@@ -16,6 +16,10 @@ pub(crate) const LOG_SUFFIX: &str = "log";
 pub(crate) const INDEX_SUFFIX: &str = "index";
 pub(crate) const TIME_INDEX_SUFFIX: &str = "timeindex";
 
+/// Where a batch's magic byte is, and the only value a v2 batch has there.
+const MAGIC_POSITION: usize = 16;
+const MAGIC_V2_BYTE: u8 = 2;
+
 /// Recovery reads segments in windows of this size instead of one syscall per batch.
 const SCAN_WINDOW: usize = 1 << 20;
 
@@ -288,6 +292,7 @@ impl Segment {
                 segment.0
             }
         };
+        segment.check_ends(next_offset)?;
         segment.next_offset = next_offset;
         if let Some(last) = segment.time_index.last() {
             segment.tracker.max_timestamp = Some(last.timestamp);
@@ -295,6 +300,44 @@ impl Segment {
                 base_offset.saturating_add(i64::from(last.relative_offset));
         }
         Ok(segment)
+    }
+
+    /// Cheap checks of a sealed segment trusted by size: its first batch starts at its base
+    /// offset, the batch at its last index entry has the base offset the entry says, and the
+    /// batches from there to the end are contiguous and end where the next segment begins.
+    fn check_ends(&self, next_offset: i64) -> Result<()> {
+        if self.size == 0 {
+            return Ok(());
+        }
+        let first = self.header_at(0)?;
+        if first.base_offset != self.base_offset {
+            return Err(self.corrupt(
+                0,
+                format!(
+                    "first batch starts at offset {} in the segment of base offset {}",
+                    first.base_offset, self.base_offset
+                ),
+            ));
+        }
+        let (position, expected) = match self.offset_index.last() {
+            Some(entry) => (
+                u64::from(entry.position),
+                self.base_offset
+                    .saturating_add(i64::from(entry.relative_offset)),
+            ),
+            None => (0, self.base_offset),
+        };
+        let mut end = expected;
+        for found in self.headers_from(position, expected) {
+            end = found?.1.next_offset();
+        }
+        if end != next_offset {
+            return Err(self.corrupt(
+                self.size,
+                format!("the segment ends at offset {end}, the next one begins at {next_offset}"),
+            ));
+        }
+        Ok(())
     }
 
     /// Opens the last segment, validating every batch (length, magic, CRC, contiguous offsets)
@@ -353,6 +396,34 @@ impl Segment {
             created_at_ms: first_timestamp,
         };
         Ok((segment, end))
+    }
+
+    /// Where the first whole, CRC-valid batch after the damage at `position` starts, if any:
+    /// then the damage is not a torn tail (a crash tears only what was written last), and
+    /// cutting there would drop valid, acknowledged batches.
+    pub(crate) fn valid_batch_after(&self, position: u64) -> Result<Option<u64>> {
+        let len = self
+            .log
+            .metadata()
+            .io("stat segment", &self.log_path)?
+            .len();
+        let mut reader = WindowReader::new(&self.log, &self.log_path, len);
+        let mut at = position.saturating_add(1);
+        while at.saturating_add(BATCH_HEADER_LEN as u64) <= len {
+            let header = reader.bytes(at, BATCH_HEADER_LEN)?;
+            if header.get(MAGIC_POSITION) == Some(&MAGIC_V2_BYTE)
+                && let Ok(parsed) = BatchHeader::parse(header)
+            {
+                let total = parsed.total_len() as u64;
+                if at.saturating_add(total) <= len
+                    && BatchHeader::parse_validated(reader.bytes(at, total as usize)?).is_ok()
+                {
+                    return Ok(Some(at));
+                }
+            }
+            at += 1;
+        }
+        Ok(None)
     }
 
     /// Cuts the file after the valid prefix found by recovery and makes the cut durable.
@@ -491,26 +562,40 @@ impl Segment {
         Ok(header)
     }
 
-    /// Position and header of the first batch whose last offset is at least `offset`.
+    /// Position and header of the first batch whose last offset is at least `offset`. The walk
+    /// starts at the index entry for `offset` and checks that the batch there has the base
+    /// offset the index says and that each next one starts where the previous ended.
     pub(crate) fn find(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
-        self.find_from(
-            offset,
-            u64::from(
-                self.offset_index
-                    .position_for(relative(self.base_offset, offset)),
+        let (position, expected) = match self
+            .offset_index
+            .entry_for(relative(self.base_offset, offset))
+        {
+            Some(entry) => (
+                u64::from(entry.position),
+                self.base_offset
+                    .saturating_add(i64::from(entry.relative_offset)),
             ),
-        )
-    }
-
-    fn find_from(&self, offset: i64, mut position: u64) -> Result<Option<(u64, BatchHeader)>> {
-        while position < self.size {
-            let header = self.header_at(position)?;
+            None => (0, self.base_offset),
+        };
+        for found in self.headers_from(position, expected) {
+            let (position, header) = found?;
             if header.last_offset() >= offset {
                 return Ok(Some((position, header)));
             }
-            position += header.total_len() as u64;
         }
         Ok(None)
+    }
+
+    /// The batch headers from `position` (a batch boundary whose batch must start at offset
+    /// `expected`) to the end, each checked to start where the previous one ended: a batch whose
+    /// base offset breaks the sequence makes the segment corrupt, never skipped or served.
+    pub(crate) fn headers_from(&self, position: u64, expected: i64) -> HeaderWalk<'_> {
+        HeaderWalk {
+            segment: self,
+            position,
+            expected,
+            failed: false,
+        }
     }
 
     /// Whole batches starting at `position`: as many as fit in `max_bytes`, but at least the first.
@@ -524,10 +609,18 @@ impl Segment {
         let want = (max_bytes.max(first.total_len()) as u64).min(available);
         let mut buf = read_exact_at_uninit(&self.log, usize::try_from(want).unwrap_or(0), position)
             .io("read segment", &self.log_path)?;
+        // Whole batches only, each starting where the previous ended: the read stops before a
+        // batch that breaks the sequence (the next read, starting there, reports it).
         let mut cut = 0usize;
+        let mut expected = first.base_offset;
         while let Some(rest) = buf.get(cut..) {
             match BatchHeader::parse(rest) {
-                Ok(header) if header.total_len() <= rest.len() => cut += header.total_len(),
+                Ok(header)
+                    if header.total_len() <= rest.len() && header.base_offset == expected =>
+                {
+                    cut += header.total_len();
+                    expected = header.next_offset();
+                }
                 _ => break,
             }
         }
@@ -558,11 +651,11 @@ impl Segment {
                 self.base_offset.saturating_add(i64::from(rel))
             })
             .max(min_offset);
-        let Some((mut position, _)) = self.find(start)? else {
+        let Some((position, first)) = self.find(start)? else {
             return Ok(None);
         };
-        while position < self.size {
-            let header = self.header_at(position)?;
+        for found in self.headers_from(position, first.base_offset) {
+            let (position, header) = found?;
             if header.max_timestamp >= timestamp
                 && header.last_offset() >= min_offset
                 && let Some(found) =
@@ -570,7 +663,6 @@ impl Segment {
             {
                 return Ok(Some(found));
             }
-            position += header.total_len() as u64;
         }
         Ok(None)
     }
@@ -611,6 +703,45 @@ impl Segment {
     }
 }
 
+/// See [`Segment::headers_from`].
+pub(crate) struct HeaderWalk<'a> {
+    segment: &'a Segment,
+    position: u64,
+    expected: i64,
+    failed: bool,
+}
+
+impl Iterator for HeaderWalk<'_> {
+    type Item = Result<(u64, BatchHeader)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.position >= self.segment.size {
+            return None;
+        }
+        let position = self.position;
+        let header = match self.segment.header_at(position) {
+            Ok(header) => header,
+            Err(err) => {
+                self.failed = true;
+                return Some(Err(err));
+            }
+        };
+        if header.base_offset != self.expected {
+            self.failed = true;
+            return Some(Err(self.segment.corrupt(
+                position,
+                format!(
+                    "batch base offset {} where {} was expected (offsets must be contiguous)",
+                    header.base_offset, self.expected
+                ),
+            )));
+        }
+        self.expected = header.next_offset();
+        self.position += header.total_len() as u64;
+        Some(Ok((position, header)))
+    }
+}
+
 /// Walks the batches of a segment file from the start, calling `on_batch` for each valid one.
 /// Returns the valid size, the offset after the last valid batch, and how the walk ended.
 fn scan(
@@ -644,16 +775,17 @@ fn scan(
                 invalid(position, "position exceeds u32".into()),
             ));
         };
+        // Offsets are contiguous in every segment, sealed or not.
+        if header.base_offset != next_offset {
+            let reason = format!(
+                "batch base offset {} where {next_offset} was expected",
+                header.base_offset
+            );
+            return Ok((position, next_offset, invalid(position, reason)));
+        }
         if verify {
             if let Err(err) = BatchHeader::parse_validated(reader.bytes(position, total)?) {
                 return Ok((position, next_offset, invalid(position, err.to_string())));
-            }
-            if header.base_offset != next_offset {
-                let reason = format!(
-                    "batch base offset {} where {next_offset} was expected",
-                    header.base_offset
-                );
-                return Ok((position, next_offset, invalid(position, reason)));
             }
             if header.last_offset().saturating_sub(base_offset) > i64::from(i32::MAX) {
                 let reason = "relative offset exceeds i32".to_string();

@@ -338,6 +338,129 @@ fn torn_tail_is_truncated_and_appends_continue() {
 }
 
 #[test]
+fn damage_followed_by_valid_batches_is_refused_unless_truncate_is_chosen() {
+    let dir = tempfile::tempdir().unwrap();
+    let sizes: Vec<usize> = {
+        let mut log = PartitionLog::open(dir.path(), config()).unwrap();
+        (0..8)
+            .map(|i| log.append(batch(2, i, 50), 0).unwrap().size_in_bytes)
+            .collect()
+    };
+    let path = last_segment(dir.path());
+    // A flipped byte inside the fourth batch's records: its CRC fails, four valid batches follow.
+    let damaged_at: u64 = sizes[..3].iter().sum::<usize>() as u64;
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[damaged_at as usize + 70] ^= 0x01;
+    fs::write(&path, &bytes).unwrap();
+
+    let refused = PartitionLog::open(dir.path(), config());
+    match refused {
+        Err(LogError::Corrupt {
+            path: named,
+            position,
+            reason,
+        }) => {
+            assert_eq!(named, path);
+            assert_eq!(position, damaged_at);
+            assert!(reason.contains("not a torn tail"), "{reason}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(fs::read(&path).unwrap(), bytes, "the files were changed");
+
+    // The operator's choice: cut at the damage, losing the four batches after it.
+    let log = PartitionLog::open(
+        dir.path(),
+        LogConfig {
+            recovery: RecoveryMode::Truncate,
+            ..config()
+        },
+    )
+    .unwrap();
+    assert_eq!(log.log_end_offset(), 6);
+    assert_eq!(fs::metadata(&path).unwrap().len(), damaged_at);
+}
+
+#[test]
+fn a_broken_offset_sequence_in_a_sealed_segment_is_reported_never_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let batch_size = {
+        let mut log = PartitionLog::open(dir.path(), small_segments()).unwrap();
+        fill(&mut log, 60);
+        log.read(0, 1).unwrap().records.len()
+    };
+    let first = segment_file(dir.path(), "log").remove(0);
+    let per_segment = fs::metadata(&first).unwrap().len() as usize / batch_size;
+    assert!(
+        per_segment >= 5,
+        "{per_segment} batches in the first segment"
+    );
+    // A byte flipped in the base offset (outside the CRC) of the third batch: 2 becomes 50.
+    let mut bytes = fs::read(&first).unwrap();
+    let at = 2 * batch_size;
+    bytes[at..at + 8].copy_from_slice(&50i64.to_be_bytes());
+    fs::write(&first, bytes).unwrap();
+
+    let log = PartitionLog::open(dir.path(), small_segments()).unwrap();
+    // Every read either fails as corrupt or returns contiguous batches that hold the offset.
+    let mut refused = 0;
+    for offset in 0..60 {
+        match log.read(offset, 1 << 20) {
+            Ok(read) => {
+                let batches = batches_of(read.records);
+                let first = batches.first().map(|b| b.base_offset());
+                assert!(
+                    first.is_some_and(|f| f <= offset),
+                    "offset {offset}: {first:?}"
+                );
+                for pair in batches.windows(2) {
+                    assert_eq!(pair[1].base_offset(), pair[0].base_offset() + 1);
+                }
+            }
+            Err(LogError::Corrupt { position, .. }) => {
+                assert_eq!(position, at as u64);
+                refused += 1;
+            }
+            Err(other) => panic!("offset {offset}: {other}"),
+        }
+    }
+    assert!(refused >= 1, "the damaged batch was never reported");
+    // A read from the start stops before the damage.
+    assert_eq!(batches_of(log.read(0, 1 << 20).unwrap().records).len(), 2);
+    drop(log);
+    // Without its indexes, the segment is rebuilt at open, and the damage refuses the open.
+    for index in segment_file(dir.path(), "index") {
+        fs::remove_file(index).unwrap();
+    }
+    assert!(matches!(
+        PartitionLog::open(dir.path(), small_segments()),
+        Err(LogError::Corrupt { .. })
+    ));
+}
+
+#[test]
+fn a_sealed_segment_whose_end_does_not_meet_the_next_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let batch_size = {
+        let mut log = PartitionLog::open(dir.path(), small_segments()).unwrap();
+        fill(&mut log, 60);
+        log.read(0, 1).unwrap().records.len()
+    };
+    let first = segment_file(dir.path(), "log").remove(0);
+    // The last batch of the first segment claims an offset past the next segment's base.
+    let mut bytes = fs::read(&first).unwrap();
+    let at = bytes.len() - batch_size;
+    let claimed = i64::from_be_bytes(bytes[at..at + 8].try_into().unwrap()) + 7;
+    bytes[at..at + 8].copy_from_slice(&claimed.to_be_bytes());
+    fs::write(&first, bytes).unwrap();
+    let opened = PartitionLog::open(dir.path(), small_segments());
+    assert!(
+        matches!(opened, Err(LogError::Corrupt { .. })),
+        "{opened:?}"
+    );
+}
+
+#[test]
 fn retention_by_size_and_time() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = PartitionLog::open(
