@@ -178,15 +178,11 @@ def test_running_out_of_descriptors_fails_requests_not_the_partition(tmp_path):
 
     from skiff_harness import SkiffBroker, free_port, skiff_bin
 
-    # The broker inherits a small descriptor limit; this process keeps its own.
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (96, hard))
     b = SkiffBroker(skiff_bin(), data_dir=tmp_path / "data", log_dir=tmp_path / "logs", port=free_port())
+    b.start()
     try:
-        b.start()
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    try:
+        # The broker raises its own soft limit at start; lower both limits under it from here.
+        resource.prlimit(b.proc.pid, resource.RLIMIT_NOFILE, (96, 96))
         topic = f"fds-{uuid.uuid4().hex[:8]}"
         p = producer(b.bootstrap, acks="all")
         sent = []

@@ -94,8 +94,8 @@ def test_damage_followed_by_valid_batches_refuses_to_start_unless_truncate_is_ch
     broker.stop()
     (segment,) = sorted((broker.data_dir / f"{topic}-0").glob("*.log"))
     batches = batches_in(segment)
-    assert len(batches) == 20, len(batches)
-    pos, size, base = batches[10]
+    assert len(batches) >= 10, len(batches)
+    pos, size, base = batches[len(batches) // 2]
     data = bytearray(segment.read_bytes())
     data[pos + size - 20] ^= 0xFF  # inside the records: the CRC fails
     segment.write_bytes(bytes(data))

@@ -1,4 +1,4 @@
-//! Sparse indexes of a segment, kept in memory and mirrored to an append-only file.
+//! Sparse indexes of a segment, kept in memory and written to a file when the segment is sealed.
 //!
 //! - offset index (`.index`): `relative offset (u32), position (u32)` per entry, one entry every
 //!   `index.interval.bytes` of batches, keyed by the base offset of the batch at `position`;
@@ -7,11 +7,12 @@
 //!   is the base offset of the batch holding that maximum, so every batch before it has a max
 //!   timestamp no greater than the entry's.
 //!
-//! Unlike Kafka the files are not preallocated; they grow by one entry at a time. Index files are
-//! never fsync'ed on the write path: the active segment's indexes are rebuilt on recovery and a
-//! rolled segment's are synced when it is closed.
+//! No index holds a file descriptor: a partition costs one descriptor (its active segment), not
+//! three. The active segment's entries live in memory only (recovery rebuilds them from the log,
+//! which it validates anyway); a sealed segment's are written and synced once, when it is sealed
+//! or its indexes are rebuilt, and loaded back into memory when the log is opened.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
@@ -68,11 +69,10 @@ impl Entry for TimeEntry {
     }
 }
 
-/// One index: entries in memory, appended to `path`.
+/// One index: entries in memory, written to `path` on [`Index::persist`].
 #[derive(Debug)]
 pub(crate) struct Index<E: Entry> {
     path: PathBuf,
-    file: File,
     entries: Vec<E>,
 }
 
@@ -95,47 +95,51 @@ impl<E: Entry> Index<E> {
         if !consistent(&entries) {
             return Ok(None);
         }
-        let file = OpenOptions::new()
-            .append(true)
-            .open(path)
-            .io("open index", path)?;
         Ok(Some(Self {
             path: path.to_path_buf(),
-            file,
             entries,
         }))
     }
 
-    /// Replaces whatever is at `path` with `entries`.
+    /// Replaces whatever is at `path` with `entries` (not synced: see [`Index::persist`]).
     pub(crate) fn rewrite(path: &Path, entries: Vec<E>) -> Result<Self> {
-        let mut bytes = Vec::with_capacity(entries.len() * E::SIZE);
-        for entry in &entries {
+        let index = Self {
+            path: path.to_path_buf(),
+            entries,
+        };
+        index.write(false)?;
+        Ok(index)
+    }
+
+    /// An index of `entries` that lives in memory until [`Index::persist`] (the active
+    /// segment's: whatever a file held would be rebuilt at the next open anyway).
+    pub(crate) fn in_memory(path: &Path, entries: Vec<E>) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            entries,
+        }
+    }
+
+    fn write(&self, sync: bool) -> Result<()> {
+        let mut bytes = Vec::with_capacity(self.entries.len() * E::SIZE);
+        for entry in &self.entries {
             entry.encode(&mut bytes);
         }
         let mut file = OpenOptions::new()
             .create(true)
             .write(true)
             .truncate(true)
-            .open(path)
-            .io("create index", path)?;
-        file.write_all(&bytes).io("write index", path)?;
-        let file = OpenOptions::new()
-            .append(true)
-            .open(path)
-            .io("open index", path)?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            file,
-            entries,
-        })
+            .open(&self.path)
+            .io("create index", &self.path)?;
+        file.write_all(&bytes).io("write index", &self.path)?;
+        if sync {
+            file.sync_data().io("fsync index", &self.path)?;
+        }
+        Ok(())
     }
 
-    pub(crate) fn append(&mut self, entry: E) -> Result<()> {
-        let mut bytes = Vec::with_capacity(E::SIZE);
-        entry.encode(&mut bytes);
-        self.file.write_all(&bytes).io("append index", &self.path)?;
+    pub(crate) fn append(&mut self, entry: E) {
         self.entries.push(entry);
-        Ok(())
     }
 
     #[cfg(test)]
@@ -147,8 +151,9 @@ impl<E: Entry> Index<E> {
         self.entries.last()
     }
 
-    pub(crate) fn sync(&self) -> Result<()> {
-        self.file.sync_data().io("fsync index", &self.path)
+    /// Writes every entry to the file and syncs it (when the segment is sealed).
+    pub(crate) fn persist(&self) -> Result<()> {
+        self.write(true)
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -231,18 +236,19 @@ mod tests {
         let mut index = Index::<OffsetEntry>::rewrite(&path, Vec::new()).unwrap();
         assert_eq!(index.position_for(5), 0);
         for (relative_offset, position) in [(10, 4100), (20, 8300), (35, 12_500)] {
-            index
-                .append(OffsetEntry {
-                    relative_offset,
-                    position,
-                })
-                .unwrap();
+            index.append(OffsetEntry {
+                relative_offset,
+                position,
+            });
         }
         assert_eq!(index.position_for(9), 0);
         assert_eq!(index.position_for(10), 4100);
         assert_eq!(index.position_for(34), 8300);
         assert_eq!(index.position_for(1000), 12_500);
 
+        // Appends stay in memory until the index is persisted (when its segment is sealed).
+        assert_eq!(fs::metadata(&path).unwrap().len(), 0);
+        index.persist().unwrap();
         let loaded =
             Index::<OffsetEntry>::load(&path, |e| offset_index_consistent(e, 20_000, None))
                 .unwrap()

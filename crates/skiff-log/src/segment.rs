@@ -242,8 +242,8 @@ impl Segment {
             log,
             size: 0,
             next_offset: base_offset,
-            offset_index: Index::rewrite(&index_path, Vec::new())?,
-            time_index: Index::rewrite(&time_path, Vec::new())?,
+            offset_index: Index::in_memory(&index_path, Vec::new()),
+            time_index: Index::in_memory(&time_path, Vec::new()),
             tracker: IndexTracker::default(),
             created_at_ms: None,
         })
@@ -390,8 +390,18 @@ impl Segment {
             log,
             size: valid_size,
             next_offset,
-            offset_index: Index::rewrite(&index_path, offset_entries)?,
-            time_index: Index::rewrite(&time_path, time_entries)?,
+            // The last segment's indexes stay in memory until it is sealed; a sealed segment's
+            // rebuilt ones are written at once.
+            offset_index: if verify {
+                Index::in_memory(&index_path, offset_entries)
+            } else {
+                Index::rewrite(&index_path, offset_entries)?
+            },
+            time_index: if verify {
+                Index::in_memory(&time_path, time_entries)
+            } else {
+                Index::rewrite(&time_path, time_entries)?
+            },
             tracker,
             created_at_ms: first_timestamp,
         };
@@ -486,10 +496,10 @@ impl Segment {
                 self.tracker
                     .observe(self.base_offset, header, at, interval, last_time);
             if let Some(entry) = offset_entry {
-                self.offset_index.append(entry)?;
+                self.offset_index.append(entry);
             }
             if let Some(entry) = time_entry {
-                self.time_index.append(entry)?;
+                self.time_index.append(entry);
             }
             position += header.total_len() as u64;
             self.next_offset = header.next_offset();
@@ -504,7 +514,7 @@ impl Segment {
     fn close_time_index(&mut self) -> Result<()> {
         let last_time = self.time_index.last().map(|entry| entry.timestamp);
         if let Some(entry) = self.tracker.time_entry(self.base_offset, last_time) {
-            self.time_index.append(entry)?;
+            self.time_index.append(entry);
         }
         Ok(())
     }
@@ -513,8 +523,8 @@ impl Segment {
     pub(crate) fn seal(&mut self) -> Result<()> {
         self.close_time_index()?;
         self.log.sync_data().io("fsync segment", &self.log_path)?;
-        self.offset_index.sync()?;
-        self.time_index.sync()
+        self.offset_index.persist()?;
+        self.time_index.persist()
     }
 
     /// Removes the segment's files.

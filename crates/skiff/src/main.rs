@@ -164,6 +164,7 @@ fn main() -> Result<()> {
 }
 
 fn run_broker(config: BrokerConfig) -> Result<()> {
+    raise_descriptor_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -178,6 +179,30 @@ fn run_broker(config: BrokerConfig) -> Result<()> {
         });
         running.wait().await
     })
+}
+
+/// A partition costs a descriptor (its active segment) and a connection one: the broker raises
+/// its soft `RLIMIT_NOFILE` to the hard limit, as Kafka's packaging asks operators to.
+fn raise_descriptor_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current == limit.maximum {
+        return;
+    }
+    let raised = rustix::process::Rlimit {
+        current: limit.maximum,
+        maximum: limit.maximum,
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => tracing::info!(
+            from = ?limit.current,
+            to = ?limit.maximum,
+            "raised the open-file limit to the hard limit"
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, soft = ?limit.current, "could not raise the open-file limit")
+        }
+    }
 }
 
 async fn wait_for_signal() {
