@@ -215,3 +215,22 @@ def batch_offsets(records: bytes) -> list[tuple[int, int]]:
         out.append((base, base + last_delta))
         pos += 12 + length
     return out
+
+
+def create_topics_v2_body(topics: list[tuple[str, int]], timeout_ms: int = 600_000) -> bytes:
+    """CreateTopics v2 (non-flexible): names and partition counts, replication factor 1."""
+    body = struct.pack(">i", len(topics))
+    for name, partitions in topics:
+        n = name.encode()
+        body += struct.pack(">h", len(n)) + n + struct.pack(">ihii", partitions, 1, 0, 0)
+    return body + struct.pack(">i?", timeout_ms, False)
+
+
+def create_topics_v2(sock: socket.socket, correlation_id: int, topics: list[tuple[str, int]]) -> list[tuple[str, int, str | None]]:
+    """CreateTopics v2: (name, error code, error message) per topic."""
+    sock.sendall(request(CREATE_TOPICS, 2, correlation_id, create_topics_v2_body(topics)))
+    cid, body = read_response(sock)
+    assert cid == correlation_id
+    r = Reader(body)
+    r.take(">i")  # throttle
+    return r.array(lambda r: (r.string(), r.take(">h"), r.string()))

@@ -419,6 +419,17 @@ impl Broker {
 
     /// Opens (creating if needed) the partitions of a topic and registers it.
     pub fn open_topic(&self, info: TopicInfo) -> Result<Arc<Topic>> {
+        self.open_topic_with(info, crate::partition_dirs::Durability::Synced)
+    }
+
+    /// [`Broker::open_topic`]; with [`Durability::Deferred`](crate::partition_dirs::Durability)
+    /// the new partitions' files are not synced one by one: the caller syncs the file system
+    /// once before answering.
+    fn open_topic_with(
+        &self,
+        info: TopicInfo,
+        durability: crate::partition_dirs::Durability,
+    ) -> Result<Arc<Topic>> {
         let effective = self
             .meta()
             .effective_topic_config(&info.name)
@@ -426,7 +437,7 @@ impl Broker {
         let log_config = self.log_config(&effective);
         let mut partitions = Vec::new();
         for index in 0..info.partitions {
-            partitions.push(self.open_partition(&info, index, log_config.clone())?);
+            partitions.push(self.open_partition(&info, index, log_config.clone(), durability)?);
         }
         let topic = Arc::new(Topic { info, partitions });
         self.topics
@@ -442,12 +453,17 @@ impl Broker {
         info: &TopicInfo,
         index: i32,
         config: LogConfig,
+        durability: crate::partition_dirs::Durability,
     ) -> Result<Arc<Partition>> {
         let dir = self.partition_dir(&info.name, index);
-        self.claim_partition_dir(info, index, &dir)?;
+        let created = self.claim_partition_dir(info, index, &dir, durability)?;
         let always = config.flush == FlushPolicy::Always;
-        let log = PartitionLog::open(&dir, config)
-            .with_context(|| format!("opening partition {}-{index}", info.name))?;
+        let log = if created && durability == crate::partition_dirs::Durability::Deferred {
+            PartitionLog::open_unsynced(&dir, config)
+        } else {
+            PartitionLog::open(&dir, config)
+        }
+        .with_context(|| format!("opening partition {}-{index}", info.name))?;
         let end = log.log_end_offset();
         let producers = crate::producer::restore(&log, now_ms());
         let log = Arc::new(Mutex::new(log));
@@ -480,19 +496,102 @@ impl Broker {
                 partitions: Vec::new(),
             }));
         }
-        let id = info.id;
-        self.open_topic(info.clone()).map_err(|e| {
-            // Leave nothing behind: the topic goes from the metadata, its directories from disk.
-            tracing::error!(topic = %info.name, error = %format!("{e:#}"), "creating the partitions of a new topic failed; undoing it");
-            match self.meta_mut().undo_create_topic(id) {
-                Ok(_) => self.remove_partition_dirs(&info),
-                Err(undo) => tracing::error!(topic = %info.name, error = %undo, "undoing the topic failed"),
+        self.open_new_topic(info)
+    }
+
+    /// Opens the partitions of a topic just added to the metadata; on failure, undoes it.
+    fn open_new_topic(&self, info: TopicInfo) -> Result<Arc<Topic>, skiff_meta::MetaError> {
+        let name = info.name.clone();
+        match self.open_new_topics(vec![info]).pop() {
+            Some(result) => result,
+            None => Err(skiff_meta::MetaError::io(
+                format!("opening the partitions of {name}"),
+                std::io::Error::other("nothing opened"),
+            )),
+        }
+    }
+
+    /// Opens the partitions of topics just added to the metadata, with one file-system sync for
+    /// all of them before anyone is told of them. A topic that cannot be opened (all of them,
+    /// when the sync fails) is undone: out of the metadata, its directories off the disk.
+    fn open_new_topics(
+        &self,
+        infos: Vec<TopicInfo>,
+    ) -> Vec<Result<Arc<Topic>, skiff_meta::MetaError>> {
+        let durability = crate::partition_dirs::Durability::Deferred;
+        let mut opened: Vec<Result<Arc<Topic>, (TopicInfo, String)>> = infos
+            .into_iter()
+            .map(|info| {
+                self.open_topic_with(info.clone(), durability)
+                    .map_err(|e| (info, format!("{e:#}")))
+            })
+            .collect();
+        if opened.iter().any(Result::is_ok)
+            && let Err(e) = crate::partition_dirs::sync_file_system(&self.config.data_dir)
+        {
+            let message = format!("{e:#}");
+            opened = opened
+                .into_iter()
+                .map(|r| r.and_then(|topic| Err((topic.info.clone(), message.clone()))))
+                .collect();
+        }
+        opened
+            .into_iter()
+            .map(|r| r.map_err(|(info, message)| self.undo_new_topic(&info, message)))
+            .collect()
+    }
+
+    /// Leaves nothing of a topic whose creation failed: unregistered, out of the metadata, its
+    /// directories off the disk.
+    fn undo_new_topic(&self, info: &TopicInfo, message: String) -> skiff_meta::MetaError {
+        tracing::error!(topic = %info.name, error = %message, "creating the partitions of a new topic failed; undoing it");
+        if self
+            .topics
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&info.id)
+            .is_some()
+        {
+            self.topics_changed();
+        }
+        // Bound first: the metadata's write lock must be released before the directories go
+        // (removing them takes it again to drop the tombstone).
+        let undone = self.meta_mut().undo_create_topic(info.id);
+        match undone {
+            Ok(_) => self.remove_partition_dirs(info),
+            Err(undo) => {
+                tracing::error!(topic = %info.name, error = %undo, "undoing the topic failed")
             }
-            skiff_meta::MetaError::Io {
-                context: "opening the partitions of a new topic".into(),
-                source: std::io::Error::other(format!("{e:#}")),
-            }
-        })
+        }
+        skiff_meta::MetaError::io(
+            "opening the partitions of a new topic",
+            std::io::Error::other(message),
+        )
+    }
+
+    /// Creates several topics with one metadata write (auto-creation of many topics by one
+    /// Metadata request) and one file-system sync; a topic whose partitions cannot be opened
+    /// is undone like in [`Broker::create_topic`].
+    pub fn create_topics(
+        &self,
+        news: &[skiff_meta::NewTopic],
+    ) -> Vec<Result<Arc<Topic>, skiff_meta::MetaError>> {
+        let created = self.meta_mut().create_topics(news);
+        let infos: Vec<TopicInfo> = created.iter().flatten().cloned().collect();
+        let mut opened = self.open_new_topics(infos).into_iter();
+        created
+            .into_iter()
+            .map(|c| {
+                c.and_then(|_| {
+                    opened.next().unwrap_or_else(|| {
+                        Err(skiff_meta::MetaError::io(
+                            "opening a new topic",
+                            std::io::Error::other("not opened"),
+                        ))
+                    })
+                })
+            })
+            .collect()
     }
 
     /// Grows a registered topic to `info.partitions` partitions.
@@ -507,9 +606,11 @@ impl Broker {
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let log_config = self.log_config(&effective);
         let mut partitions = old.partitions.clone();
+        let durability = crate::partition_dirs::Durability::Deferred;
         for index in old.partitions.len() as i32..info.partitions {
-            partitions.push(self.open_partition(&info, index, log_config.clone())?);
+            partitions.push(self.open_partition(&info, index, log_config.clone(), durability)?);
         }
+        crate::partition_dirs::sync_file_system(&self.config.data_dir)?;
         self.topics
             .write()
             .unwrap_or_else(PoisonError::into_inner)
@@ -594,11 +695,18 @@ impl Broker {
     /// checks the marker of the one there. A directory left by a deleted topic of the same name
     /// (its ID has a tombstone) is replaced; one of a topic the metadata does not know is an
     /// error, never overwritten.
-    fn claim_partition_dir(&self, info: &TopicInfo, index: i32, dir: &Path) -> Result<()> {
+    /// Returns whether the directory was created.
+    fn claim_partition_dir(
+        &self,
+        info: &TopicInfo,
+        index: i32,
+        dir: &Path,
+        durability: crate::partition_dirs::Durability,
+    ) -> Result<bool> {
         use crate::partition_dirs::{self, Marker};
         let marker = Marker::new(&info.name, info.id, index);
         match partition_dirs::read_marker(dir)? {
-            Some(found) if found.id(dir)? == info.id => Ok(()),
+            Some(found) if found.id(dir)? == info.id => Ok(false),
             Some(found) => {
                 let id = found.id(dir)?;
                 if self.meta().deleted_topic(id).is_none() {
@@ -615,11 +723,15 @@ impl Broker {
                 tracing::info!(dir = %dir.display(), deleted = %id, "removing what a deleted topic of the same name left");
                 std::fs::remove_dir_all(dir)
                     .with_context(|| format!("deleting {}", dir.display()))?;
-                partition_dirs::create(&self.config.data_dir, dir, &marker)
+                partition_dirs::create(&self.config.data_dir, dir, &marker, durability)?;
+                Ok(true)
             }
             // A directory an older version created (no marker): the metadata names it.
-            None if dir.exists() => partition_dirs::write_marker(dir, &marker),
-            None => partition_dirs::create(&self.config.data_dir, dir, &marker),
+            None if dir.exists() => partition_dirs::write_marker(dir, &marker).map(|()| false),
+            None => {
+                partition_dirs::create(&self.config.data_dir, dir, &marker, durability)?;
+                Ok(true)
+            }
         }
     }
 

@@ -110,8 +110,19 @@ pub struct PartitionLog {
 impl PartitionLog {
     /// Opens (or creates) the log in `dir`, recovering the last segment.
     pub fn open(dir: impl AsRef<Path>, config: LogConfig) -> Result<Self> {
+        Self::open_synced(dir.as_ref(), config, true)
+    }
+
+    /// [`PartitionLog::open`] without its fsyncs (of a new segment's directory entry and of the
+    /// active segment): for creating many partitions at once, when the caller makes the whole
+    /// file system durable afterwards (one `syncfs`) before anything relies on them.
+    pub fn open_unsynced(dir: impl AsRef<Path>, config: LogConfig) -> Result<Self> {
+        Self::open_synced(dir.as_ref(), config, false)
+    }
+
+    fn open_synced(dir: &Path, config: LogConfig, sync: bool) -> Result<Self> {
         config.validate()?;
-        let dir = dir.as_ref().to_path_buf();
+        let dir = dir.to_path_buf();
         fs::create_dir_all(&dir).io("create log directory", &dir)?;
         let bases = list_segments(&dir)?;
         let checkpointed_start = checkpoint::read(&dir)?;
@@ -175,7 +186,9 @@ impl PartitionLog {
             Some(active) => active,
             None => {
                 let segment = Segment::create(&dir, log_start_offset)?;
-                checkpoint::sync_dir(&dir)?;
+                if sync {
+                    checkpoint::sync_dir(&dir)?;
+                }
                 segment
             }
         };
@@ -201,10 +214,12 @@ impl PartitionLog {
         }
         // Segments wholly below the start were meant to be deleted before a crash.
         log.delete_segments_below(log.log_start_offset)?;
-        log.active
-            .file()
-            .sync_data()
-            .io("fdatasync segment", log.active.path())?;
+        if sync {
+            log.active
+                .file()
+                .sync_data()
+                .io("fdatasync segment", log.active.path())?;
+        }
         log.durable_end_offset = log.log_end_offset;
         Ok(log)
     }

@@ -112,7 +112,8 @@ impl MetaError {
         }
     }
 
-    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+    /// A storage error: what was being done, and what the system said.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         MetaError::Io {
             context: context.into(),
             source,

@@ -311,12 +311,81 @@ impl MetadataStore {
     /// INVALID_REPLICATION_FACTOR (anything but 1 on a single node), INVALID_CONFIG,
     /// POLICY_VIOLATION (more than [`MAX_PARTITIONS_PER_TOPIC`]).
     pub fn create_topic(&mut self, new: &NewTopic, validate_only: bool) -> Result<TopicInfo> {
+        let mut topic = self.prepare_topic(&self.state, new)?;
+        if validate_only {
+            return Ok(topic);
+        }
+        topic.id = self.fresh_topic_id()?;
+        let mut next = self.state.clone();
+        next.insert_topic(topic.clone());
+        self.commit(next)?;
+        tracing::info!(topic = %topic.name, id = %topic.id, partitions = topic.partitions, "topic created");
+        Ok(topic)
+    }
+
+    /// Creates several topics with one write (auto-creation of many topics at once): each
+    /// result is what [`MetadataStore::create_topic`] would give, and the valid ones are
+    /// committed together (so thousands of topics cost one write, not thousands).
+    pub fn create_topics(&mut self, news: &[NewTopic]) -> Vec<Result<TopicInfo>> {
+        let mut next = self.state.clone();
+        let mut results = Vec::with_capacity(news.len());
+        for new in news {
+            let created = self.prepare_topic(&next, new).and_then(|mut topic| {
+                topic.id = self.fresh_topic_id()?;
+                if next.by_id.contains_key(&topic.id) {
+                    return Err(MetaError::Random("a generated topic ID was taken".into()));
+                }
+                next.insert_topic(topic.clone());
+                Ok(topic)
+            });
+            results.push(created);
+        }
+        if !results.iter().any(Result::is_ok) {
+            return results;
+        }
+        match self.commit(next) {
+            Ok(()) => {
+                for topic in results.iter().flatten() {
+                    tracing::info!(topic = %topic.name, id = %topic.id, partitions = topic.partitions, "topic created");
+                }
+                results
+            }
+            Err(e) => {
+                // Nothing was written: every topic of the batch failed with the write.
+                let kind = match &e {
+                    MetaError::Io { source, .. } => source.kind(),
+                    _ => std::io::ErrorKind::Other,
+                };
+                let message = match &e {
+                    MetaError::Io { source, .. } => source.to_string(),
+                    other => other.to_string(),
+                };
+                let context = match &e {
+                    MetaError::Io { context, .. } => context.clone(),
+                    _ => "writing the metadata".to_owned(),
+                };
+                results
+                    .into_iter()
+                    .map(|r| {
+                        r.and_then(|_| {
+                            Err(MetaError::io(
+                                context.clone(),
+                                std::io::Error::new(kind, message.clone()),
+                            ))
+                        })
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// Checks a new topic against `state` and the broker's configs; the result has the zero ID.
+    fn prepare_topic(&self, state: &State, new: &NewTopic) -> Result<TopicInfo> {
         validate_topic_name(&new.name)?;
-        if self.state.topics.contains_key(&new.name) {
+        if state.topics.contains_key(&new.name) {
             return Err(MetaError::TopicAlreadyExists(new.name.clone()));
         }
-        if let Some(other) = self
-            .state
+        if let Some(other) = state
             .topics
             .keys()
             .find(|existing| topic_names_collide(existing, &new.name))
@@ -336,22 +405,12 @@ impl MetadataStore {
         self.check_replication_factor(new.replication_factor)?;
         let configs = resolve::normalize_all(&new.configs, Level::Topic)?;
         resolve::validate_topic_values(&resolve::topic_values(&configs, self.tiers())?)?;
-
-        let mut topic = TopicInfo {
+        Ok(TopicInfo {
             name: new.name.clone(),
             id: Uuid::ZERO,
             partitions,
             configs,
-        };
-        if validate_only {
-            return Ok(topic);
-        }
-        topic.id = self.fresh_topic_id()?;
-        let mut next = self.state.clone();
-        next.insert_topic(topic.clone());
-        self.commit(next)?;
-        tracing::info!(topic = %topic.name, id = %topic.id, partitions, "topic created");
-        Ok(topic)
+        })
     }
 
     /// Deletes a topic by name or ID (DeleteTopics) and returns what it was, so the caller can

@@ -3,6 +3,7 @@
 
 use skiff_meta::NewTopic;
 use skiff_protocol::generated::MetadataRequest;
+use skiff_protocol::generated::metadata_request::MetadataRequestTopic;
 use skiff_protocol::generated::metadata_response::{
     MetadataResponse, MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -69,6 +70,9 @@ pub fn handle(ctx: &RequestContext, request: MetadataRequest) -> Response {
         Some(list) if version == 0 && list.is_empty() => all_topics(broker, include_topic_ops),
         Some(list) => {
             let auto_create = version < 4 || request.allow_auto_topic_creation;
+            if auto_create {
+                create_missing(broker, &list);
+            }
             list.into_iter()
                 .map(|t| {
                     requested_topic(broker, t.name, t.topic_id, auto_create, include_topic_ops)
@@ -106,6 +110,32 @@ fn all_topics(broker: &Broker, include_ops: bool) -> Vec<MetadataResponseTopic> 
         .iter()
         .map(|t| describe(broker, t, include_ops))
         .collect()
+}
+
+/// Auto-creates, with one metadata write, every valid topic name of `list` that does not
+/// exist yet (a request naming 10,000 new topics must not cost 10,000 writes). Failures are
+/// reported per topic by [`requested_topic`].
+fn create_missing(broker: &Broker, list: &[MetadataRequestTopic]) {
+    if !broker.meta().auto_create_topics_enable() {
+        return;
+    }
+    let mut seen = std::collections::HashSet::new();
+    let missing: Vec<NewTopic> = list
+        .iter()
+        .filter_map(|t| t.name.as_deref())
+        .filter(|name| {
+            skiff_meta::validate_topic_name(name).is_ok()
+                && broker.topic_by_name(name).is_none()
+                && seen.insert(name.to_string())
+        })
+        .map(|name| NewTopic::new(name, -1))
+        .collect();
+    if missing.len() < 2 {
+        return; // one topic: requested_topic creates it
+    }
+    let created = broker.create_topics(&missing);
+    let ok = created.iter().filter(|r| r.is_ok()).count();
+    tracing::info!(topics = ok, of = missing.len(), "auto-created topics");
 }
 
 fn requested_topic(

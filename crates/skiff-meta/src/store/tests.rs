@@ -117,6 +117,34 @@ fn a_deleted_topic_leaves_a_tombstone_until_its_data_is_forgotten() {
 }
 
 #[test]
+fn many_topics_are_created_with_one_write() {
+    let dir = TempDir::new().expect("tempdir");
+    let mut store = open(&dir);
+    create(&mut store, "exists", 1);
+    let news = [
+        NewTopic::new("a", 2),
+        NewTopic::new("exists", 1),
+        NewTopic::new("bad/name", 1),
+        NewTopic::new("b", -1),
+        NewTopic::new("a", 1),
+    ];
+    let results = store.create_topics(&news);
+    let codes: Vec<i16> = results
+        .iter()
+        .map(|r| r.as_ref().map_or_else(|e| e.kafka_error_code(), |_| 0))
+        .collect();
+    assert_eq!(codes, [0, 36, 17, 0, 36]);
+    let ids: Vec<Uuid> = results.iter().flatten().map(|t| t.id).collect();
+    assert_eq!(ids.len(), 2);
+    assert!(ids.iter().all(|id| !id.is_zero()) && ids[0] != ids[1]);
+    drop(store);
+    let store = open(&dir);
+    let names: Vec<_> = store.topics().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["a", "b", "exists"]);
+    assert_eq!(store.topic("b").map(|t| t.partitions), Some(1));
+}
+
+#[test]
 fn a_lost_topic_is_restored_with_its_id() {
     let dir = TempDir::new().expect("tempdir");
     let id = Uuid::random().expect("random");
