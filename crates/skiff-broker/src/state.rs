@@ -306,6 +306,18 @@ impl Broker {
             started_ms: now_ms(),
         });
         let infos: Vec<TopicInfo> = broker.meta().topics().cloned().collect();
+        let partitions: usize = infos
+            .iter()
+            .map(|t| usize::try_from(t.partitions).unwrap_or(0))
+            .sum();
+        let allowed = partitions_the_descriptor_limit_allows();
+        if partitions > allowed {
+            bail!(
+                "{partitions} partitions need one open file each, and the open-file limit leaves \
+                 room for {allowed}: raise it (`ulimit -n`, systemd's LimitNOFILE) to at least {}",
+                partitions as u64 + DESCRIPTOR_RESERVE
+            );
+        }
         for info in infos {
             broker.open_topic(info)?;
         }
@@ -519,13 +531,18 @@ impl Broker {
         infos: Vec<TopicInfo>,
     ) -> Vec<Result<Arc<Topic>, skiff_meta::MetaError>> {
         let durability = crate::partition_dirs::Durability::Deferred;
-        let mut opened: Vec<Result<Arc<Topic>, (TopicInfo, String)>> = infos
-            .into_iter()
-            .map(|info| {
+        let mut opened: Vec<Result<Arc<Topic>, (TopicInfo, String)>> = Vec::new();
+        let mut refused = Vec::new();
+        for info in infos {
+            if let Err(reason) = self.descriptors_allow(info.partitions) {
+                refused.push((info, reason));
+                continue;
+            }
+            opened.push(
                 self.open_topic_with(info.clone(), durability)
-                    .map_err(|e| (info, format!("{e:#}")))
-            })
-            .collect();
+                    .map_err(|e| (info, format!("{e:#}"))),
+            );
+        }
         if opened.iter().any(Result::is_ok)
             && let Err(e) = crate::partition_dirs::sync_file_system(&self.config.data_dir)
         {
@@ -535,10 +552,37 @@ impl Broker {
                 .map(|r| r.and_then(|topic| Err((topic.info.clone(), message.clone()))))
                 .collect();
         }
-        opened
+        let mut results: Vec<Result<Arc<Topic>, skiff_meta::MetaError>> = opened
             .into_iter()
             .map(|r| r.map_err(|(info, message)| self.undo_new_topic(&info, message)))
-            .collect()
+            .collect();
+        for (info, reason) in refused {
+            self.undo_new_topic(&info, reason.clone());
+            results.push(Err(skiff_meta::MetaError::PolicyViolation(reason)));
+        }
+        results
+    }
+
+    /// Every partition holds a descriptor (its active segment): more partitions than the
+    /// open-file limit allows (less a reserve for the rest) are refused, so the broker can
+    /// always start again with what it has.
+    fn descriptors_allow(&self, more: i32) -> Result<(), String> {
+        let have: usize = self
+            .topics
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .map(|t| t.partitions.len())
+            .sum();
+        let want = have.saturating_add(usize::try_from(more).unwrap_or(0));
+        let allowed = partitions_the_descriptor_limit_allows();
+        if want > allowed {
+            return Err(format!(
+                "{want} partitions would exceed the {allowed} this broker's open-file limit allows \
+                 (each partition holds one descriptor): raise `ulimit -n` (LimitNOFILE)"
+            ));
+        }
+        Ok(())
     }
 
     /// Leaves nothing of a topic whose creation failed: unregistered, out of the metadata, its
@@ -848,6 +892,17 @@ impl Broker {
             }
         }
     }
+}
+
+/// Descriptors kept back from partitions: connections, listeners, metadata and group files.
+const DESCRIPTOR_RESERVE: u64 = 1024;
+
+/// How many partitions the process's open-file limit leaves room for.
+pub fn partitions_the_descriptor_limit_allows() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    usize::try_from(limit.saturating_sub(DESCRIPTOR_RESERVE)).unwrap_or(usize::MAX)
 }
 
 /// The metadata file is missing while partition directories are present: refuse to start over
