@@ -31,26 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "interop"))
 
 import kafka_wire as kw  # noqa: E402
-from skiff_harness import free_port, wait_for_tcp  # noqa: E402
-
-
-def rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
-def settle(pid: int) -> int:
-    last = rss_kb(pid)
-    for _ in range(20):
-        time.sleep(0.2)
-        now = rss_kb(pid)
-        if abs(now - last) < 64:
-            return now
-        last = now
-    return last
+from skiff_harness import free_port, settled_rss_kb as settle, wait_for_tcp  # noqa: E402
 
 
 class Broker:

@@ -59,6 +59,28 @@ def require_tool(*names: str, package: str) -> str:
     pytest.skip(message)
 
 
+def rss_kb(pid: int) -> int:
+    """A process's resident set (VmRSS in /proc/PID/status), in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmRSS in /proc/{pid}/status")
+
+
+def settled_rss_kb(pid: int, timeout_s: float = 4.0) -> int:
+    """The resident set once it stops moving (two readings 0.2 s apart within 64 KiB), bounded."""
+    last = rss_kb(pid)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = rss_kb(pid)
+        if abs(now - last) < 64:
+            return now
+        last = now
+    return last
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """Ask the kernel for a free loopback port (bind to 0, read it, close)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

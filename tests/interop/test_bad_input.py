@@ -17,20 +17,13 @@ import uuid
 import pytest
 
 import kafka_wire as kw
+from skiff_harness import rss_kb
 from confluent_util import assert_partition_matches, consume_partitions, make_records, produce_all, producer
 
 pytestmark = pytest.mark.timeout(60)
 N_PRECIOUS = 20
 #: The broker's resident set may grow by at most this much during one attack.
 RSS_SLACK_KB = 256 * 1024
-
-
-def rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 class Target:

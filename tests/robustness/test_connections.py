@@ -18,17 +18,10 @@ import pytest
 
 import kafka_wire as kw
 from confluent_util import producer
+from skiff_harness import settled_rss_kb
 
 #: Issue #13: memory per idle connection.
 IDLE_CONNECTION_BUDGET_KB = 16
-
-
-def rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS in /proc/PID/status")
 
 
 def open_files_allowed(n: int) -> None:
@@ -50,19 +43,6 @@ def idle_connections(bootstrap: str, n: int) -> list[socket.socket]:
         assert err == 0
         socks.append(s)
     return socks
-
-
-def settled_rss_kb(pid: int) -> int:
-    """The resident set once it stops moving (bounded: 2 s)."""
-    last = rss_kb(pid)
-    deadline = time.monotonic() + 2
-    while time.monotonic() < deadline:
-        time.sleep(0.2)
-        now = rss_kb(pid)
-        if abs(now - last) < 64:
-            return now
-        last = now
-    return last
 
 
 @pytest.mark.parametrize("n", [2000])

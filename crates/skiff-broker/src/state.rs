@@ -894,15 +894,20 @@ impl Broker {
     }
 }
 
-/// Descriptors kept back from partitions: connections, listeners, metadata and group files.
+/// Descriptors kept back from partitions (connections, listeners, metadata and group files):
+/// 1,024, or a quarter of a smaller limit.
 const DESCRIPTOR_RESERVE: u64 = 1024;
+
+fn descriptor_reserve(limit: u64) -> u64 {
+    DESCRIPTOR_RESERVE.min(limit / 4)
+}
 
 /// How many partitions the process's open-file limit leaves room for.
 pub fn partitions_the_descriptor_limit_allows() -> usize {
     let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .current
         .unwrap_or(u64::MAX);
-    usize::try_from(limit.saturating_sub(DESCRIPTOR_RESERVE)).unwrap_or(usize::MAX)
+    usize::try_from(limit.saturating_sub(descriptor_reserve(limit))).unwrap_or(usize::MAX)
 }
 
 /// The metadata file is missing while partition directories are present: refuse to start over
