@@ -41,8 +41,8 @@ def node() -> str:
     elif not (NODE_DIR / "node_modules" / "@platformatic" / "kafka").is_dir():
         why = f"@platformatic/kafka not installed (cd {NODE_DIR} && npm ci)"
     if why:
-        if os.environ.get("CI"):
-            pytest.fail(f"{why} in CI (.ci/run installs it)")
+        if os.environ.get("CI") or os.environ.get("SKIFF_REQUIRE_TOOLS") == "1":
+            pytest.fail(f"{why} (./scripts/test installs it)")
         pytest.skip(why)
     return path
 
