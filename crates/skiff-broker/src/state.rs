@@ -86,9 +86,23 @@ pub struct Partition {
     first_unstable: AtomicI64,
     /// Whether any aborted transaction is known (read_committed fetches then list them).
     has_aborted: AtomicBool,
+    /// Set (under the log lock) when the partition's topic is deleted: an append that looked
+    /// the partition up before the deletion must not be acknowledged into files being removed.
+    removed: AtomicBool,
 }
 
 impl Partition {
+    /// Whether the partition's topic was deleted; read under the log lock before appending.
+    pub fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
+
+    /// Marks the partition deleted, under its log lock (no append is in progress or follows).
+    fn mark_removed(&self) {
+        let _log = self.lock_log();
+        self.removed.store(true, Ordering::Release);
+    }
+
     pub fn lock_log(&self) -> MutexGuard<'_, PartitionLog> {
         self.log.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -489,6 +503,7 @@ impl Broker {
             end_offset: watch::channel(end).0,
             first_unstable: AtomicI64::new(i64::MAX),
             has_aborted: AtomicBool::new(false),
+            removed: AtomicBool::new(false),
             producers: Mutex::new(producers),
         };
         partition.publish_txn_state(&partition.lock_producers());
@@ -703,6 +718,9 @@ impl Broker {
             .remove(&id);
         self.topics_changed();
         if let Some(topic) = removed {
+            for partition in &topic.partitions {
+                partition.mark_removed();
+            }
             self.remove_partition_dirs(&topic.info);
         }
         Ok(())

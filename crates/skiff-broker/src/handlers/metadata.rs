@@ -133,6 +133,9 @@ fn create_missing(broker: &Broker, list: &[MetadataRequestTopic]) {
     if missing.len() < 2 {
         return; // one topic: requested_topic creates it
     }
+    // Serialised with CreateTopics and DeleteTopics: a topic deleted and auto-created under the
+    // same name at once must not share (and lose) a directory.
+    let _admin = super::topics::admin_lock();
     let created = broker.create_topics(&missing);
     let ok = created.iter().filter(|r| r.is_ok()).count();
     tracing::info!(topics = ok, of = missing.len(), "auto-created topics");
@@ -166,7 +169,11 @@ fn requested_topic(
                     Uuid::ZERO,
                 );
             }
-            match broker.create_topic(&NewTopic::new(name.to_string(), -1), false) {
+            let created = {
+                let _admin = super::topics::admin_lock();
+                broker.create_topic(&NewTopic::new(name.to_string(), -1), false)
+            };
+            match created {
                 Ok(topic) => {
                     tracing::info!(topic = %name, partitions = topic.info.partitions, "auto-created topic");
                     describe(broker, &topic, include_ops)

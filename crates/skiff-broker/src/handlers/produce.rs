@@ -225,6 +225,14 @@ fn append(
     }
 
     let mut log = partition.lock_log();
+    if partition.is_removed() {
+        // Looked up before its topic was deleted (perhaps re-created since under the same
+        // name): nothing may be acknowledged into files that are being removed.
+        return Err((
+            error_codes::UNKNOWN_TOPIC_OR_PARTITION,
+            "the topic was deleted".into(),
+        ));
+    }
     if let Some(base_offset) = single_duplicate {
         return Ok(Appended {
             base_offset,
