@@ -44,3 +44,52 @@ def test_a_create_topics_that_fails_leaves_nothing_behind(broker):
     broker.restart()
     assert topic not in AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10).topics
     assert blocker.read_text() == "not a directory"
+
+
+def test_thousands_of_partitions_serve_and_restart_under_a_low_descriptor_limit(tmp_path):
+    """Finding 10: with more partitions than descriptors the broker failed, then could not start.
+    Now idle partitions hold no descriptor (log.open.files.max bounds the open segment files)."""
+    import os
+    import stat
+    import urllib.request
+
+    from confluent_util import consume_partitions, producer
+    from skiff_harness import SkiffBroker, free_port, skiff_bin
+
+    # The broker runs under a hard limit of 256 descriptors, across restarts.
+    wrapper = tmp_path / "skiff-limited"
+    wrapper.write_text(f"#!/bin/bash\nulimit -Sn 256 && ulimit -Hn 256 && exec {skiff_bin()} \"$@\"\n")
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    b = SkiffBroker(wrapper, data_dir=tmp_path / "data", log_dir=tmp_path / "logs", port=free_port(),
+                    extra_args=["--set", "log.open.files.max=64"])
+    b.start()
+    try:
+        topics = [(f"many-{i}", 100) for i in range(20)]  # 2,000 partitions
+        s = kw.connect(b.bootstrap, timeout=120)
+        results = kw.create_topics_v2(s, 1, topics)
+        s.close()
+        assert all(code == 0 for _, code, _ in results), [r for r in results if r[1]][:3]
+        p = producer(b.bootstrap, acks="all")
+        sent = {}
+        for t in range(20):
+            for part in range(0, 100, 7):
+                value = f"{t}-{part}".encode()
+                p.produce(f"many-{t}", value=value, partition=part)
+                sent[(t, part)] = value
+            p.poll(0)
+        assert p.flush(60) == 0
+        metrics = urllib.request.urlopen(f"{b.admin_url}/metrics", timeout=5).read().decode()
+        open_files = int(next(line.split()[1] for line in metrics.splitlines()
+                              if line.startswith("skiff_segment_files_open ")))
+        assert open_files <= 64, open_files
+        assert open(f"/proc/{b.proc.pid}/limits").read().count("256") >= 2
+
+        b.restart()
+        for t in (0, 7, 19):
+            parts = {part: 1 for part in range(0, 100, 7)}
+            got = consume_partitions(b.bootstrap, f"many-{t}", parts, timeout=30)
+            for part, records in got.items():
+                assert [r.value for r in records] == [sent[(t, part)]]
+        assert os.path.isdir(tmp_path / "data" / "many-19-99")
+    finally:
+        b.stop()

@@ -154,6 +154,18 @@ pub fn render_metrics(broker: &Broker) -> String {
         partitions,
     );
     gauge(
+        "skiff_segment_files_open",
+        "Segment files whose descriptor is open (bounded by log.open.files.max; idle partitions hold none).",
+        "gauge",
+        broker.files.0.open_files() as u64,
+    );
+    gauge(
+        "skiff_segment_file_opens_total",
+        "Times a segment file was opened (a growing rate means log.open.files.max is too small for the partitions in use).",
+        "counter",
+        broker.files.0.opens() as u64,
+    );
+    gauge(
         "skiff_partitions_offline",
         "Partitions whose log can no longer promise durability (an fdatasync failed): they answer KAFKA_STORAGE_ERROR until the broker restarts.",
         "gauge",

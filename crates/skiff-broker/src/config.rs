@@ -60,6 +60,9 @@ pub struct BrokerConfig {
     /// cut; damage followed by valid batches refuses to start, naming the file and position)
     /// or `truncate` (cut at the first damaged batch, dropping what follows).
     pub log_recovery: skiff_log::RecoveryMode,
+    /// `log.open.files.max`: segment files kept open at once over all partitions (idle ones are
+    /// closed and reopened when used); `None`: half the open-file limit, 64 to 10,000.
+    pub log_open_files_max: Option<usize>,
     /// `metadata.rebuild` (`skiff broker --rebuild-metadata`): when the metadata file is lost
     /// but partition directories remain, register their topics again from the directories
     /// instead of refusing to start.
@@ -100,6 +103,7 @@ impl Default for BrokerConfig {
             fetch_max_bytes: DEFAULT_FETCH_MAX_BYTES,
             shutdown_timeout_ms: 30_000,
             rebuild_metadata: false,
+            log_open_files_max: None,
             log_recovery: skiff_log::RecoveryMode::TornTail,
             admin_listen: None,
             telemetry_enabled: true,
@@ -246,6 +250,10 @@ impl BrokerConfig {
                     bail!("log.recovery.mode = {other:?}: expected \"torn-tail\" or \"truncate\"")
                 }
             };
+        }
+        if let Some(v) = entries.remove("log.open.files.max") {
+            config.log_open_files_max =
+                Some(parse_num(&v, "log.open.files.max", 16, 10_000_000)? as usize);
         }
         if let Some(v) = entries.remove("metadata.rebuild") {
             config.rebuild_metadata = match v.trim() {

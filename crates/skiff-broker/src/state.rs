@@ -266,6 +266,9 @@ pub struct Broker {
     pub started_ms: i64,
     /// KIP-227 incremental fetch sessions.
     fetch_sessions: Mutex<crate::fetch_session::FetchSessions>,
+    /// The segment files' descriptors, shared by every partition and bounded
+    /// (`log.open.files.max`): idle partitions hold none.
+    pub files: skiff_log::FileCacheHandle,
 }
 
 impl Broker {
@@ -298,6 +301,9 @@ impl Broker {
             config.transactions,
         )?;
         let telemetry = crate::state::open_telemetry(&config)?;
+        let open_files_max = config
+            .log_open_files_max
+            .unwrap_or_else(default_open_files_max);
         let otlp = config
             .telemetry_otlp_endpoint
             .clone()
@@ -318,20 +324,9 @@ impl Broker {
             telemetry: Mutex::new(telemetry),
             otlp,
             started_ms: now_ms(),
+            files: skiff_log::FileCacheHandle(skiff_log::FileCache::new(open_files_max)),
         });
         let infos: Vec<TopicInfo> = broker.meta().topics().cloned().collect();
-        let partitions: usize = infos
-            .iter()
-            .map(|t| usize::try_from(t.partitions).unwrap_or(0))
-            .sum();
-        let allowed = partitions_the_descriptor_limit_allows();
-        if partitions > allowed {
-            bail!(
-                "{partitions} partitions need one open file each, and the open-file limit leaves \
-                 room for {allowed}: raise it (`ulimit -n`, systemd's LimitNOFILE) to at least {}",
-                partitions as u64 + DESCRIPTOR_RESERVE
-            );
-        }
         for info in infos {
             broker.open_topic(info)?;
         }
@@ -440,6 +435,7 @@ impl Broker {
             retention_bytes: positive(topic.retention_bytes),
             flush,
             recovery: self.config.log_recovery,
+            files: self.files.clone(),
         }
     }
 
@@ -546,18 +542,13 @@ impl Broker {
         infos: Vec<TopicInfo>,
     ) -> Vec<Result<Arc<Topic>, skiff_meta::MetaError>> {
         let durability = crate::partition_dirs::Durability::Deferred;
-        let mut opened: Vec<Result<Arc<Topic>, (TopicInfo, String)>> = Vec::new();
-        let mut refused = Vec::new();
-        for info in infos {
-            if let Err(reason) = self.descriptors_allow(info.partitions) {
-                refused.push((info, reason));
-                continue;
-            }
-            opened.push(
+        let mut opened: Vec<Result<Arc<Topic>, (TopicInfo, String)>> = infos
+            .into_iter()
+            .map(|info| {
                 self.open_topic_with(info.clone(), durability)
-                    .map_err(|e| (info, format!("{e:#}"))),
-            );
-        }
+                    .map_err(|e| (info, format!("{e:#}")))
+            })
+            .collect();
         if opened.iter().any(Result::is_ok)
             && let Err(e) = crate::partition_dirs::sync_file_system(&self.config.data_dir)
         {
@@ -567,37 +558,10 @@ impl Broker {
                 .map(|r| r.and_then(|topic| Err((topic.info.clone(), message.clone()))))
                 .collect();
         }
-        let mut results: Vec<Result<Arc<Topic>, skiff_meta::MetaError>> = opened
+        opened
             .into_iter()
             .map(|r| r.map_err(|(info, message)| self.undo_new_topic(&info, message)))
-            .collect();
-        for (info, reason) in refused {
-            self.undo_new_topic(&info, reason.clone());
-            results.push(Err(skiff_meta::MetaError::PolicyViolation(reason)));
-        }
-        results
-    }
-
-    /// Every partition holds a descriptor (its active segment): more partitions than the
-    /// open-file limit allows (less a reserve for the rest) are refused, so the broker can
-    /// always start again with what it has.
-    fn descriptors_allow(&self, more: i32) -> Result<(), String> {
-        let have: usize = self
-            .topics
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .map(|t| t.partitions.len())
-            .sum();
-        let want = have.saturating_add(usize::try_from(more).unwrap_or(0));
-        let allowed = partitions_the_descriptor_limit_allows();
-        if want > allowed {
-            return Err(format!(
-                "{want} partitions would exceed the {allowed} this broker's open-file limit allows \
-                 (each partition holds one descriptor): raise `ulimit -n` (LimitNOFILE)"
-            ));
-        }
-        Ok(())
+            .collect()
     }
 
     /// Leaves nothing of a topic whose creation failed: unregistered, out of the metadata, its
@@ -912,20 +876,15 @@ impl Broker {
     }
 }
 
-/// Descriptors kept back from partitions (connections, listeners, metadata and group files):
-/// 1,024, or a quarter of a smaller limit.
-const DESCRIPTOR_RESERVE: u64 = 1024;
-
-fn descriptor_reserve(limit: u64) -> u64 {
-    DESCRIPTOR_RESERVE.min(limit / 4)
-}
-
-/// How many partitions the process's open-file limit leaves room for.
-pub fn partitions_the_descriptor_limit_allows() -> usize {
+/// `log.open.files.max` unless set: half the open-file limit (the rest is for connections and
+/// the broker's own files), at least 64 and at most 10,000.
+pub fn default_open_files_max() -> usize {
     let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .current
-        .unwrap_or(u64::MAX);
-    usize::try_from(limit.saturating_sub(descriptor_reserve(limit))).unwrap_or(usize::MAX)
+        .unwrap_or(20_000);
+    usize::try_from(limit / 2)
+        .unwrap_or(10_000)
+        .clamp(64, 10_000)
 }
 
 /// The metadata file is missing while partition directories are present: refuse to start over

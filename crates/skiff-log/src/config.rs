@@ -59,6 +59,8 @@ pub struct LogConfig {
     pub flush: FlushPolicy,
     /// Recovery behaviour on open.
     pub recovery: RecoveryMode,
+    /// The cache of open segment files this log's segments use (shared by a broker's logs).
+    pub files: crate::FileCacheHandle,
 }
 
 impl Default for LogConfig {
@@ -73,6 +75,7 @@ impl Default for LogConfig {
             retention_bytes: None,
             flush: FlushPolicy::Always,
             recovery: RecoveryMode::TornTail,
+            files: crate::FileCacheHandle::default(),
         }
     }
 }

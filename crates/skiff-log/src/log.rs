@@ -132,13 +132,22 @@ impl PartitionLog {
         for (i, &base) in bases.iter().enumerate() {
             match bases.get(i + 1) {
                 Some(&next_base) => {
-                    let segment =
-                        Segment::open_sealed(&dir, base, next_base, config.index_interval_bytes)?;
+                    let segment = Segment::open_sealed(
+                        &config.files.0,
+                        &dir,
+                        base,
+                        next_base,
+                        config.index_interval_bytes,
+                    )?;
                     sealed.insert(base, segment);
                 }
                 None => {
-                    let (mut segment, end) =
-                        Segment::open_active(&dir, base, config.index_interval_bytes)?;
+                    let (mut segment, end) = Segment::open_active(
+                        &config.files.0,
+                        &dir,
+                        base,
+                        config.index_interval_bytes,
+                    )?;
                     if let ScanEnd::Invalid { position, reason } = end {
                         let corrupt = |reason: String| LogError::Corrupt {
                             path: segment.path().to_path_buf(),
@@ -185,7 +194,7 @@ impl PartitionLog {
         let active = match active {
             Some(active) => active,
             None => {
-                let segment = Segment::create(&dir, log_start_offset)?;
+                let segment = Segment::create(&config.files.0, &dir, log_start_offset)?;
                 if sync {
                     checkpoint::sync_dir(&dir)?;
                 }
@@ -216,7 +225,7 @@ impl PartitionLog {
         log.delete_segments_below(log.log_start_offset)?;
         if sync {
             log.active
-                .file()
+                .file()?
                 .sync_data()
                 .io("fdatasync segment", log.active.path())?;
         }
@@ -452,7 +461,10 @@ impl PartitionLog {
         self.durable_end_offset = self.durable_end_offset.max(self.log_end_offset);
         self.first_unflushed_ms = None;
         let base = self.log_end_offset;
-        let previous = std::mem::replace(&mut self.active, Segment::create(&self.dir, base)?);
+        let previous = std::mem::replace(
+            &mut self.active,
+            Segment::create(&self.config.files.0, &self.dir, base)?,
+        );
         self.sealed.insert(previous.base_offset(), previous);
         checkpoint::sync_dir(&self.dir)?;
         tracing::debug!(dir = %self.dir.display(), base, "rolled segment");
@@ -646,7 +658,7 @@ impl PartitionLog {
         }
         // Delete before creating: the new segment may reuse the active one's file names.
         self.active.delete_files()?;
-        self.active = Segment::create(&self.dir, offset)?;
+        self.active = Segment::create(&self.config.files.0, &self.dir, offset)?;
         checkpoint::sync_dir(&self.dir)?;
         self.log_start_offset = offset;
         self.log_end_offset = offset;
@@ -667,7 +679,7 @@ impl PartitionLog {
         }
         let active = &self.active;
         Ok(Some(SyncTarget {
-            file: active.shared_file(),
+            file: active.file()?,
             path: active.path().to_path_buf(),
             end_offset: self.log_end_offset,
         }))

@@ -1,6 +1,6 @@
 //! One segment: a `.log` file of whole batches plus its two sparse indexes.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{ErrorKind, IoSlice};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -10,6 +10,7 @@ use bytes::Bytes;
 use skiff_records::{BATCH_HEADER_LEN, BatchHeader, Compression, RecordBatch, TimestampType};
 
 use crate::error::{IoContext, LogError, Result};
+use crate::files::{FileCache, SegmentFile};
 use crate::index::{Index, OffsetEntry, TimeEntry, offset_index_consistent, time_index_consistent};
 
 pub(crate) const LOG_SUFFIX: &str = "log";
@@ -203,9 +204,9 @@ impl<'a> WindowReader<'a> {
 pub(crate) struct Segment {
     base_offset: i64,
     log_path: PathBuf,
-    /// Shared with sync targets, so a group commit needs no new descriptor (a `dup` can fail
-    /// with EMFILE, and that must not cost a sync).
-    log: Arc<File>,
+    /// Opened on demand behind the log's [`FileCache`]; handles given out are shared with sync
+    /// targets, so a group commit needs no new descriptor.
+    log: SegmentFile,
     size: u64,
     /// Offset after the last batch (`base_offset` when empty).
     next_offset: i64,
@@ -221,21 +222,15 @@ impl Segment {
         [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX].map(|s| dir.join(file_name(base_offset, s)))
     }
 
-    fn open_log_file(path: &Path, create: bool) -> Result<Arc<File>> {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(create)
-            .open(path)
-            .map(Arc::new)
-            .io("open segment", path)
+    fn open_log_file(files: &Arc<FileCache>, path: &Path, create: bool) -> Result<SegmentFile> {
+        SegmentFile::open(files, path, create)
     }
 
     /// Creates an empty segment (replacing stale files of the same name).
-    pub(crate) fn create(dir: &Path, base_offset: i64) -> Result<Self> {
+    pub(crate) fn create(files: &Arc<FileCache>, dir: &Path, base_offset: i64) -> Result<Self> {
         let [log_path, index_path, time_path] = Self::paths(dir, base_offset);
-        let log = Self::open_log_file(&log_path, true)?;
-        log.set_len(0).io("truncate segment", &log_path)?;
+        let log = Self::open_log_file(files, &log_path, true)?;
+        log.get()?.set_len(0).io("truncate segment", &log_path)?;
         Ok(Self {
             base_offset,
             log_path,
@@ -252,14 +247,15 @@ impl Segment {
     /// Opens a segment that is not the last one: trusted by size; indexes are loaded, or rebuilt
     /// from batch headers when missing or inconsistent. `next_offset` is the next segment's base.
     pub(crate) fn open_sealed(
+        files: &Arc<FileCache>,
         dir: &Path,
         base_offset: i64,
         next_offset: i64,
         interval: u64,
     ) -> Result<Self> {
         let [log_path, index_path, time_path] = Self::paths(dir, base_offset);
-        let log = Self::open_log_file(&log_path, false)?;
-        let size = log.metadata().io("stat segment", &log_path)?.len();
+        let log = Self::open_log_file(files, &log_path, false)?;
+        let size = log.get()?.metadata().io("stat segment", &log_path)?.len();
         let max_relative = u32::try_from(next_offset.saturating_sub(base_offset)).ok();
         let offset_index = Index::load(&index_path, |e| {
             offset_index_consistent(e, size, max_relative)
@@ -344,19 +340,20 @@ impl Segment {
     /// and rebuilding both indexes. Returns where validation stopped if it did not reach the end;
     /// the caller decides whether to truncate there.
     pub(crate) fn open_active(
+        files: &Arc<FileCache>,
         dir: &Path,
         base_offset: i64,
         interval: u64,
     ) -> Result<(Self, ScanEnd)> {
         let [log_path, ..] = Self::paths(dir, base_offset);
-        let log = Self::open_log_file(&log_path, false)?;
-        let size = log.metadata().io("stat segment", &log_path)?.len();
+        let log = Self::open_log_file(files, &log_path, false)?;
+        let size = log.get()?.metadata().io("stat segment", &log_path)?.len();
         Self::rebuild(log, log_path, base_offset, size, interval, true)
     }
 
     /// Scans `size` bytes of `log`, building fresh indexes over the valid prefix.
     fn rebuild(
-        log: Arc<File>,
+        log: SegmentFile,
         log_path: PathBuf,
         base_offset: i64,
         size: u64,
@@ -367,8 +364,9 @@ impl Segment {
         let mut offset_entries = Vec::new();
         let mut time_entries: Vec<TimeEntry> = Vec::new();
         let mut first_timestamp = None;
+        let file = log.get()?;
         let (valid_size, next_offset, end) = scan(
-            &log,
+            &file,
             &log_path,
             size,
             base_offset,
@@ -412,12 +410,9 @@ impl Segment {
     /// then the damage is not a torn tail (a crash tears only what was written last), and
     /// cutting there would drop valid, acknowledged batches.
     pub(crate) fn valid_batch_after(&self, position: u64) -> Result<Option<u64>> {
-        let len = self
-            .log
-            .metadata()
-            .io("stat segment", &self.log_path)?
-            .len();
-        let mut reader = WindowReader::new(&self.log, &self.log_path, len);
+        let file = self.log.get()?;
+        let len = file.metadata().io("stat segment", &self.log_path)?.len();
+        let mut reader = WindowReader::new(&file, &self.log_path, len);
         let mut at = position.saturating_add(1);
         while at.saturating_add(BATCH_HEADER_LEN as u64) <= len {
             let header = reader.bytes(at, BATCH_HEADER_LEN)?;
@@ -438,10 +433,10 @@ impl Segment {
 
     /// Cuts the file after the valid prefix found by recovery and makes the cut durable.
     pub(crate) fn truncate_to_valid(&mut self) -> Result<()> {
-        self.log
-            .set_len(self.size)
+        let file = self.log.get()?;
+        file.set_len(self.size)
             .io("truncate segment", &self.log_path)?;
-        self.log.sync_all().io("fsync segment", &self.log_path)
+        file.sync_all().io("fsync segment", &self.log_path)
     }
 
     pub(crate) fn base_offset(&self) -> i64 {
@@ -465,13 +460,10 @@ impl Segment {
             .max_timestamp
             .map(|max| (max, self.tracker.offset_of_max_timestamp))
     }
-    pub(crate) fn file(&self) -> &File {
-        &self.log
-    }
-
-    /// The segment file, shared (for syncing outside the log's lock).
-    pub(crate) fn shared_file(&self) -> Arc<File> {
-        Arc::clone(&self.log)
+    /// The segment file (opened again if the file cache had closed it), shared: for syncing
+    /// outside the log's lock, it stays open while the handle lives.
+    pub(crate) fn file(&self) -> Result<Arc<File>> {
+        self.log.get()
     }
 
     /// Appends already validated batches: `parts` hold their bytes in order (any split) and
@@ -483,7 +475,8 @@ impl Segment {
         interval: u64,
         now_ms: i64,
     ) -> Result<()> {
-        write_all_vectored_at(&self.log, parts, self.size).io("write segment", &self.log_path)?;
+        let file = self.log.get()?;
+        write_all_vectored_at(&file, parts, self.size).io("write segment", &self.log_path)?;
         let mut position = self.size;
         for header in headers {
             let at = u32::try_from(position).map_err(|_| LogError::Corrupt {
@@ -522,7 +515,10 @@ impl Segment {
     /// Seals the segment before a roll: final time-index entry, then data and indexes synced.
     pub(crate) fn seal(&mut self) -> Result<()> {
         self.close_time_index()?;
-        self.log.sync_data().io("fsync segment", &self.log_path)?;
+        self.log
+            .get()?
+            .sync_data()
+            .io("fsync segment", &self.log_path)?;
         self.offset_index.persist()?;
         self.time_index.persist()
     }
@@ -562,6 +558,7 @@ impl Segment {
             .get_mut(..available as usize)
             .ok_or_else(|| self.corrupt(position, "header read"))?;
         self.log
+            .get()?
             .read_exact_at(slot, position)
             .io("read segment", &self.log_path)?;
         let header =
@@ -617,7 +614,8 @@ impl Segment {
     ) -> Result<Bytes> {
         let available = self.size.saturating_sub(position);
         let want = (max_bytes.max(first.total_len()) as u64).min(available);
-        let mut buf = read_exact_at_uninit(&self.log, usize::try_from(want).unwrap_or(0), position)
+        let file = self.log.get()?;
+        let mut buf = read_exact_at_uninit(&file, usize::try_from(want).unwrap_or(0), position)
             .io("read segment", &self.log_path)?;
         // Whole batches only, each starting where the previous ended: the read stops before a
         // batch that breaks the sequence (the next read, starting there, reports it).
@@ -834,7 +832,7 @@ mod tests {
     #[test]
     fn vectored_positional_writes_and_unzeroed_reads() {
         let dir = tempfile::tempdir().unwrap();
-        let file = OpenOptions::new()
+        let file = fs::OpenOptions::new()
             .create_new(true)
             .read(true)
             .write(true)

@@ -764,3 +764,40 @@ async fn a_transient_failure_fails_the_waiters_of_its_round_not_the_log() {
     assert_eq!(flaky.durable_offset(), second.last_offset + 1);
     assert!(!committer.is_offline());
 }
+
+#[test]
+fn many_logs_share_a_small_file_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = FileCacheHandle(FileCache::new(4));
+    let config = || LogConfig {
+        files: files.clone(),
+        ..small_segments()
+    };
+    let mut logs: Vec<PartitionLog> = (0..20)
+        .map(|i| PartitionLog::open(dir.path().join(format!("p-{i}")), config()).unwrap())
+        .collect();
+    for round in 0..30 {
+        for log in &mut logs {
+            log.append(batch(1, round, 100), 0).unwrap();
+        }
+    }
+    assert!(
+        files.0.open_files() <= 4,
+        "{} segment files open",
+        files.0.open_files()
+    );
+    for log in &mut logs {
+        assert!(log.segment_count() > 1);
+        for offset in 0..30 {
+            let read = batches_of(log.read(offset, 1).unwrap().records);
+            assert_eq!(read[0].base_offset(), offset);
+        }
+        log.flush().unwrap();
+    }
+    assert!(files.0.open_files() <= 4);
+    drop(logs);
+    for i in 0..20 {
+        let log = PartitionLog::open(dir.path().join(format!("p-{i}")), config()).unwrap();
+        assert_eq!(log.log_end_offset(), 30);
+    }
+}
