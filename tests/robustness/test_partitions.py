@@ -27,6 +27,22 @@ def test_a_metadata_request_auto_creates_thousands_of_topics_at_once(broker):
     assert set(names) <= set(md["topics"])
 
 
+def test_one_create_topics_request_creates_thousands_of_topics(broker):
+    names = [f"many-{uuid.uuid4().hex[:6]}-{i}" for i in range(3000)]
+    s = kw.connect(broker.bootstrap, timeout=60)
+    results = kw.create_topics_v2(s, 1, [(n, 1) for n in names] + [(names[0], 1)])
+    s.close()
+    # The duplicated name is refused once; every other topic is created.
+    by_name = {name: (code, message) for name, code, message in results}
+    assert by_name.pop(names[0])[0] == 42, "the duplicated name"  # INVALID_REQUEST
+    assert all(code == 0 for code, _ in by_name.values()), [r for r in results if r[1]][:3]
+    broker.restart()
+    s = kw.connect(broker.bootstrap, timeout=60)
+    md = kw.metadata_v1(s, 2, None)
+    s.close()
+    assert set(names[1:]) <= set(md["topics"])
+
+
 def test_a_create_topics_that_fails_leaves_nothing_behind(broker):
     topic = f"half-{uuid.uuid4().hex[:8]}"
     # A file of the operator's where the second partition's directory must go.

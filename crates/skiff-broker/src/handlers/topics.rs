@@ -77,24 +77,52 @@ pub fn handle_create_topics(ctx: &RequestContext, request: CreateTopicsRequest) 
         *counts.entry(topic.name.clone()).or_default() += 1;
     }
     let mut reported_duplicates = HashSet::new();
-    let mut topics = Vec::with_capacity(request.topics.len());
+    // Each topic is checked first; the valid ones are then created with one metadata write (a
+    // request for thousands of topics must not rewrite the metadata thousands of times).
+    let mut checked: Vec<(ByteString, Result<NewTopic, TopicError>)> = Vec::new();
     for topic in request.topics {
         if counts.get(&topic.name).copied().unwrap_or(0) > 1 {
             // Kafka answers once per duplicated name.
             if reported_duplicates.insert(topic.name.clone()) {
-                topics.push(failed_creation(
+                checked.push((
                     topic.name,
-                    TopicError::new(error_codes::INVALID_REQUEST, "Duplicate topic name."),
+                    Err(TopicError::new(
+                        error_codes::INVALID_REQUEST,
+                        "Duplicate topic name.",
+                    )),
                 ));
             }
             continue;
         }
         let name = topic.name.clone();
-        let result = match create_one(broker, topic, request.validate_only) {
-            Ok(result) => result,
-            Err(error) => failed_creation(name, error),
-        };
-        topics.push(result);
+        checked.push((name, check_one(broker, topic)));
+    }
+    let _admin = admin_lock();
+    let valid: Vec<NewTopic> = checked
+        .iter()
+        .filter_map(|(_, c)| c.as_ref().ok().cloned())
+        .collect();
+    let mut created = if request.validate_only {
+        valid
+            .iter()
+            .map(|new| broker.create_topic(new, true))
+            .collect::<Vec<_>>()
+    } else {
+        broker.create_topics(&valid)
+    }
+    .into_iter();
+    let mut topics = Vec::with_capacity(checked.len());
+    for (name, check) in checked {
+        let result = check.and_then(|new| {
+            let topic = created.next().unwrap_or_else(|| {
+                Err(MetaError::io(
+                    "creating a topic",
+                    std::io::Error::other("not created"),
+                ))
+            })?;
+            describe_created(broker, name.clone(), &new, &topic, request.validate_only)
+        });
+        topics.push(result.unwrap_or_else(|error| failed_creation(name, error)));
     }
     Response::CreateTopics(CreateTopicsResponse {
         topics,
@@ -115,11 +143,9 @@ fn failed_creation(name: ByteString, error: TopicError) -> CreatableTopicResult 
     }
 }
 
-fn create_one(
-    broker: &Broker,
-    topic: CreatableTopic,
-    validate_only: bool,
-) -> Result<CreatableTopicResult, TopicError> {
+/// Checks one topic of a CreateTopics request (name, existence, configs, partitions, replicas)
+/// and returns what to create.
+fn check_one(broker: &Broker, topic: CreatableTopic) -> Result<NewTopic, TopicError> {
     // Kafka's order: the name, then existence, then configs, then partitions and replicas.
     if &*topic.name == CLUSTER_METADATA_TOPIC {
         return Err(TopicError::new(
@@ -183,22 +209,29 @@ fn create_one(
             ));
         }
     }
-    let new = NewTopic {
+    Ok(NewTopic {
         name: topic.name.to_string(),
         num_partitions,
         replication_factor: topic.replication_factor,
         configs,
-    };
+    })
+}
 
-    let _admin = admin_lock();
-    let created = broker.create_topic(&new, validate_only)?;
+/// The answer for a topic just created (or, with `validate_only`, that would be).
+fn describe_created(
+    broker: &Broker,
+    name: ByteString,
+    new: &NewTopic,
+    created: &crate::state::Topic,
+    validate_only: bool,
+) -> Result<CreatableTopicResult, TopicError> {
     let described = if validate_only {
         broker.meta().preview_topic_configs(&new.configs)?
     } else {
         broker.meta().describe_topic_configs(&new.name)?
     };
     Ok(CreatableTopicResult {
-        name: topic.name,
+        name,
         topic_id: created.info.id,
         error_code: error_codes::NONE,
         error_message: None,
