@@ -209,11 +209,7 @@ impl BrokerConfig {
             };
         }
         if let Some(v) = entries.remove("telemetry.enable") {
-            config.telemetry_enabled = match v.trim() {
-                "true" => true,
-                "false" => false,
-                other => bail!("telemetry.enable = {other:?}: expected true or false"),
-            };
+            config.telemetry_enabled = parse_bool(&v, "telemetry.enable")?;
         }
         if let Some(v) = entries.remove("telemetry.max.bytes") {
             config.telemetry_max_bytes =
@@ -256,11 +252,7 @@ impl BrokerConfig {
                 Some(parse_num(&v, "log.open.files.max", 16, 10_000_000)? as usize);
         }
         if let Some(v) = entries.remove("metadata.rebuild") {
-            config.rebuild_metadata = match v.trim() {
-                "true" => true,
-                "false" => false,
-                other => bail!("metadata.rebuild = {other:?}: expected true or false"),
-            };
+            config.rebuild_metadata = parse_bool(&v, "metadata.rebuild")?;
         }
         if let Some(v) = entries.remove("shutdown.timeout.ms") {
             config.shutdown_timeout_ms = parse_num(&v, "shutdown.timeout.ms", 0, 3_600_000)? as u64;
@@ -394,6 +386,14 @@ fn take_group_config(
         bail!("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms");
     }
     Ok(())
+}
+
+fn parse_bool(text: &str, key: &str) -> Result<bool> {
+    match text.trim() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        other => bail!("{key} = {other:?}: expected true or false"),
+    }
 }
 
 fn parse_num(text: &str, key: &str, min: i64, max: i64) -> Result<i64> {

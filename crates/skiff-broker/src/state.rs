@@ -327,8 +327,17 @@ impl Broker {
             files: skiff_log::FileCacheHandle(skiff_log::FileCache::new(open_files_max)),
         });
         let infos: Vec<TopicInfo> = broker.meta().topics().cloned().collect();
+        // The markers the scan read: each partition directory is read once at start.
+        let scanned: HashMap<PathBuf, Option<crate::partition_dirs::Marker>> = found
+            .iter()
+            .map(|f| (f.dir.clone(), f.marker.clone()))
+            .collect();
         for info in infos {
-            broker.open_topic(info)?;
+            broker.open_topic_with(
+                info,
+                crate::partition_dirs::Durability::Synced,
+                Some(&scanned),
+            )?;
         }
         broker.clean_up_partition_dirs(&found)?;
         broker.keep_producer_ids_unique();
@@ -441,16 +450,18 @@ impl Broker {
 
     /// Opens (creating if needed) the partitions of a topic and registers it.
     pub fn open_topic(&self, info: TopicInfo) -> Result<Arc<Topic>> {
-        self.open_topic_with(info, crate::partition_dirs::Durability::Synced)
+        self.open_topic_with(info, crate::partition_dirs::Durability::Synced, None)
     }
 
     /// [`Broker::open_topic`]; with [`Durability::Deferred`](crate::partition_dirs::Durability)
     /// the new partitions' files are not synced one by one: the caller syncs the file system
-    /// once before answering.
+    /// once before answering. `scanned`: the partition directories' markers as the start-up
+    /// scan read them (`None`: read each from disk).
     fn open_topic_with(
         &self,
         info: TopicInfo,
         durability: crate::partition_dirs::Durability,
+        scanned: Option<&Scanned>,
     ) -> Result<Arc<Topic>> {
         let effective = self
             .meta()
@@ -459,7 +470,13 @@ impl Broker {
         let log_config = self.log_config(&effective);
         let mut partitions = Vec::new();
         for index in 0..info.partitions {
-            partitions.push(self.open_partition(&info, index, log_config.clone(), durability)?);
+            partitions.push(self.open_partition(
+                &info,
+                index,
+                log_config.clone(),
+                durability,
+                scanned,
+            )?);
         }
         let topic = Arc::new(Topic { info, partitions });
         self.topics
@@ -476,9 +493,10 @@ impl Broker {
         index: i32,
         config: LogConfig,
         durability: crate::partition_dirs::Durability,
+        scanned: Option<&Scanned>,
     ) -> Result<Arc<Partition>> {
         let dir = self.partition_dir(&info.name, index);
-        let created = self.claim_partition_dir(info, index, &dir, durability)?;
+        let created = self.claim_partition_dir(info, index, &dir, durability, scanned)?;
         let always = config.flush == FlushPolicy::Always;
         let log = if created && durability == crate::partition_dirs::Durability::Deferred {
             PartitionLog::open_unsynced(&dir, config)
@@ -545,7 +563,7 @@ impl Broker {
         let mut opened: Vec<Result<Arc<Topic>, (TopicInfo, String)>> = infos
             .into_iter()
             .map(|info| {
-                self.open_topic_with(info.clone(), durability)
+                self.open_topic_with(info.clone(), durability, None)
                     .map_err(|e| (info, format!("{e:#}")))
             })
             .collect();
@@ -631,7 +649,13 @@ impl Broker {
         let mut partitions = old.partitions.clone();
         let durability = crate::partition_dirs::Durability::Deferred;
         for index in old.partitions.len() as i32..info.partitions {
-            partitions.push(self.open_partition(&info, index, log_config.clone(), durability)?);
+            partitions.push(self.open_partition(
+                &info,
+                index,
+                log_config.clone(),
+                durability,
+                None,
+            )?);
         }
         crate::partition_dirs::sync_file_system(&self.config.data_dir)?;
         self.topics
@@ -728,10 +752,16 @@ impl Broker {
         index: i32,
         dir: &Path,
         durability: crate::partition_dirs::Durability,
+        scanned: Option<&Scanned>,
     ) -> Result<bool> {
         use crate::partition_dirs::{self, Marker};
         let marker = Marker::new(&info.name, info.id, index);
-        match partition_dirs::read_marker(dir)? {
+        let on_disk = match scanned {
+            // Not in the scan: no marker there (or no directory at all).
+            Some(scanned) => scanned.get(dir).cloned().flatten(),
+            None => partition_dirs::read_marker(dir)?,
+        };
+        match on_disk {
             Some(found) if found.id(dir)? == info.id => Ok(false),
             Some(found) => {
                 let id = found.id(dir)?;
@@ -762,49 +792,41 @@ impl Broker {
     }
 
     /// At start: deletes the directories of deleted topics (marker and tombstone agree) and
-    /// forgets tombstones with nothing left on disk; leaves everything else alone.
+    /// forgets tombstones with nothing left on disk; leaves everything else alone. A directory
+    /// named like a partition of a live topic was claimed when the topic was opened (its marker
+    /// checked, written, or the deleted topic's data it held replaced).
     fn clean_up_partition_dirs(&self, found: &[crate::partition_dirs::Found]) -> Result<()> {
         let mut on_disk = std::collections::HashSet::new();
         for f in found {
-            // Read again: opening the topics gave their unmarked directories a marker.
-            let marker = crate::partition_dirs::read_marker(&f.dir)?;
-            let id = match &marker {
+            let live = crate::partition_dirs::parse_name(&f.name).and_then(|(name, index)| {
+                self.topic_by_name(name)
+                    .filter(|t| index < t.info.partitions)
+            });
+            if let Some(topic) = live {
+                on_disk.insert(topic.info.id);
+                continue;
+            }
+            let id = match &f.marker {
                 Some(marker) => Some(marker.id(&f.dir)?),
                 None => None,
             };
-            let live = id.is_some_and(|id| {
-                self.topic_by_id(id).is_some_and(|t| {
-                    marker.as_ref().is_some_and(|m| {
-                        m.topic == t.info.name
-                            && (0..t.info.partitions).contains(&m.partition)
-                            && f.name == format!("{}-{}", m.topic, m.partition)
-                    })
-                })
-            });
-            if live {
-                on_disk.insert(id);
-                continue;
-            }
             match id {
                 Some(id) if self.meta().deleted_topic(id).is_some() => {
                     tracing::info!(dir = %f.dir.display(), "removing the directory of a deleted topic");
-                    match std::fs::remove_dir_all(&f.dir) {
-                        Ok(()) => {}
-                        Err(e) => {
-                            tracing::error!(dir = %f.dir.display(), error = %e, "deleting failed");
-                            on_disk.insert(Some(id));
-                        }
+                    if let Err(e) = std::fs::remove_dir_all(&f.dir) {
+                        tracing::error!(dir = %f.dir.display(), error = %e, "deleting failed");
+                        on_disk.insert(id);
                     }
                 }
                 _ => {
                     tracing::warn!(dir = %f.dir.display(), "left alone: not a partition of any topic the metadata knows");
-                    on_disk.insert(id);
+                    on_disk.extend(id);
                 }
             }
         }
         let tombstones: Vec<Uuid> = self.meta().deleted_topics().map(|t| t.id).collect();
         for id in tombstones {
-            if !on_disk.contains(&Some(id)) {
+            if !on_disk.contains(&id) {
                 self.meta_mut()
                     .forget_deleted_topic(id)
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -875,6 +897,9 @@ impl Broker {
         }
     }
 }
+
+/// Partition directories and the markers the start-up scan read in them.
+type Scanned = HashMap<PathBuf, Option<crate::partition_dirs::Marker>>;
 
 /// `log.open.files.max` unless set: half the open-file limit (the rest is for connections and
 /// the broker's own files), at least 64 and at most 10,000.

@@ -76,6 +76,16 @@ pub struct SyncTarget {
 }
 
 impl SyncTarget {
+    /// A target over any file (tests of what a failing fdatasync does).
+    #[cfg(test)]
+    pub(crate) fn over(file: File, path: &Path, end_offset: i64) -> SyncTarget {
+        SyncTarget {
+            file: Arc::new(file),
+            path: path.to_path_buf(),
+            end_offset,
+        }
+    }
+
     /// The log end offset when the target was taken: offsets below it become durable.
     pub fn end_offset(&self) -> i64 {
         self.end_offset

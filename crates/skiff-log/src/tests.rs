@@ -286,16 +286,27 @@ fn last_segment(dir: &Path) -> std::path::PathBuf {
     segment_file(dir, "log").pop().unwrap()
 }
 
+/// `n` batches of 2 records into a new log in `dir`; their sizes.
+fn write_batches(dir: &Path, n: i64) -> Vec<usize> {
+    let mut log = PartitionLog::open(dir, config()).unwrap();
+    (0..n)
+        .map(|i| log.append(batch(2, i, 50), 0).unwrap().size_in_bytes)
+        .collect()
+}
+
+/// 60 one-record batches over small segments in `dir`: the batch size and the first segment.
+fn fill_small_segments(dir: &Path) -> (usize, std::path::PathBuf) {
+    let mut log = PartitionLog::open(dir, small_segments()).unwrap();
+    fill(&mut log, 60);
+    let size = log.read(0, 1).unwrap().records.len();
+    (size, segment_file(dir, "log").remove(0))
+}
+
 #[test]
 fn torn_tail_is_truncated_and_appends_continue() {
     for damage in ["cut", "garbage", "flip"] {
         let dir = tempfile::tempdir().unwrap();
-        let sizes: Vec<usize> = {
-            let mut log = PartitionLog::open(dir.path(), config()).unwrap();
-            (0..5)
-                .map(|i| log.append(batch(2, i, 50), 0).unwrap().size_in_bytes)
-                .collect()
-        };
+        let sizes = write_batches(dir.path(), 5);
         let path = last_segment(dir.path());
         let intact: u64 = sizes[..4].iter().sum::<usize>() as u64;
         match damage {
@@ -340,12 +351,7 @@ fn torn_tail_is_truncated_and_appends_continue() {
 #[test]
 fn damage_followed_by_valid_batches_is_refused_unless_truncate_is_chosen() {
     let dir = tempfile::tempdir().unwrap();
-    let sizes: Vec<usize> = {
-        let mut log = PartitionLog::open(dir.path(), config()).unwrap();
-        (0..8)
-            .map(|i| log.append(batch(2, i, 50), 0).unwrap().size_in_bytes)
-            .collect()
-    };
+    let sizes = write_batches(dir.path(), 8);
     let path = last_segment(dir.path());
     // A flipped byte inside the fourth batch's records: its CRC fails, four valid batches follow.
     let damaged_at: u64 = sizes[..3].iter().sum::<usize>() as u64;
@@ -384,12 +390,7 @@ fn damage_followed_by_valid_batches_is_refused_unless_truncate_is_chosen() {
 #[test]
 fn a_broken_offset_sequence_in_a_sealed_segment_is_reported_never_served() {
     let dir = tempfile::tempdir().unwrap();
-    let batch_size = {
-        let mut log = PartitionLog::open(dir.path(), small_segments()).unwrap();
-        fill(&mut log, 60);
-        log.read(0, 1).unwrap().records.len()
-    };
-    let first = segment_file(dir.path(), "log").remove(0);
+    let (batch_size, first) = fill_small_segments(dir.path());
     let per_segment = fs::metadata(&first).unwrap().len() as usize / batch_size;
     assert!(
         per_segment >= 5,
@@ -441,12 +442,7 @@ fn a_broken_offset_sequence_in_a_sealed_segment_is_reported_never_served() {
 #[test]
 fn a_sealed_segment_whose_end_does_not_meet_the_next_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let batch_size = {
-        let mut log = PartitionLog::open(dir.path(), small_segments()).unwrap();
-        fill(&mut log, 60);
-        log.read(0, 1).unwrap().records.len()
-    };
-    let first = segment_file(dir.path(), "log").remove(0);
+    let (batch_size, first) = fill_small_segments(dir.path());
     // The last batch of the first segment claims an offset past the next segment's base.
     let mut bytes = fs::read(&first).unwrap();
     let at = bytes.len() - batch_size;
@@ -800,4 +796,31 @@ fn many_logs_share_a_small_file_cache() {
         let log = PartitionLog::open(dir.path().join(format!("p-{i}")), config()).unwrap();
         assert_eq!(log.log_end_offset(), 30);
     }
+}
+
+/// A log whose fdatasync fails (its sync target is /dev/null: EINVAL), as a disk error would.
+struct Failing;
+
+impl SyncSource for Failing {
+    fn sync_target(&self) -> Result<Option<SyncTarget>> {
+        let path = Path::new("/dev/null");
+        let file = std::fs::File::open(path).unwrap();
+        Ok(Some(SyncTarget::over(file, path, 10)))
+    }
+    fn mark_durable(&self, _end_offset: i64) {}
+    fn durable_offset(&self) -> i64 {
+        0
+    }
+}
+
+#[tokio::test]
+async fn a_failed_fdatasync_takes_the_log_offline_for_good() {
+    let committer = GroupCommitter::spawn(Arc::new(Failing));
+    assert!(!committer.is_offline());
+    let first = committer.wait_durable(5).await;
+    assert!(matches!(first, Err(LogError::SyncFailed(_))), "{first:?}");
+    assert!(committer.is_offline());
+    // Every later wait fails too: nothing is durable any more.
+    let later = committer.wait_durable(1).await;
+    assert!(matches!(later, Err(LogError::SyncFailed(_))), "{later:?}");
 }

@@ -311,16 +311,12 @@ impl MetadataStore {
     /// INVALID_REPLICATION_FACTOR (anything but 1 on a single node), INVALID_CONFIG,
     /// POLICY_VIOLATION (more than [`MAX_PARTITIONS_PER_TOPIC`]).
     pub fn create_topic(&mut self, new: &NewTopic, validate_only: bool) -> Result<TopicInfo> {
-        let mut topic = self.prepare_topic(&self.state, new)?;
         if validate_only {
-            return Ok(topic);
+            return self.prepare_topic(&self.state, new);
         }
-        topic.id = self.fresh_topic_id()?;
-        let mut next = self.state.clone();
-        next.insert_topic(topic.clone());
-        self.commit(next)?;
-        tracing::info!(topic = %topic.name, id = %topic.id, partitions = topic.partitions, "topic created");
-        Ok(topic)
+        self.create_topics(std::slice::from_ref(new))
+            .pop()
+            .unwrap_or_else(|| Err(MetaError::Random("no topic created".into())))
     }
 
     /// Creates several topics with one write (auto-creation of many topics at once): each
@@ -331,10 +327,7 @@ impl MetadataStore {
         let mut results = Vec::with_capacity(news.len());
         for new in news {
             let created = self.prepare_topic(&next, new).and_then(|mut topic| {
-                topic.id = self.fresh_topic_id()?;
-                if next.by_id.contains_key(&topic.id) {
-                    return Err(MetaError::Random("a generated topic ID was taken".into()));
-                }
+                topic.id = fresh_topic_id(&next)?;
                 next.insert_topic(topic.clone());
                 Ok(topic)
             });
@@ -352,17 +345,15 @@ impl MetadataStore {
             }
             Err(e) => {
                 // Nothing was written: every topic of the batch failed with the write.
-                let kind = match &e {
-                    MetaError::Io { source, .. } => source.kind(),
-                    _ => std::io::ErrorKind::Other,
-                };
-                let message = match &e {
-                    MetaError::Io { source, .. } => source.to_string(),
-                    other => other.to_string(),
-                };
-                let context = match &e {
-                    MetaError::Io { context, .. } => context.clone(),
-                    _ => "writing the metadata".to_owned(),
+                let (context, kind, message) = match &e {
+                    MetaError::Io { context, source } => {
+                        (context.clone(), source.kind(), source.to_string())
+                    }
+                    other => (
+                        "writing the metadata".to_owned(),
+                        std::io::ErrorKind::Other,
+                        other.to_string(),
+                    ),
                 };
                 results
                     .into_iter()
@@ -619,19 +610,6 @@ impl MetadataStore {
             .map_err(|_| MetaError::InvalidConfig(format!("{name}={value} is not an INT")))
     }
 
-    fn fresh_topic_id(&self) -> Result<Uuid> {
-        // A collision among 122 random bits is not expected; retry a few times regardless.
-        for _ in 0..8 {
-            let id = Uuid::random().map_err(|e| MetaError::Random(e.to_string()))?;
-            if !self.state.by_id.contains_key(&id) && !self.state.deleted.contains_key(&id) {
-                return Ok(id);
-            }
-        }
-        Err(MetaError::Random(
-            "every generated topic ID was taken".into(),
-        ))
-    }
-
     /// Persists `next` and makes it current; on failure the current state is unchanged.
     fn commit(&mut self, next: State) -> Result<()> {
         let record = |t: &TopicInfo| TopicRecord {
@@ -652,6 +630,20 @@ impl MetadataStore {
         self.state = next;
         Ok(())
     }
+}
+
+/// A random topic ID that `state` uses neither for a topic nor for a tombstone.
+fn fresh_topic_id(state: &State) -> Result<Uuid> {
+    // A collision among 122 random bits is not expected; retry a few times regardless.
+    for _ in 0..8 {
+        let id = Uuid::random().map_err(|e| MetaError::Random(e.to_string()))?;
+        if !state.by_id.contains_key(&id) && !state.deleted.contains_key(&id) {
+            return Ok(id);
+        }
+    }
+    Err(MetaError::Random(
+        "every generated topic ID was taken".into(),
+    ))
 }
 
 fn check_partition_count(partitions: i32) -> Result<()> {

@@ -1,6 +1,8 @@
 //! Metadata v0-13: brokers, cluster ID, topics with their IDs and partitions; lookup by name or
 //! (v10+) by topic ID; auto-creation of unknown topics when allowed.
 
+use std::collections::{HashMap, HashSet};
+
 use skiff_meta::NewTopic;
 use skiff_protocol::generated::MetadataRequest;
 use skiff_protocol::generated::metadata_request::MetadataRequestTopic;
@@ -70,12 +72,21 @@ pub fn handle(ctx: &RequestContext, request: MetadataRequest) -> Response {
         Some(list) if version == 0 && list.is_empty() => all_topics(broker, include_topic_ops),
         Some(list) => {
             let auto_create = version < 4 || request.allow_auto_topic_creation;
-            if auto_create {
-                create_missing(broker, &list);
-            }
+            let failed = if auto_create {
+                create_missing(broker, &list)
+            } else {
+                HashMap::new()
+            };
             list.into_iter()
                 .map(|t| {
-                    requested_topic(broker, t.name, t.topic_id, auto_create, include_topic_ops)
+                    requested_topic(
+                        broker,
+                        t.name,
+                        t.topic_id,
+                        auto_create,
+                        &failed,
+                        include_topic_ops,
+                    )
                 })
                 .collect()
         }
@@ -113,13 +124,14 @@ fn all_topics(broker: &Broker, include_ops: bool) -> Vec<MetadataResponseTopic> 
 }
 
 /// Auto-creates, with one metadata write, every valid topic name of `list` that does not
-/// exist yet (a request naming 10,000 new topics must not cost 10,000 writes). Failures are
-/// reported per topic by [`requested_topic`].
-fn create_missing(broker: &Broker, list: &[MetadataRequestTopic]) {
+/// exist yet (a request naming 10,000 new topics must not cost 10,000 writes). Returns the
+/// error code of each name whose creation failed (a name another request created meanwhile is
+/// no failure).
+fn create_missing(broker: &Broker, list: &[MetadataRequestTopic]) -> HashMap<String, i16> {
     if !broker.meta().auto_create_topics_enable() {
-        return;
+        return HashMap::new();
     }
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = HashSet::new();
     let missing: Vec<NewTopic> = list
         .iter()
         .filter_map(|t| t.name.as_deref())
@@ -130,15 +142,25 @@ fn create_missing(broker: &Broker, list: &[MetadataRequestTopic]) {
         })
         .map(|name| NewTopic::new(name, -1))
         .collect();
-    if missing.len() < 2 {
-        return; // one topic: requested_topic creates it
+    if missing.is_empty() {
+        return HashMap::new();
     }
     // Serialised with CreateTopics and DeleteTopics: a topic deleted and auto-created under the
     // same name at once must not share (and lose) a directory.
     let _admin = super::topics::admin_lock();
-    let created = broker.create_topics(&missing);
-    let ok = created.iter().filter(|r| r.is_ok()).count();
-    tracing::info!(topics = ok, of = missing.len(), "auto-created topics");
+    let mut failures = HashMap::new();
+    for (new, created) in missing.iter().zip(broker.create_topics(&missing)) {
+        match created {
+            Ok(topic) => {
+                tracing::info!(topic = %new.name, partitions = topic.info.partitions, "auto-created topic");
+            }
+            Err(e) if e.kafka_error_code() == error_codes::TOPIC_ALREADY_EXISTS => {}
+            Err(e) => {
+                failures.insert(new.name.clone(), e.kafka_error_code());
+            }
+        }
+    }
+    failures
 }
 
 fn requested_topic(
@@ -146,6 +168,7 @@ fn requested_topic(
     name: Option<ByteString>,
     topic_id: Uuid,
     auto_create: bool,
+    failed: &HashMap<String, i16>,
     include_ops: bool,
 ) -> MetadataResponseTopic {
     let error = |code: i16, name: Option<ByteString>, topic_id: Uuid| MetadataResponseTopic {
@@ -169,24 +192,13 @@ fn requested_topic(
                     Uuid::ZERO,
                 );
             }
-            let created = {
-                let _admin = super::topics::admin_lock();
-                broker.create_topic(&NewTopic::new(name.to_string(), -1), false)
-            };
-            match created {
-                Ok(topic) => {
-                    tracing::info!(topic = %name, partitions = topic.info.partitions, "auto-created topic");
-                    describe(broker, &topic, include_ops)
-                }
-                // Another request created it in the meantime.
-                Err(e) if e.kafka_error_code() == error_codes::TOPIC_ALREADY_EXISTS => {
-                    match broker.topic_by_name(&name) {
-                        Some(topic) => describe(broker, &topic, include_ops),
-                        None => error(error_codes::LEADER_NOT_AVAILABLE, Some(name), Uuid::ZERO),
-                    }
-                }
-                Err(e) => error(e.kafka_error_code(), Some(name), Uuid::ZERO),
-            }
+            // create_missing created it, or says why not; gone again since (deleted at once):
+            // not available yet.
+            let code = failed
+                .get(&*name)
+                .copied()
+                .unwrap_or(error_codes::LEADER_NOT_AVAILABLE);
+            error(code, Some(name), Uuid::ZERO)
         }
         None if !topic_id.is_zero() => match broker.topic_by_id(topic_id) {
             Some(topic) => describe(broker, &topic, include_ops),
