@@ -72,7 +72,7 @@ pub fn handle(ctx: &RequestContext, request: MetadataRequest) -> Response {
         Some(list) if version == 0 && list.is_empty() => all_topics(broker, include_topic_ops),
         Some(list) => {
             let auto_create = version < 4 || request.allow_auto_topic_creation;
-            let failed = if auto_create {
+            let created = if auto_create {
                 create_missing(broker, &list)
             } else {
                 HashMap::new()
@@ -84,7 +84,7 @@ pub fn handle(ctx: &RequestContext, request: MetadataRequest) -> Response {
                         t.name,
                         t.topic_id,
                         auto_create,
-                        &failed,
+                        &created,
                         include_topic_ops,
                     )
                 })
@@ -124,10 +124,10 @@ fn all_topics(broker: &Broker, include_ops: bool) -> Vec<MetadataResponseTopic> 
 }
 
 /// Auto-creates, with one metadata write, every valid topic name of `list` that does not
-/// exist yet (a request naming 10,000 new topics must not cost 10,000 writes). Returns the
-/// error code of each name whose creation failed (a name another request created meanwhile is
-/// no failure).
-fn create_missing(broker: &Broker, list: &[MetadataRequestTopic]) -> HashMap<String, i16> {
+/// exist yet (a request naming 10,000 new topics must not cost 10,000 writes). Returns what
+/// became of each: the topic created (described even if deleted again at once), or the error
+/// code (a name another request created meanwhile is no failure, and not listed).
+fn create_missing(broker: &Broker, list: &[MetadataRequestTopic]) -> Created {
     if !broker.meta().auto_create_topics_enable() {
         return HashMap::new();
     }
@@ -148,27 +148,31 @@ fn create_missing(broker: &Broker, list: &[MetadataRequestTopic]) -> HashMap<Str
     // Serialised with CreateTopics and DeleteTopics: a topic deleted and auto-created under the
     // same name at once must not share (and lose) a directory.
     let _admin = super::topics::admin_lock();
-    let mut failures = HashMap::new();
+    let mut outcomes = HashMap::new();
     for (new, created) in missing.iter().zip(broker.create_topics(&missing)) {
         match created {
             Ok(topic) => {
                 tracing::info!(topic = %new.name, partitions = topic.info.partitions, "auto-created topic");
+                outcomes.insert(new.name.clone(), Ok(topic));
             }
             Err(e) if e.kafka_error_code() == error_codes::TOPIC_ALREADY_EXISTS => {}
             Err(e) => {
-                failures.insert(new.name.clone(), e.kafka_error_code());
+                outcomes.insert(new.name.clone(), Err(e.kafka_error_code()));
             }
         }
     }
-    failures
+    outcomes
 }
+
+/// What auto-creation did with each name it tried: the topic, or the error code.
+type Created = HashMap<String, Result<std::sync::Arc<Topic>, i16>>;
 
 fn requested_topic(
     broker: &Broker,
     name: Option<ByteString>,
     topic_id: Uuid,
     auto_create: bool,
-    failed: &HashMap<String, i16>,
+    created: &Created,
     include_ops: bool,
 ) -> MetadataResponseTopic {
     let error = |code: i16, name: Option<ByteString>, topic_id: Uuid| MetadataResponseTopic {
@@ -192,13 +196,28 @@ fn requested_topic(
                     Uuid::ZERO,
                 );
             }
-            // create_missing created it, or says why not; gone again since (deleted at once):
-            // not available yet.
-            let code = failed
-                .get(&*name)
-                .copied()
-                .unwrap_or(error_codes::LEADER_NOT_AVAILABLE);
-            error(code, Some(name), Uuid::ZERO)
+            // create_missing created it (answered even if deleted again at once), or says why
+            // not. A name that existed then and is gone now (deleted meanwhile) is created now,
+            // the same way.
+            let outcome = match created.get(&*name) {
+                Some(outcome) => Some(outcome.clone()),
+                None => {
+                    let again = [MetadataRequestTopic {
+                        name: Some(name.clone()),
+                        ..Default::default()
+                    }];
+                    create_missing(broker, &again).remove(&*name)
+                }
+            };
+            match outcome {
+                Some(Ok(topic)) => describe(broker, &topic, include_ops),
+                Some(Err(code)) => error(code, Some(name), Uuid::ZERO),
+                // Another request created it in the meantime.
+                None => match broker.topic_by_name(&name) {
+                    Some(topic) => describe(broker, &topic, include_ops),
+                    None => error(error_codes::LEADER_NOT_AVAILABLE, Some(name), Uuid::ZERO),
+                },
+            }
         }
         None if !topic_id.is_zero() => match broker.topic_by_id(topic_id) {
             Some(topic) => describe(broker, &topic, include_ops),
