@@ -223,3 +223,28 @@ def test_admin_create_topics(b3):
         assert len(d["partitions"]) == 4
     finally:
         admin.close()
+
+
+def test_admin_describe_log_dirs(b3):
+    """kafka-python's describe_log_dirs: the data directory and each partition's size on disk."""
+    topic = topic_name("dirs")
+    sent = sent_records(1_700_000_000_000)
+    produce(b3.bootstrap, topic, sent, acks="all", enable_idempotence=False)
+    admin = kafka.KafkaAdminClient(bootstrap_servers=b3.bootstrap, **COMMON)
+    try:
+        (broker,) = admin.describe_log_dirs()
+        (log_dir,) = broker["log_dirs"]
+        assert log_dir["error_code"] == 0
+        assert log_dir["log_dir"] == str(b3.data_dir.resolve())
+        (t,) = [t for t in log_dir["topics"] if t["name"] == topic]
+        sizes = {p["partition_index"]: p["partition_size"] for p in t["partitions"]}
+        assert sorted(sizes) == list(range(PARTS))
+        for part, size in sizes.items():
+            on_disk = sum(f.stat().st_size for f in (b3.data_dir / f"{topic}-{part}").glob("*.log"))
+            assert size == on_disk > 0, (part, size, on_disk)
+        # Filtered to one partition of the topic.
+        (broker,) = admin.describe_log_dirs({topic: [1]})
+        (log_dir,) = broker["log_dirs"]
+        assert [(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in log_dir["topics"]] == [(topic, [1])]
+    finally:
+        admin.close()

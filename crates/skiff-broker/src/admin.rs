@@ -144,8 +144,7 @@ pub fn render_metrics(broker: &Broker) -> String {
         .iter()
         .flat_map(|t| t.partitions.iter())
         .fold((0u64, 0u64), |(all, offline), p| {
-            let lost = p.committer.as_ref().is_some_and(|c| c.is_offline());
-            (all + 1, offline + u64::from(lost))
+            (all + 1, offline + u64::from(p.is_offline()))
         });
     gauge(
         "skiff_partitions",

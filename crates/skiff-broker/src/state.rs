@@ -97,6 +97,14 @@ impl Partition {
         self.removed.load(Ordering::Acquire)
     }
 
+    /// Whether the partition's log can no longer promise durability (an fdatasync failed): it
+    /// answers KAFKA_STORAGE_ERROR until the broker restarts.
+    pub fn is_offline(&self) -> bool {
+        self.committer
+            .as_ref()
+            .is_some_and(GroupCommitter::is_offline)
+    }
+
     /// Marks the partition deleted, under its log lock (no append is in progress or follows).
     fn mark_removed(&self) {
         let _log = self.lock_log();

@@ -392,6 +392,7 @@ async fn api_versions_advertises_the_admin_apis() {
         (ApiKey::CreatePartitions, 0, 3),
         (ApiKey::IncrementalAlterConfigs, 0, 1),
         (ApiKey::DescribeCluster, 0, 2),
+        (ApiKey::DescribeLogDirs, 1, 4),
     ];
     for (key, min, max) in expected {
         let entry = r

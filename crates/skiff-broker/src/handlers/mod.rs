@@ -19,6 +19,7 @@ pub mod fetch;
 pub mod group_configs;
 pub mod groups;
 pub mod list_offsets;
+pub mod log_dirs;
 pub mod metadata;
 pub mod produce;
 pub mod producer_id;
@@ -97,6 +98,7 @@ pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::CreatePartitions => (0, 3),
         ApiKey::IncrementalAlterConfigs => (0, 1),
         ApiKey::DescribeCluster => (0, 2),
+        ApiKey::DescribeLogDirs => (1, 4),
         ApiKey::AddPartitionsToTxn => (0, 3),
         ApiKey::AddOffsetsToTxn => (0, 3),
         ApiKey::EndTxn => (0, 3),
@@ -158,6 +160,7 @@ pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
         Request::DeleteRecords(r) => records_admin::handle(ctx, r).into(),
         Request::InitProducerId(r) => producer_id::handle(ctx, r),
         Request::DescribeCluster(r) => cluster::handle(ctx, r).into(),
+        Request::DescribeLogDirs(r) => log_dirs::handle(ctx, r).into(),
         Request::AddPartitionsToTxn(r) => txn::add_partitions_to_txn(ctx, r),
         Request::AddOffsetsToTxn(r) => txn::add_offsets_to_txn(ctx, r),
         Request::TxnOffsetCommit(r) => txn::txn_offset_commit(ctx, r),
