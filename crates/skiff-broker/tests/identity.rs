@@ -264,6 +264,18 @@ async fn every_advertised_api_rejects_with_its_own_error_response() {
             if api.request_header_version(version) < 2 {
                 continue;
             }
+            // DescribeLogDirs before v3 has no error field (Kafka answers an unauthorised one
+            // with no log directories): the answer is empty.
+            if api == ApiKey::DescribeLogDirs && version < 3 {
+                let mut c = broker.client().await;
+                assert!(metadata_ok(&mut c, Some(A)).await);
+                let request = Request::random(api, &mut Rng::new(7), version);
+                match c.call_with_id(request, version, Some(B)).await {
+                    Response::DescribeLogDirs(r) => assert!(r.results.is_empty(), "{r:?}"),
+                    other => panic!("unexpected {other:?}"),
+                }
+                continue;
+            }
             let mut c = broker.client().await;
             assert!(metadata_ok(&mut c, Some(A)).await);
             // A random request; re-drawn until Kafka's error response for it has somewhere to
