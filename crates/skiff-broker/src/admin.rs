@@ -25,7 +25,8 @@ use tokio::sync::watch;
 use crate::clients::{ConnectionRecord, Rejection};
 use crate::groups::Group;
 use crate::identity::RejectReason;
-use crate::state::{Broker, now_ms};
+use crate::clock::now_ms;
+use crate::state::{Broker};
 
 /// Binds the admin listener; returns its address and the serving task.
 pub async fn start(
@@ -45,7 +46,7 @@ pub async fn start(
         .route("/ui/clients", get(ui))
         .with_state(broker);
     let task = tokio::spawn(async move {
-        let stop = async move { crate::server::stopped(&mut shutdown).await };
+        let stop = async move { crate::shutdown::stopped(&mut shutdown).await };
         if let Err(e) = axum::serve(listener, app)
             .with_graceful_shutdown(stop)
             .await

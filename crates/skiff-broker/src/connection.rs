@@ -94,7 +94,7 @@ impl Connection {
             .register(crate::clients::ConnectionRecord::new(
                 id,
                 peer,
-                crate::state::now_ms(),
+                crate::clock::now_ms(),
             ));
         Connection {
             reader,
@@ -123,7 +123,7 @@ impl Connection {
         tracing::debug!("connection opened");
         let reason = tokio::select! {
             reason = self.serve() => reason,
-            _ = crate::server::stopped(&mut kill) => "shutdown deadline passed",
+            _ = crate::shutdown::stopped(&mut kill) => "shutdown deadline passed",
         };
         self.broker.clients.unregister(self.id);
         self.broker
@@ -181,7 +181,7 @@ impl Connection {
                         return "write error";
                     }
                 }
-                _ = crate::server::stopped(&mut self.shutdown), if closing.is_none() => {
+                _ = crate::shutdown::stopped(&mut self.shutdown), if closing.is_none() => {
                     closing = Some("broker shutting down");
                 }
             }
@@ -289,7 +289,7 @@ impl Connection {
                     reason,
                     expected,
                     received,
-                    crate::state::now_ms(),
+                    crate::clock::now_ms(),
                 );
                 let message = verdict.message().unwrap_or_default();
                 tracing::info!(api = ?api_key, reason = reason.label(), "{message}");

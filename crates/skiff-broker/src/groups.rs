@@ -27,7 +27,25 @@ use skiff_log::{FlushPolicy, GroupCommitter};
 use tokio::sync::{Notify, oneshot};
 
 use crate::kv_log::KvLog;
-use crate::state::Broker;
+
+/// What the group coordinator knows of the topics: an image of names, IDs and partition counts,
+/// rebuilt when the generation changes (the broker implements it over its open topics).
+pub trait TopicsSource {
+    /// Changes whenever a topic is created, grown or deleted.
+    fn topics_generation(&self) -> u64;
+    /// The topics as they are now.
+    fn topics_image(&self) -> TopicsImage;
+}
+
+impl<T: TopicsSource + ?Sized> TopicsSource for Arc<T> {
+    fn topics_generation(&self) -> u64 {
+        (**self).topics_generation()
+    }
+
+    fn topics_image(&self) -> TopicsImage {
+        (**self).topics_image()
+    }
+}
 
 /// One group: the two protocols never share a group ID at the same time.
 pub enum Group {
@@ -226,14 +244,11 @@ impl GroupCoordinator {
     }
 
     /// Locks the state, refreshing the topics image first if topics changed since last time.
-    pub fn lock(&self, broker: &Broker, now_ms: i64) -> MutexGuard<'_, Inner> {
+    pub fn lock(&self, topics: &impl TopicsSource, now_ms: i64) -> MutexGuard<'_, Inner> {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let generation = broker.topics_generation();
+        let generation = topics.topics_generation();
         if inner.topics_generation != generation {
-            let mut image = TopicsImage::default();
-            for topic in broker.all_topics() {
-                image.insert(&topic.info.name, topic.info.id, topic.info.partitions);
-            }
+            let image = topics.topics_image();
             let first = inner.topics_generation == u64::MAX;
             let previous = std::mem::replace(&mut inner.topics, image);
             inner.topics_generation = generation;
@@ -475,8 +490,8 @@ impl GroupCoordinator {
     }
 
     /// Fires every due timer.
-    pub fn fire_timers(&self, broker: &Broker, now_ms: i64) {
-        let mut inner = self.lock(broker, now_ms);
+    pub fn fire_timers(&self, topics: &impl TopicsSource, now_ms: i64) {
+        let mut inner = self.lock(topics, now_ms);
         let due: Vec<String> = inner
             .groups
             .iter()

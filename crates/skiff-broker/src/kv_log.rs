@@ -100,7 +100,7 @@ impl KvLog {
         let end = {
             let mut log = self.lock();
             let info = log
-                .append(batch, crate::state::now_ms())
+                .append(batch, crate::clock::now_ms())
                 .context("appending to the group log")?;
             info.last_offset + 1
         };
@@ -131,7 +131,7 @@ impl KvLog {
                     .iter()
                     .map(|(k, v)| (k.clone(), Some(v.clone())))
                     .collect();
-                fresh.append(build_batch(&changes)?, crate::state::now_ms())?;
+                fresh.append(build_batch(&changes)?, crate::clock::now_ms())?;
             }
             fresh.flush()?;
         }
@@ -165,7 +165,7 @@ fn staging_dir(dir: &Path) -> PathBuf {
 
 fn build_batch(changes: &[(Bytes, Option<Bytes>)]) -> Result<Bytes> {
     let mut builder = RecordBatchBuilder::new();
-    let now = crate::state::now_ms();
+    let now = crate::clock::now_ms();
     for (key, value) in changes {
         builder
             .append(now, Some(key), value.as_deref(), &[])

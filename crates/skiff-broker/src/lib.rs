@@ -6,6 +6,7 @@
 
 mod admin;
 pub mod clients;
+pub mod clock;
 pub mod config;
 mod connection;
 pub mod fetch_session;
@@ -19,8 +20,10 @@ mod partition_dirs;
 pub mod producer;
 mod producer_snapshot;
 mod server;
+mod shutdown;
 pub mod state;
 pub mod txns;
+pub mod versions;
 
 pub use config::{BrokerConfig, FlushMode, Overrides};
 pub use server::{RunningBroker, start};

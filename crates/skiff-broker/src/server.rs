@@ -13,6 +13,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use crate::shutdown::stopped;
 use crate::config::{BrokerConfig, FlushMode};
 use crate::connection::Connection;
 use crate::state::Broker;
@@ -189,7 +190,7 @@ async fn group_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
         let next = broker.groups.next_deadline();
         let sleep = match next {
             Some(deadline) => {
-                let wait = (deadline - crate::state::now_ms()).max(0) as u64;
+                let wait = (deadline - crate::clock::now_ms()).max(0) as u64;
                 tokio::time::sleep(Duration::from_millis(wait))
             }
             None => tokio::time::sleep(Duration::from_secs(3600)),
@@ -199,7 +200,7 @@ async fn group_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
             _ = broker.groups.timers_changed.notified() => {}
             _ = stopped(&mut shutdown) => return,
         }
-        broker.groups.fire_timers(&broker, crate::state::now_ms());
+        broker.groups.fire_timers(&broker, crate::clock::now_ms());
     }
 }
 
@@ -232,7 +233,7 @@ async fn maintenance(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
                 let _ = tokio::task::spawn_blocking(move || b.apply_retention()).await;
             }
             _ = telemetry_expiry.tick() => {
-                let forgotten = broker.lock_telemetry().expire(crate::state::now_ms());
+                let forgotten = broker.lock_telemetry().expire(crate::clock::now_ms());
                 if forgotten > 0 {
                     tracing::debug!(forgotten, "telemetry instances expired");
                 }
@@ -246,7 +247,3 @@ async fn maintenance(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     }
 }
 
-/// Resolves once `true` has been sent (or the sender is gone).
-pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|stop| *stop).await;
-}

@@ -8,7 +8,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use skiff_log::{FlushPolicy, GroupCommitter, LogConfig, PartitionLog, TimestampPolicy};
@@ -16,6 +15,7 @@ use skiff_meta::{EffectiveTopicConfig, MetadataStore, TimestampType, TopicInfo};
 use skiff_protocol::{ApiKey, Uuid};
 use tokio::sync::watch;
 
+use crate::clock::now_ms;
 use crate::config::{BrokerConfig, FlushMode};
 use crate::identity::RejectReason;
 use crate::producer::ProducerStates;
@@ -59,14 +59,6 @@ fn open_telemetry(config: &BrokerConfig) -> Result<skiff_telemetry::TelemetryMan
         telemetry_config,
         subscriptions,
     ))
-}
-
-/// Milliseconds since the Unix epoch, the clock Kafka timestamps use.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// One partition: its log, its group committer, and a signal of its end offset for long polls.
@@ -181,6 +173,20 @@ impl Partition {
         let states = self.lock_producers();
         let end = self.lock_log().log_end_offset();
         self.write_producer_snapshot(&states, end);
+    }
+}
+
+impl crate::groups::TopicsSource for Broker {
+    fn topics_generation(&self) -> u64 {
+        self.topics_generation.load(Ordering::Relaxed)
+    }
+
+    fn topics_image(&self) -> skiff_group::TopicsImage {
+        let mut image = skiff_group::TopicsImage::default();
+        for topic in self.all_topics() {
+            image.insert(&topic.info.name, topic.info.id, topic.info.partitions);
+        }
+        image
     }
 }
 
@@ -391,12 +397,9 @@ impl Broker {
         {
             return None;
         }
-        crate::handlers::supported_versions(api)
+        crate::versions::supported_versions(api)
     }
 
-    pub fn topics_generation(&self) -> u64 {
-        self.topics_generation.load(Ordering::Relaxed)
-    }
 
     fn topics_changed(&self) {
         self.topics_generation.fetch_add(1, Ordering::Relaxed);

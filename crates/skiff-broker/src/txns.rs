@@ -26,7 +26,8 @@ use skiff_records::ControlRecordType;
 use skiff_txn::{Change, EndPlan, Transaction, TxnConfig, TxnCoordinator};
 
 use crate::kv_log::KvLog;
-use crate::state::{Broker, Partition, now_ms};
+use crate::clock::now_ms;
+use crate::state::{Broker, Partition};
 
 /// The directory of the transaction log, inside the data directory.
 pub const TXN_LOG_DIR: &str = "__transactions";

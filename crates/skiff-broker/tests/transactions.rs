@@ -68,7 +68,7 @@ async fn add_partition(c: &mut Client, tid: &str, (pid, epoch): (i64, i16), topi
 
 /// Record timestamps: now (old ones would fall to retention after a restart).
 fn now() -> i64 {
-    skiff_broker::state::now_ms()
+    skiff_broker::clock::now_ms()
 }
 
 fn txn_batch((pid, epoch): (i64, i16), seq: i32, values: &[&[u8]]) -> Bytes {

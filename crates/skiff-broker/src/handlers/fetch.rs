@@ -22,7 +22,8 @@ use tokio::sync::watch;
 
 use super::{Reply, RequestContext};
 use crate::fetch_session::{self, FetchContext, PartitionKey, SessionPartition};
-use crate::state::{Broker, Partition, now_ms};
+use crate::clock::now_ms;
+use crate::state::{Broker, Partition};
 
 /// Longest wait a client may ask for; longer requests are cut to this.
 const MAX_WAIT: Duration = Duration::from_secs(30);
@@ -153,7 +154,7 @@ async fn long_poll(
         // A shutdown ends the wait like a timeout: the client gets what there is now.
         let finished = tokio::select! {
             woken = tokio::time::timeout_at(deadline, any_append) => woken.is_err(),
-            _ = crate::server::stopped(&mut shutdown) => true,
+            _ = crate::shutdown::stopped(&mut shutdown) => true,
         };
         let (response, bytes, errors) = read(&plan);
         if finished || bytes >= min_bytes || errors {

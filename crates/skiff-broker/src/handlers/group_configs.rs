@@ -17,7 +17,8 @@ use std::collections::BTreeMap;
 use skiff_meta::{AlterConfigOp, AlterConfigOpType};
 use skiff_protocol::error_codes;
 
-use crate::state::{Broker, now_ms};
+use crate::clock::now_ms;
+use crate::state::{Broker};
 
 /// Kafka's config resource type for groups.
 pub const RESOURCE_GROUP: i8 = 32;

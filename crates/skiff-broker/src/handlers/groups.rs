@@ -38,7 +38,7 @@ use skiff_protocol::{ByteString, Request, Response, Uuid, error_codes};
 
 use super::{Reply, RequestContext, bs};
 use crate::groups::{Group, GroupCoordinator, Inner};
-use crate::state::now_ms;
+use crate::clock::now_ms;
 
 const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 /// Kafka's `offset.metadata.max.bytes` default.
@@ -267,7 +267,7 @@ fn parked(
                 Ok(ClassicResponse::Sync(r)) => Response::SyncGroup(r),
                 Err(_) => fallback(error_codes::NOT_COORDINATOR),
             },
-            _ = crate::server::stopped(&mut shutdown) => fallback(error_codes::NOT_COORDINATOR),
+            _ = crate::shutdown::stopped(&mut shutdown) => fallback(error_codes::NOT_COORDINATOR),
         }
     }))
 }

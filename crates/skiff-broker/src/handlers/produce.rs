@@ -14,7 +14,8 @@ use skiff_records::{RecordBatches, RecordsError};
 
 use super::{Reply, RequestContext};
 use crate::producer::SequenceCheck;
-use crate::state::{Partition, now_ms};
+use crate::clock::now_ms;
+use crate::state::{Partition};
 use crate::txns::TransactionCoordinator;
 
 /// The outcome of appending to one partition.

@@ -78,7 +78,7 @@ pub fn handle(ctx: &RequestContext, request: InitProducerIdRequest) -> Reply {
         producer_id,
         producer_epoch,
         None,
-        crate::state::now_ms(),
+        crate::clock::now_ms(),
     );
     Response::InitProducerId(InitProducerIdResponse {
         error_code: error_codes::NONE,

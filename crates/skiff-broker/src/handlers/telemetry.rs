@@ -12,7 +12,7 @@ use skiff_protocol::{ByteString, Response};
 use skiff_telemetry::subscriptions::{AlterOp, AlterOpType, ClientSelectors, SubscriptionError};
 
 use super::RequestContext;
-use crate::state::now_ms;
+use crate::clock::now_ms;
 
 /// Kafka's config resource type for client metrics subscriptions.
 pub const RESOURCE_CLIENT_METRICS: i8 = 16;

@@ -36,7 +36,8 @@ use skiff_txn::{EndOutcome, InitOutcome, PendingOffset, TopicPartition, TxnState
 
 use super::groups::{MAX_OFFSET_METADATA, validate_txn_commit};
 use super::{Reply, RequestContext, bs};
-use crate::state::{Broker, now_ms};
+use crate::clock::now_ms;
+use crate::state::{Broker};
 use crate::txns::finish_detached;
 
 /// PRODUCER_FENCED for the versions that know it, INVALID_PRODUCER_EPOCH for older ones (as
