@@ -23,10 +23,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::clients::{ConnectionRecord, Rejection};
+use crate::clock::now_ms;
 use crate::groups::Group;
 use crate::identity::RejectReason;
-use crate::clock::now_ms;
-use crate::state::{Broker};
+use crate::state::Broker;
 
 /// Binds the admin listener; returns its address and the serving task.
 pub async fn start(

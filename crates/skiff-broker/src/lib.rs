@@ -16,12 +16,13 @@ pub mod identity;
 mod kv_log;
 mod node_file;
 pub mod otlp;
+pub mod partition;
 mod partition_dirs;
-pub mod producer;
-mod producer_snapshot;
+mod producer_ids;
 mod server;
 mod shutdown;
 pub mod state;
+pub mod txn_end;
 pub mod txns;
 pub mod versions;
 

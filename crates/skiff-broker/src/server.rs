@@ -13,9 +13,9 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::shutdown::stopped;
 use crate::config::{BrokerConfig, FlushMode};
 use crate::connection::Connection;
+use crate::shutdown::stopped;
 use crate::state::Broker;
 
 /// How often retention runs (Kafka's `log.retention.check.interval.ms` default).
@@ -98,7 +98,7 @@ async fn serve(
     let connection_ids = AtomicU64::new(1);
     // Before the first connection is accepted: transaction ends a stop interrupted are finished
     // and transactions left hanging on partitions closed, with no client racing them.
-    crate::txns::resume_unfinished(&broker).await;
+    crate::txn_end::resume_unfinished(&broker).await;
     let maintenance = tokio::spawn(maintenance(Arc::clone(&broker), shutdown.clone()));
     let group_timers = tokio::spawn(group_timers(Arc::clone(&broker), shutdown.clone()));
     let txn_timers = tokio::spawn(txn_timers(Arc::clone(&broker), shutdown.clone()));
@@ -211,7 +211,7 @@ async fn txn_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     ));
     loop {
         tokio::select! {
-            _ = tick.tick() => crate::txns::tick(&broker).await,
+            _ = tick.tick() => crate::txn_end::tick(&broker).await,
             _ = stopped(&mut shutdown) => return,
         }
     }
@@ -246,4 +246,3 @@ async fn maintenance(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
         }
     }
 }
-

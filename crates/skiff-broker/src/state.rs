@@ -6,19 +6,18 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use anyhow::{Context, Result, bail};
-use skiff_log::{FlushPolicy, GroupCommitter, LogConfig, PartitionLog, TimestampPolicy};
+use skiff_log::{FlushPolicy, LogConfig, PartitionLog, TimestampPolicy};
 use skiff_meta::{EffectiveTopicConfig, MetadataStore, TimestampType, TopicInfo};
 use skiff_protocol::{ApiKey, Uuid};
-use tokio::sync::watch;
 
 use crate::clock::now_ms;
 use crate::config::{BrokerConfig, FlushMode};
 use crate::identity::RejectReason;
-use crate::producer::ProducerStates;
+pub use crate::partition::{Partition, Topic};
 
 /// The directory of the internal group log, inside the data directory (its name cannot be a
 /// partition directory's, which always ends in `-<number>`).
@@ -61,121 +60,6 @@ fn open_telemetry(config: &BrokerConfig) -> Result<skiff_telemetry::TelemetryMan
     ))
 }
 
-/// One partition: its log, its group committer, and a signal of its end offset for long polls.
-pub struct Partition {
-    pub topic: String,
-    pub topic_id: Uuid,
-    pub index: i32,
-    pub log: Arc<Mutex<PartitionLog>>,
-    /// Present when acks=all must wait for fdatasync (`flush = always`).
-    pub committer: Option<GroupCommitter>,
-    /// The log end offset after each append; fetches waiting for data watch it.
-    pub end_offset: watch::Sender<i64>,
-    /// Idempotent producers' sequence state for this partition.
-    pub producers: Mutex<ProducerStates>,
-    /// The first offset of the oldest open transaction (`i64::MAX`: none), published from the
-    /// producer state so that fetches read the last stable offset without its lock.
-    first_unstable: AtomicI64,
-    /// Whether any aborted transaction is known (read_committed fetches then list them).
-    has_aborted: AtomicBool,
-    /// Set (under the log lock) when the partition's topic is deleted: an append that looked
-    /// the partition up before the deletion must not be acknowledged into files being removed.
-    removed: AtomicBool,
-}
-
-impl Partition {
-    /// Whether the partition's topic was deleted; read under the log lock before appending.
-    pub fn is_removed(&self) -> bool {
-        self.removed.load(Ordering::Acquire)
-    }
-
-    /// Whether the partition's log can no longer promise durability (an fdatasync failed): it
-    /// answers KAFKA_STORAGE_ERROR until the broker restarts.
-    pub fn is_offline(&self) -> bool {
-        self.committer
-            .as_ref()
-            .is_some_and(GroupCommitter::is_offline)
-    }
-
-    /// Marks the partition deleted, under its log lock (no append is in progress or follows).
-    fn mark_removed(&self) {
-        let _log = self.lock_log();
-        self.removed.store(true, Ordering::Release);
-    }
-
-    pub fn lock_log(&self) -> MutexGuard<'_, PartitionLog> {
-        self.log.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    pub fn lock_producers(&self) -> MutexGuard<'_, ProducerStates> {
-        self.producers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Publishes the transaction state of `states` (call with the producers lock held, after
-    /// every change to it).
-    pub fn publish_txn_state(&self, states: &ProducerStates) {
-        self.first_unstable.store(
-            states.first_unstable_offset().unwrap_or(i64::MAX),
-            Ordering::Release,
-        );
-        self.has_aborted
-            .store(states.has_aborted(), Ordering::Release);
-    }
-
-    /// Finishes an append that ended at `end`, with the producers lock held across it: publishes
-    /// the transaction state and, when the append rolled the active segment, writes the producer
-    /// snapshot (Kafka's snapshot-at-roll: the next start replays at most one segment after it;
-    /// under the producers lock, so it matches the log up to `end`; rare and small, so in line).
-    pub fn after_append(&self, producers: &ProducerStates, end: i64, rolled: bool) {
-        self.publish_txn_state(producers);
-        if rolled {
-            self.write_producer_snapshot(producers, end);
-        }
-    }
-
-    /// Holds read_committed readers below `offset` before a transactional batch that opens a
-    /// transaction is appended there (the producer state learns of it only after the append).
-    pub fn hold_unstable_from(&self, offset: i64) {
-        self.first_unstable.fetch_min(offset, Ordering::AcqRel);
-    }
-
-    /// The last stable offset for a log ending at `log_end`: read_committed reads stop here.
-    pub fn last_stable_offset(&self, log_end: i64) -> i64 {
-        self.first_unstable.load(Ordering::Acquire).min(log_end)
-    }
-
-    /// Drops the transactions whose records are gone below `log_start` (retention,
-    /// DeleteRecords).
-    pub fn forget_transactions_below(&self, log_start: i64) {
-        let mut producers = self.lock_producers();
-        producers.truncate_below(log_start);
-        self.publish_txn_state(&producers);
-    }
-
-    pub fn has_aborted_transactions(&self) -> bool {
-        self.has_aborted.load(Ordering::Acquire)
-    }
-
-    /// Writes the producer snapshot of `states`, which must describe the log up to `end_offset`
-    /// (the caller holds the producers lock across its append, so they do). A failure is
-    /// logged, not returned: the snapshot only shortens the next start's replay.
-    pub fn write_producer_snapshot(&self, states: &ProducerStates, end_offset: i64) {
-        let dir = self.lock_log().dir().to_path_buf();
-        if let Err(e) = crate::producer_snapshot::write(&dir, states, end_offset) {
-            tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "producer snapshot not written");
-        }
-    }
-
-    /// Snapshots the producer state as of the current log end (clean shutdown).
-    pub fn snapshot_producers(&self) {
-        let states = self.lock_producers();
-        let end = self.lock_log().log_end_offset();
-        self.write_producer_snapshot(&states, end);
-    }
-}
-
 impl crate::groups::TopicsSource for Broker {
     fn topics_generation(&self) -> u64 {
         self.topics_generation.load(Ordering::Relaxed)
@@ -187,20 +71,6 @@ impl crate::groups::TopicsSource for Broker {
             image.insert(&topic.info.name, topic.info.id, topic.info.partitions);
         }
         image
-    }
-}
-
-/// A topic and its partitions, by index.
-pub struct Topic {
-    pub info: TopicInfo,
-    pub partitions: Vec<Arc<Partition>>,
-}
-
-impl Topic {
-    pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
-        usize::try_from(index)
-            .ok()
-            .and_then(|i| self.partitions.get(i))
     }
 }
 
@@ -265,7 +135,7 @@ pub struct Broker {
     meta: RwLock<MetadataStore>,
     topics: RwLock<HashMap<Uuid, Arc<Topic>>>,
     pub metrics: Metrics,
-    pub producer_ids: Mutex<crate::producer::ProducerIdAllocator>,
+    pub producer_ids: Mutex<crate::producer_ids::ProducerIdAllocator>,
     /// Bumped whenever a topic is created, grown or deleted (the group coordinator's cue to
     /// refresh its view of the topics).
     topics_generation: AtomicU64,
@@ -301,7 +171,7 @@ impl Broker {
         meta.ensure_written()
             .map_err(|e| anyhow::anyhow!("writing the metadata file: {e}"))?;
         let cluster_id = crate::node_file::load_or_create_cluster_id(&config.data_dir)?;
-        let producer_ids = crate::producer::ProducerIdAllocator::open(&config.data_dir)?;
+        let producer_ids = crate::producer_ids::ProducerIdAllocator::open(&config.data_dir)?;
         let advertised = config.advertised(bound);
         let groups = crate::groups::GroupCoordinator::open(
             &config.data_dir.join(GROUP_LOG_DIR),
@@ -399,7 +269,6 @@ impl Broker {
         }
         crate::versions::supported_versions(api)
     }
-
 
     fn topics_changed(&self) {
         self.topics_generation.fetch_add(1, Ordering::Relaxed);
@@ -515,23 +384,7 @@ impl Broker {
             PartitionLog::open(&dir, config)
         }
         .with_context(|| format!("opening partition {}-{index}", info.name))?;
-        let end = log.log_end_offset();
-        let producers = crate::producer::restore(&log, now_ms());
-        let log = Arc::new(Mutex::new(log));
-        let committer = always.then(|| GroupCommitter::spawn(Arc::clone(&log)));
-        let partition = Partition {
-            topic: info.name.clone(),
-            topic_id: info.id,
-            index,
-            log,
-            committer,
-            end_offset: watch::channel(end).0,
-            first_unstable: AtomicI64::new(i64::MAX),
-            has_aborted: AtomicBool::new(false),
-            removed: AtomicBool::new(false),
-            producers: Mutex::new(producers),
-        };
-        partition.publish_txn_state(&partition.lock_producers());
+        let partition = Partition::open(info, index, log, always, now_ms());
         Ok(Arc::new(partition))
     }
 
@@ -689,12 +542,7 @@ impl Broker {
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let log_config = self.log_config(&effective);
         for partition in &topic.partitions {
-            let mut log = partition.lock_log();
-            if *log.config() != log_config {
-                log.set_config(log_config.clone()).with_context(|| {
-                    format!("reconfiguring partition {}-{}", name, partition.index)
-                })?;
-            }
+            partition.reconfigure(&log_config)?;
         }
         Ok(())
     }
@@ -852,7 +700,7 @@ impl Broker {
         let mut highest = self.txns.lock().state.max_producer_id();
         for topic in self.all_topics() {
             for partition in &topic.partitions {
-                highest = highest.max(partition.lock_producers().max_producer_id());
+                highest = highest.max(partition.max_producer_id());
             }
         }
         if let Some(highest) = highest {
@@ -868,18 +716,7 @@ impl Broker {
         let now = now_ms();
         for topic in self.all_topics() {
             for partition in &topic.partitions {
-                let log_start = {
-                    let mut log = partition.lock_log();
-                    if let Err(e) = log.apply_retention(now) {
-                        tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e, "retention failed");
-                    }
-                    log.log_start_offset()
-                };
-                partition.forget_transactions_below(log_start);
-                let expired = partition.lock_producers().expire(now);
-                if expired > 0 {
-                    tracing::debug!(topic = %partition.topic, partition = partition.index, expired, "idle producers forgotten");
-                }
+                partition.apply_retention(now);
             }
         }
     }
@@ -898,12 +735,7 @@ impl Broker {
         let now = now_ms();
         for topic in self.all_topics() {
             for partition in &topic.partitions {
-                let mut log = partition.lock_log();
-                if (force || log.flush_due(now))
-                    && let Err(e) = log.flush()
-                {
-                    tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "flush failed");
-                }
+                partition.flush_if_due(now, force);
             }
         }
     }

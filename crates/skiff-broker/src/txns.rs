@@ -1,13 +1,7 @@
 //! The transaction coordinator's home in the broker: the state machine of `skiff-txn` under one
-//! lock, its persistence in an internal key-value log (`data.dir/__transactions`, what Kafka
-//! keeps in `__transaction_state`), and the carrying out of transaction ends: markers into every
-//! partition of the transaction, the transaction's offsets into the group coordinator, then the
-//! completed state.
-//!
-//! An end runs as its own task, so a client that disconnects mid-way cannot leave it half done;
-//! one persisted while preparing (a crash between markers) is carried out again at start.
-//! Markers a second time are harmless: a marker for a producer with no open transaction on a
-//! partition changes nothing there, and consumers skip control batches.
+//! lock and its persistence in an internal key-value log (`data.dir/__transactions`, what Kafka
+//! keeps in `__transaction_state`). Carrying out a transaction's end (markers, offsets,
+//! completion) is [`crate::txn_end`]'s, above the broker state.
 //!
 //! Lock order: a partition's producers lock, then this coordinator's lock (produce checks a
 //! transactional batch against its transaction while holding the producers lock, so that no
@@ -17,17 +11,14 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use bytes::Bytes;
-use skiff_group::{CommittedOffset, OffsetKey};
 use skiff_log::{FlushPolicy, GroupCommitter};
 use skiff_protocol::error_codes;
-use skiff_records::ControlRecordType;
-use skiff_txn::{Change, EndPlan, Transaction, TxnConfig, TxnCoordinator};
+use skiff_txn::{Change, Transaction, TxnConfig, TxnCoordinator};
 
 use crate::kv_log::KvLog;
-use crate::clock::now_ms;
-use crate::state::{Broker, Partition};
+use crate::partition::TxnVerifier;
 
 /// The directory of the transaction log, inside the data directory.
 pub const TXN_LOG_DIR: &str = "__transactions";
@@ -142,217 +133,10 @@ impl Inner {
     }
 }
 
-/// Appends the marker of `plan` to `partition`; returns the offset after it, or `None` when
-/// the partition's producer state already has a newer epoch (the marker would be fenced there,
-/// as Kafka's leader refuses it; nothing of this transaction can be open on it).
-fn write_marker(partition: &Partition, plan: &EndPlan, now: i64) -> Result<Option<i64>> {
-    let kind = if plan.commit {
-        ControlRecordType::Commit
-    } else {
-        ControlRecordType::Abort
-    };
-    let mut producers = partition.lock_producers();
-    if producers
-        .check_marker(plan.producer_id, plan.producer_epoch)
-        .is_err()
-    {
-        tracing::warn!(topic = %partition.topic, partition = partition.index, producer_id = plan.producer_id, epoch = plan.producer_epoch, "transaction marker from an old epoch not written");
-        return Ok(None);
-    }
-    let marker = skiff_records::end_txn_marker(plan.producer_id, plan.producer_epoch, kind, 0, now)
-        .context("building a transaction marker")?;
-    let mut log = partition.lock_log();
-    let segment_before = log.active_segment_base_offset();
-    let info = log.append(marker.into_bytes(), now).with_context(|| {
-        format!(
-            "appending a marker to {}-{}",
-            partition.topic, partition.index
-        )
-    })?;
-    let rolled = log.active_segment_base_offset() != segment_before;
-    drop(log);
-    producers.record_marker(
-        plan.producer_id,
-        plan.producer_epoch,
-        kind,
-        info.base_offset,
-        now,
-    );
-    let end = info.last_offset + 1;
-    partition.after_append(&producers, end, rolled);
-    drop(producers);
-    partition.end_offset.send_replace(end);
-    if let Some(committer) = &partition.committer {
-        committer.request_sync();
-    }
-    Ok(Some(end))
-}
-
-/// Carries out `plan` (already persisted as preparing): markers, offsets, completion. Runs as
-/// its own task; the returned error code is what EndTxn answers when it fails.
-pub async fn finish(broker: Arc<Broker>, plan: EndPlan) -> Result<(), i16> {
-    let now = now_ms();
-    let mut syncs = Vec::new();
-    for (topic, index) in &plan.partitions {
-        let Some(partition) = broker
-            .topic_by_name(topic)
-            .and_then(|t| t.partition(*index).cloned())
-        else {
-            // Deleted since it joined the transaction: nothing left to mark.
-            continue;
-        };
-        match write_marker(&partition, &plan, now) {
-            Ok(Some(end)) => syncs.push((partition, end)),
-            Ok(None) => {}
-            Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), transactional_id = %plan.transactional_id, "writing transaction markers failed; the end is retried at the next start");
-                return Err(error_codes::KAFKA_STORAGE_ERROR);
-            }
-        }
-    }
-    if plan.commit {
-        for (group, offsets) in &plan.offsets {
-            let commits: Vec<(OffsetKey, CommittedOffset)> = offsets
-                .iter()
-                .map(|o| {
-                    (
-                        OffsetKey {
-                            topic: o.topic.clone(),
-                            partition: o.partition,
-                        },
-                        CommittedOffset {
-                            offset: o.offset,
-                            leader_epoch: o.leader_epoch,
-                            metadata: o.metadata.clone(),
-                            commit_timestamp_ms: now,
-                        },
-                    )
-                })
-                .collect();
-            let stored = {
-                let mut inner = broker.groups.lock(&broker, now);
-                let stored = broker.groups.store_offsets(&mut inner, group, commits);
-                broker.groups.after_change(&mut inner, group);
-                stored
-            };
-            let synced = match stored {
-                Ok(end) => broker.groups.wait_durable(end).await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = synced {
-                tracing::error!(error = %format!("{e:#}"), group = %group, "storing transactional offsets failed");
-                return Err(error_codes::KAFKA_STORAGE_ERROR);
-            }
-        }
-    }
-    for (partition, end) in syncs {
-        if let Some(committer) = &partition.committer
-            && let Err(e) = committer.wait_durable(end).await
-        {
-            tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "syncing transaction markers failed");
-            return Err(error_codes::KAFKA_STORAGE_ERROR);
-        }
-    }
-    let end = {
-        let mut inner = broker.txns.lock();
-        let change = inner.state.complete(&plan, now_ms());
-        inner.persist_if(change, &plan.transactional_id)?
-    };
-    if end >= 0 {
-        broker.txns.wait_durable(end).await?;
-    }
-    Ok(())
-}
-
-/// Runs [`finish`] as its own task (it completes even if the requester goes away) and waits for
-/// it.
-pub async fn finish_detached(broker: Arc<Broker>, plan: EndPlan) -> Result<(), i16> {
-    match tokio::spawn(finish(broker, plan)).await {
-        Ok(result) => result,
-        Err(e) => {
-            tracing::error!(error = %e, "a transaction end task failed");
-            Err(error_codes::UNKNOWN_SERVER_ERROR)
-        }
-    }
-}
-
-/// Carries out the ends persisted while preparing (at start) and aborts timed-out transactions;
-/// forgets transactional IDs idle past their expiration.
-pub async fn tick(broker: &Arc<Broker>) {
-    let now = now_ms();
-    let (plans, expired) = {
-        let mut inner = broker.txns.lock();
-        let plans = inner.state.abort_timed_out(now);
-        for plan in &plans {
-            tracing::info!(transactional_id = %plan.transactional_id, producer_id = plan.producer_id, "aborting a transaction past its timeout");
-            if let Err(code) = inner.persist(&plan.transactional_id) {
-                tracing::error!(code, "cannot persist a timed-out transaction's abort");
-            }
-        }
-        let expired = inner.state.expire_ids(now);
-        for id in &expired {
-            let _ = inner.persist(id);
-        }
-        (plans, expired.len())
-    };
-    if expired > 0 {
-        tracing::debug!(expired, "idle transactional IDs forgotten");
-    }
-    for plan in plans {
-        let _ = finish_detached(Arc::clone(broker), plan).await;
-    }
-}
-
-/// Carries out, at start, the ends a stop interrupted, then closes the transactions left open
-/// on partitions that their coordinator no longer has in progress there.
-pub async fn resume_unfinished(broker: &Arc<Broker>) {
-    let plans = broker.txns.lock().state.unfinished();
-    for plan in plans {
-        tracing::info!(transactional_id = %plan.transactional_id, commit = plan.commit, "finishing a transaction end interrupted by a stop");
-        let _ = finish_detached(Arc::clone(broker), plan).await;
-    }
-    close_hanging(broker);
-}
-
-/// A partition's open transaction whose coordinator has no transaction in progress with that
-/// partition would hold its last stable offset back forever (a "hanging" transaction: its marker
-/// was lost with an unsynced tail under `flush = interval`, or the coordinator's log was lost).
-/// Each gets the marker its coordinator decided (commit after CompleteCommit), an abort
-/// otherwise.
-fn close_hanging(broker: &Arc<Broker>) {
-    let now = now_ms();
-    for topic in broker.all_topics() {
-        for partition in &topic.partitions {
-            let open = partition.lock_producers().open_transactions();
-            for (producer_id, epoch) in open {
-                let plan = {
-                    let inner = broker.txns.lock();
-                    let coordinator = inner.state.by_producer(producer_id);
-                    let in_progress = inner
-                        .state
-                        .verify_produce(producer_id, epoch, (&partition.topic, partition.index))
-                        .is_ok();
-                    if in_progress {
-                        continue;
-                    }
-                    let commit =
-                        coordinator.is_some_and(|t| t.state == skiff_txn::TxnState::CompleteCommit);
-                    EndPlan {
-                        transactional_id: coordinator
-                            .map(|t| t.transactional_id.clone())
-                            .unwrap_or_default(),
-                        producer_id,
-                        producer_epoch: coordinator.map_or(epoch, |t| t.producer_epoch.max(epoch)),
-                        commit,
-                        partitions: vec![(partition.topic.clone(), partition.index)],
-                        offsets: Default::default(),
-                    }
-                };
-                tracing::warn!(topic = %partition.topic, partition = partition.index, producer_id, commit = plan.commit, "closing a transaction its coordinator does not have in progress");
-                if let Err(e) = write_marker(partition, &plan, now) {
-                    tracing::error!(error = %format!("{e:#}"), "cannot close a hanging transaction");
-                }
-            }
-        }
+impl TxnVerifier for TransactionCoordinator {
+    fn verify(&self, producer_id: i64, epoch: i16, topic: &str, partition: i32) -> Result<(), i16> {
+        self.lock()
+            .state
+            .verify_produce(producer_id, epoch, (topic, partition))
     }
 }

@@ -745,7 +745,7 @@ async fn incremental_alter_configs_every_version() {
         let t = tb.broker().topic_by_name(topic).expect("topic");
         t.partitions
             .iter()
-            .map(|p| p.lock_log().config().clone())
+            .map(|p| p.log_config())
             .collect::<Vec<_>>()
     };
 
@@ -1307,9 +1307,9 @@ async fn topics_ids_and_configs_survive_a_restart() {
     );
     let topic = tb.broker().topic_by_name("kept").expect("kept");
     for p in &topic.partitions {
-        let log = p.lock_log();
-        assert_eq!(log.config().retention_ms, Some(90_000));
-        assert_eq!(log.config().segment_bytes, 1_048_576);
+        let config = p.log_config();
+        assert_eq!(config.retention_ms, Some(90_000));
+        assert_eq!(config.segment_bytes, 1_048_576);
     }
     assert_eq!(earliest_offset(&mut c, "kept").await, 1);
     // Producer IDs are not reused across the restart either.

@@ -158,7 +158,7 @@ async fn rejection_message_names_both_ids_and_the_request_has_no_effect() {
     }
     // The rejected produce had no effect: nothing was appended.
     let topic = broker.broker().topic_by_name("t").expect("topic");
-    assert_eq!(topic.partitions[0].lock_log().log_end_offset(), 0);
+    assert_eq!(topic.partitions[0].log_end_offset(), 0);
     broker.stop().await;
 }
 

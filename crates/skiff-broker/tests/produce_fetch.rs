@@ -217,9 +217,9 @@ async fn flush_always_also_syncs_acks_1_and_acks_0_appends_without_waiting_for_t
     let r = produce(&mut c, "bg-sync", 1, batch(&[b"a", b"b"]), 9).await;
     assert_eq!((r.error_code, r.base_offset), (0, 0));
     let topic = broker.broker().topic_by_name("bg-sync").unwrap();
-    let committer = topic.partition(0).unwrap().committer.as_ref().unwrap();
+    let partition = topic.partition(0).unwrap();
     // `durable_reached` never requests a sync itself: only the produce path can have asked.
-    tokio::time::timeout(Duration::from_secs(10), committer.durable_reached(2))
+    tokio::time::timeout(Duration::from_secs(10), partition.durable_reached(2))
         .await
         .expect("acks=1 append synced in the background")
         .unwrap();
@@ -228,7 +228,7 @@ async fn flush_always_also_syncs_acks_1_and_acks_0_appends_without_waiting_for_t
         9,
     )
     .await;
-    tokio::time::timeout(Duration::from_secs(10), committer.durable_reached(3))
+    tokio::time::timeout(Duration::from_secs(10), partition.durable_reached(3))
         .await
         .expect("acks=0 append synced in the background")
         .unwrap();
@@ -285,7 +285,7 @@ async fn idempotent_retry_is_acknowledged_without_a_second_append() {
     .await;
     assert_eq!(r.error_code, error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER);
     let topic = broker.broker().topic_by_name("idem").expect("topic");
-    assert_eq!(topic.partitions[0].lock_log().log_end_offset(), 1);
+    assert_eq!(topic.partitions[0].log_end_offset(), 1);
     broker.stop().await;
 }
 
@@ -513,7 +513,7 @@ async fn idempotent_retry_after_restart_is_still_a_duplicate() {
         "recognised as a duplicate"
     );
     let topic = broker.broker().topic_by_name("again").expect("topic");
-    assert_eq!(topic.partitions[0].lock_log().log_end_offset(), 1);
+    assert_eq!(topic.partitions[0].log_end_offset(), 1);
     broker.stop().await;
     drop(tmp);
 }
@@ -558,11 +558,7 @@ async fn assert_retry_is_a_duplicate(broker: &TestBroker, topic: &str, mine: Byt
         .topic_by_name(topic)
         .expect("topic")
         .partitions[0];
-    assert_eq!(
-        partition.lock_log().log_end_offset(),
-        12_001,
-        "nothing appended"
-    );
+    assert_eq!(partition.log_end_offset(), 12_001, "nothing appended");
 }
 
 #[tokio::test]

@@ -101,7 +101,6 @@ async fn deleting_and_auto_creating_one_name_at_once_loses_no_acknowledged_recor
         .topic_by_name(NAME)
         .expect("live")
         .partitions[0]
-        .lock_log()
         .log_end_offset();
     let broker = broker.restart().await;
     let live = broker
@@ -109,6 +108,6 @@ async fn deleting_and_auto_creating_one_name_at_once_loses_no_acknowledged_recor
         .topic_by_name(NAME)
         .expect("live after restart");
     assert_eq!(live.info.id, id);
-    assert_eq!(live.partitions[0].lock_log().log_end_offset(), end);
+    assert_eq!(live.partitions[0].log_end_offset(), end);
     broker.stop().await;
 }

@@ -10,20 +10,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use skiff_log::LogError;
 use skiff_protocol::generated::FetchRequest;
 use skiff_protocol::generated::fetch_request::{FetchPartition, FetchTopic};
 use skiff_protocol::generated::fetch_response::{
     AbortedTransaction, FetchResponse, FetchableTopicResponse, PartitionData,
 };
 use skiff_protocol::{ByteString, Response, Uuid, error_codes};
-use skiff_records::BatchHeader;
 use tokio::sync::watch;
 
 use super::{Reply, RequestContext};
-use crate::fetch_session::{self, FetchContext, PartitionKey, SessionPartition};
 use crate::clock::now_ms;
-use crate::state::{Broker, Partition};
+use crate::fetch_session::{self, FetchContext, PartitionKey, SessionPartition};
+use crate::partition::{Isolation, Partition};
+use crate::state::Broker;
 
 /// Longest wait a client may ask for; longer requests are cut to this.
 const MAX_WAIT: Duration = Duration::from_secs(30);
@@ -144,7 +143,7 @@ async fn long_poll(
     let mut signals: Vec<watch::Receiver<i64>> = plan
         .targets
         .iter()
-        .filter_map(|t| t.partition.as_ref().ok().map(|p| p.end_offset.subscribe()))
+        .filter_map(|t| t.partition.as_ref().ok().map(|p| p.watch_end_offset()))
         .collect();
     loop {
         let any_append = async {
@@ -221,26 +220,6 @@ fn plan(
     }
 }
 
-/// The batches of `records` that start below `stable` (the last stable offset), and the offset
-/// after the last of them. A batch never straddles the last stable offset: it is the base
-/// offset of the first batch of the oldest open transaction, or the log end.
-fn stable_prefix(records: Bytes, stable: i64) -> (Bytes, i64) {
-    let mut position = 0usize;
-    let mut next = i64::MIN;
-    // Headers only (no CRC pass); the walk stops at the first batch it cannot read.
-    while let Some(Ok(header)) = records.get(position..).map(BatchHeader::parse) {
-        if header.base_offset >= stable {
-            break;
-        }
-        next = header.last_offset().saturating_add(1);
-        // A trailing partial batch (cut by max_bytes) is returned as it is.
-        position = position
-            .saturating_add(header.total_len())
-            .min(records.len());
-    }
-    (records.slice(..position), next)
-}
-
 /// Reads every target once. Returns the response, the bytes of records in it, and whether any
 /// partition has an error (which ends a long poll at once).
 fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
@@ -278,66 +257,38 @@ fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
                 any_error = true;
             }
             Ok(partition) => {
-                let log = partition.lock_log();
-                let end = log.log_end_offset();
-                let stable = partition.last_stable_offset(end);
-                data.high_watermark = end;
-                data.last_stable_offset = stable;
-                data.log_start_offset = log.log_start_offset();
                 // The first batch is returned even if larger than the budget (KIP-74); after the
                 // budget is spent, partitions get no records.
                 let limit = target.max_bytes.min(budget);
-                let mut aborted_range = None;
-                if limit > 0 || total == 0 {
-                    let read = if plan.read_committed
-                        && target.fetch_offset >= stable
-                        && target.fetch_offset <= end
-                        && target.fetch_offset >= data.log_start_offset
-                    {
-                        // Nothing stable to read yet (an open transaction starts here).
-                        Ok(Bytes::new())
-                    } else {
-                        log.read(target.fetch_offset, limit.max(1)).map(|result| {
-                            // Without open or aborted transactions (the usual case) the
-                            // records need no walk: all lie below the last stable offset.
-                            if plan.read_committed
-                                && (stable < end || partition.has_aborted_transactions())
-                            {
-                                let (records, next) = stable_prefix(result.records, stable);
-                                if !records.is_empty() && partition.has_aborted_transactions() {
-                                    aborted_range = Some((target.fetch_offset, next));
-                                }
-                                records
-                            } else {
-                                result.records
-                            }
-                        })
-                    };
-                    match read {
-                        Ok(records) => {
-                            let n = records.len();
-                            total += n;
-                            budget = budget.saturating_sub(n);
-                            data.records = Some(records);
-                        }
-                        Err(LogError::OffsetOutOfRange { .. }) => {
-                            data.error_code = error_codes::OFFSET_OUT_OF_RANGE;
-                            any_error = true;
-                        }
-                        Err(e) => {
-                            tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "read failed");
-                            data.error_code = error_codes::KAFKA_STORAGE_ERROR;
-                            any_error = true;
-                        }
+                let want = if limit > 0 || total == 0 {
+                    limit.max(1)
+                } else {
+                    0
+                };
+                let isolation = if plan.read_committed {
+                    Isolation::ReadCommitted
+                } else {
+                    Isolation::ReadUncommitted
+                };
+                let read = partition.read(target.fetch_offset, want, isolation);
+                data.high_watermark = read.high_watermark;
+                data.last_stable_offset = read.last_stable_offset;
+                data.log_start_offset = read.log_start_offset;
+                match read.records {
+                    Ok(records) => {
+                        let n = records.len();
+                        total += n;
+                        budget = budget.saturating_sub(n);
+                        data.records = Some(records);
+                    }
+                    Err(code) => {
+                        data.error_code = code;
+                        any_error = true;
                     }
                 }
-                drop(log);
-                // The producers lock comes before the log lock everywhere, so only now.
-                if let Some((from, until)) = aborted_range {
+                if let Some(aborted) = read.aborted {
                     data.aborted_transactions = Some(
-                        partition
-                            .lock_producers()
-                            .aborted_between(from, until)
+                        aborted
                             .into_iter()
                             .map(|a| AbortedTransaction {
                                 producer_id: a.producer_id,
@@ -362,48 +313,4 @@ fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
         total,
         any_error,
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn batches(spans: &[(i64, usize)]) -> Bytes {
-        let mut out = Vec::new();
-        for &(base, count) in spans {
-            let mut b = skiff_records::RecordBatchBuilder::new().base_offset(base);
-            for _ in 0..count {
-                b.append(1, None, Some(b"v"), &[]).expect("append");
-            }
-            out.extend_from_slice(b.build().expect("batch").as_bytes());
-        }
-        Bytes::from(out)
-    }
-
-    #[test]
-    fn the_stable_prefix_stops_at_the_first_batch_at_or_past_the_last_stable_offset() {
-        let all = batches(&[(0, 2), (2, 3), (5, 1)]);
-        let (prefix, next) = stable_prefix(all.clone(), 5);
-        assert_eq!(prefix, batches(&[(0, 2), (2, 3)]));
-        assert_eq!(next, 5);
-        let (prefix, next) = stable_prefix(all.clone(), i64::MAX);
-        assert_eq!((prefix, next), (all.clone(), 6));
-        let (prefix, next) = stable_prefix(all.clone(), 0);
-        assert!(prefix.is_empty());
-        assert_eq!(next, i64::MIN);
-        // A trailing partial batch (max_bytes cut it) below the limit is kept as it is.
-        let cut = all.slice(..all.len() - 3);
-        let (prefix, next) = stable_prefix(cut.clone(), i64::MAX);
-        assert_eq!((prefix, next), (cut, 6));
-    }
-
-    proptest::proptest! {
-        /// Whatever bytes a segment read returns, the prefix is a prefix and nothing panics.
-        #[test]
-        fn any_bytes_give_a_prefix(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..256), stable in proptest::num::i64::ANY) {
-            let bytes = Bytes::from(bytes);
-            let (prefix, _) = stable_prefix(bytes.clone(), stable);
-            proptest::prop_assert!(bytes.starts_with(&prefix));
-        }
-    }
 }

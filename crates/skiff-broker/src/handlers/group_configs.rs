@@ -18,7 +18,7 @@ use skiff_meta::{AlterConfigOp, AlterConfigOpType};
 use skiff_protocol::error_codes;
 
 use crate::clock::now_ms;
-use crate::state::{Broker};
+use crate::state::Broker;
 
 /// Kafka's config resource type for groups.
 pub const RESOURCE_GROUP: i8 = 32;

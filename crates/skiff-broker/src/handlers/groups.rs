@@ -37,8 +37,8 @@ use skiff_protocol::generated::{
 use skiff_protocol::{ByteString, Request, Response, Uuid, error_codes};
 
 use super::{Reply, RequestContext, bs};
-use crate::groups::{Group, GroupCoordinator, Inner};
 use crate::clock::now_ms;
+use crate::groups::{Group, GroupCoordinator, Inner};
 
 const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 /// Kafka's `offset.metadata.max.bytes` default.

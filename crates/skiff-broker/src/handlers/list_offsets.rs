@@ -8,7 +8,7 @@ use skiff_protocol::generated::list_offsets_response::{
 use skiff_protocol::{Response, error_codes};
 
 use super::RequestContext;
-use crate::state::Partition;
+use crate::partition::{Isolation, Partition};
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -69,12 +69,11 @@ pub fn handle(ctx: &RequestContext, request: ListOffsetsRequest) -> Response {
 /// (timestamp, offset) for one partition; -1/-1 when there is no such record (or, for
 /// read_committed, none below the last stable offset).
 fn lookup(partition: &Partition, timestamp: i64, read_committed: bool) -> Result<(i64, i64), i16> {
-    let log = partition.lock_log();
-    let fetchable_end = if read_committed {
-        partition.last_stable_offset(log.log_end_offset())
+    let fetchable_end = partition.fetchable_end(if read_committed {
+        Isolation::ReadCommitted
     } else {
-        log.log_end_offset()
-    };
+        Isolation::ReadUncommitted
+    });
     let fetchable = |found: Option<skiff_log::TimestampOffset>| {
         found
             .filter(|t| t.offset < fetchable_end)
@@ -86,10 +85,14 @@ fn lookup(partition: &Partition, timestamp: i64, read_committed: bool) -> Result
     };
     match timestamp {
         LATEST => Ok((-1, fetchable_end)),
-        EARLIEST | EARLIEST_LOCAL => Ok((-1, log.log_start_offset())),
+        EARLIEST | EARLIEST_LOCAL => Ok((-1, partition.log_start_offset())),
         LATEST_TIERED | EARLIEST_PENDING_UPLOAD => Ok((-1, -1)),
-        MAX_TIMESTAMP => Ok(fetchable(log.max_timestamp_offset().map_err(storage)?)),
-        ts if ts >= 0 => Ok(fetchable(log.offset_for_timestamp(ts).map_err(storage)?)),
+        MAX_TIMESTAMP => Ok(fetchable(
+            partition.max_timestamp_offset().map_err(storage)?,
+        )),
+        ts if ts >= 0 => Ok(fetchable(
+            partition.offset_for_timestamp(ts).map_err(storage)?,
+        )),
         _ => Err(error_codes::INVALID_REQUEST),
     }
 }

@@ -17,7 +17,8 @@ use skiff_protocol::generated::describe_log_dirs_response::{
 use skiff_protocol::{Response, error_codes};
 
 use super::{RequestContext, bs};
-use crate::state::{Broker, Partition, Topic};
+use crate::partition::{Partition, Topic};
+use crate::state::Broker;
 
 pub fn handle(ctx: &RequestContext, request: DescribeLogDirsRequest) -> Response {
     let broker = &ctx.broker;
@@ -28,7 +29,7 @@ pub fn handle(ctx: &RequestContext, request: DescribeLogDirsRequest) -> Response
     let mut online: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
     let mut results = Vec::new();
     for (topic, partition) in wanted(broker, request.topics.as_deref()) {
-        let size = i64::try_from(partition.lock_log().size_in_bytes()).unwrap_or(i64::MAX);
+        let size = i64::try_from(partition.size_in_bytes()).unwrap_or(i64::MAX);
         let described = DescribeLogDirsPartition {
             partition_index: partition.index,
             partition_size: size,

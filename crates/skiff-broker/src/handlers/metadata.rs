@@ -12,7 +12,8 @@ use skiff_protocol::generated::metadata_response::{
 use skiff_protocol::{ByteString, Response, Uuid, error_codes};
 
 use super::RequestContext;
-use crate::state::{Broker, Topic};
+use crate::partition::Topic;
+use crate::state::Broker;
 
 /// Kafka's ACL operation codes, as bits in the authorized-operations fields.
 const OP_READ: i32 = 3;

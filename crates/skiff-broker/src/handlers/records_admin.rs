@@ -10,7 +10,8 @@ use skiff_protocol::generated::delete_records_response::{
 use skiff_protocol::{Response, error_codes};
 
 use super::RequestContext;
-use crate::state::{Broker, Partition};
+use crate::partition::Partition;
+use crate::state::Broker;
 
 /// DeleteRecords' "up to the high watermark".
 const HIGH_WATERMARK: i64 = -1;
@@ -69,21 +70,5 @@ fn is_compact_only(broker: &Broker, topic: &str) -> bool {
 
 /// Advances the log start to `offset`; returns the new low watermark or an error code.
 fn delete_before(partition: &Partition, offset: i64) -> Result<i64, i16> {
-    let mut log = partition.lock_log();
-    let high_watermark = log.log_end_offset();
-    let target = if offset == HIGH_WATERMARK {
-        high_watermark
-    } else {
-        offset
-    };
-    if target < 0 || target > high_watermark {
-        return Err(error_codes::OFFSET_OUT_OF_RANGE);
-    }
-    let low_watermark = log.delete_records_before(target).map_err(|e| {
-        tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "delete records failed");
-        error_codes::KAFKA_STORAGE_ERROR
-    })?;
-    drop(log);
-    partition.forget_transactions_below(low_watermark);
-    Ok(low_watermark)
+    partition.delete_records_before(if offset == HIGH_WATERMARK { -1 } else { offset })
 }

@@ -222,7 +222,7 @@ fn describe_created(
     broker: &Broker,
     name: ByteString,
     new: &NewTopic,
-    created: &crate::state::Topic,
+    created: &crate::partition::Topic,
     validate_only: bool,
 ) -> Result<CreatableTopicResult, TopicError> {
     let described = if validate_only {

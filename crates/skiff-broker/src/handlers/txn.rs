@@ -4,7 +4,7 @@
 //!
 //! The protocol work is `skiff-txn`'s; these handlers check the request against the broker's
 //! topics and groups, persist every change before answering (and with `flush = always` wait for
-//! it to be durable), and run transaction ends through [`crate::txns::finish_detached`].
+//! it to be durable), and run transaction ends through [`crate::txn_end::finish_detached`].
 
 use std::sync::Arc;
 
@@ -37,8 +37,8 @@ use skiff_txn::{EndOutcome, InitOutcome, PendingOffset, TopicPartition, TxnState
 use super::groups::{MAX_OFFSET_METADATA, validate_txn_commit};
 use super::{Reply, RequestContext, bs};
 use crate::clock::now_ms;
-use crate::state::{Broker};
-use crate::txns::finish_detached;
+use crate::state::Broker;
+use crate::txn_end::finish_detached;
 
 /// PRODUCER_FENCED for the versions that know it, INVALID_PRODUCER_EPOCH for older ones (as
 /// Kafka downgrades it).
@@ -531,8 +531,7 @@ pub fn describe_producers(ctx: &RequestContext, request: DescribeProducersReques
                                 partition_index: *index,
                                 error_code: error_codes::NONE,
                                 active_producers: partition
-                                    .lock_producers()
-                                    .describe()
+                                    .producers()
                                     .into_iter()
                                     .map(|p| ProducerState {
                                         producer_id: p.producer_id,

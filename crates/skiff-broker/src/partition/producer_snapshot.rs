@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
+use super::producer::{AbortedTxn, BatchMeta, ProducerEntry, ProducerStates, RECENT_BATCHES};
 use crate::node_file::write_atomically;
-use crate::producer::{AbortedTxn, BatchMeta, ProducerEntry, ProducerStates, RECENT_BATCHES};
 
 const MAGIC: &[u8; 4] = b"SKPS";
 const VERSION: u16 = 2;
@@ -239,8 +239,8 @@ pub fn load(dir: &Path, log_end: i64) -> Result<Option<(i64, ProducerStates)>> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::producer::SequenceCheck;
     use super::*;
-    use crate::producer::SequenceCheck;
 
     fn sample() -> ProducerStates {
         let mut states = ProducerStates::default();
@@ -273,7 +273,7 @@ mod tests {
         assert_eq!(back.first_unstable_offset(), Some(702));
         assert_eq!(
             back.aborted_between(0, i64::MAX),
-            vec![crate::producer::AbortedTxn {
+            vec![super::super::producer::AbortedTxn {
                 producer_id: 8,
                 first_offset: 700,
                 last_offset: 701

@@ -1,4 +1,4 @@
-//! Idempotent producers: producer ID allocation and per-partition sequence checks.
+//! Idempotent producers: a partition's sequence checks and transaction state.
 //!
 //! The sequence rules follow Kafka's `ProducerAppendInfo`: a batch from a known producer epoch
 //! must continue the last sequence (wrapping at i32::MAX); a retried batch identical to one of
@@ -13,92 +13,18 @@
 //!
 //! A producer idle for [`PRODUCER_EXPIRATION_MS`] is forgotten (Kafka's
 //! `producer.id.expiration.ms`), so short-lived producers do not pile up. The state survives
-//! restarts through snapshot files ([`crate::producer_snapshot`]) plus the log tail after them.
+//! restarts through snapshot files (`producer_snapshot`) plus the log tail after them.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use skiff_protocol::error_codes;
-
-use crate::node_file::write_atomically;
 
 /// How many recent batches per producer are remembered for duplicate detection (Kafka: 5).
 pub(crate) const RECENT_BATCHES: usize = 5;
 /// A producer with no append for this long is forgotten (Kafka's `producer.id.expiration.ms`
 /// default, one day).
 pub const PRODUCER_EXPIRATION_MS: i64 = 24 * 60 * 60 * 1000;
-/// Producer IDs are reserved on disk in blocks, so a restart never hands one out twice.
-const ID_BLOCK: i64 = 1000;
-const ID_FILE: &str = "producer-ids";
-
-/// Hands out producer IDs, never reusing one across restarts.
-#[derive(Debug)]
-pub struct ProducerIdAllocator {
-    path: PathBuf,
-    next: i64,
-    reserved_until: i64,
-}
-
-impl ProducerIdAllocator {
-    pub fn open(data_dir: &Path) -> Result<Self> {
-        let path = data_dir.join(ID_FILE);
-        let start = match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                let v: i64 = text
-                    .trim()
-                    .parse()
-                    .with_context(|| format!("{} is corrupt", path.display()))?;
-                if v < 0 {
-                    bail!("{} holds a negative producer ID", path.display());
-                }
-                v
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-        };
-        Ok(ProducerIdAllocator {
-            path,
-            next: start,
-            reserved_until: start,
-        })
-    }
-
-    /// Makes sure no ID up to `highest_in_use` is handed out (at start: the file may have been
-    /// lowered or lost while partitions still know producers); the next allocation persists
-    /// the new floor.
-    pub fn stay_above(&mut self, highest_in_use: i64) {
-        if self.next <= highest_in_use {
-            tracing::warn!(
-                file = %self.path.display(),
-                was = self.next,
-                now = highest_in_use.saturating_add(1),
-                "producer IDs in use lie above the allocator's file; moving past them"
-            );
-            self.next = highest_in_use.saturating_add(1);
-            self.reserved_until = self.next;
-        }
-    }
-
-    /// The next ID [`ProducerIdAllocator::allocate`] would hand out.
-    pub fn peek(&self) -> i64 {
-        self.next
-    }
-
-    pub fn allocate(&mut self) -> Result<i64> {
-        if self.next >= self.reserved_until {
-            let until = self
-                .next
-                .checked_add(ID_BLOCK)
-                .context("producer IDs exhausted")?;
-            write_atomically(&self.path, format!("{until}\n").as_bytes())?;
-            self.reserved_until = until;
-        }
-        let id = self.next;
-        self.next += 1;
-        Ok(id)
-    }
-}
 
 /// What an incoming batch from an idempotent producer means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -410,7 +336,7 @@ impl ProducerStates {
     }
 
     /// Replays the batch headers of `log` from `from_offset` to its end on top of this state.
-    fn replay(&mut self, log: &skiff_log::PartitionLog, from_offset: i64) {
+    pub(super) fn replay(&mut self, log: &skiff_log::PartitionLog, from_offset: i64) {
         let walked = log.for_each_batch_header(from_offset, |header| {
             if header.producer_id < 0 {
                 return;
@@ -466,27 +392,6 @@ const REBUILD_WINDOW: i64 = 10_000;
 /// partition was (at a million records a second, 10,000 offsets are only 10 ms).
 const REBUILD_HORIZON_MS: i64 = 5 * 60 * 1000;
 
-/// The sequence state of a partition at start, as Kafka's recovery builds it: the newest producer
-/// snapshot at or below the log end, without the producers whose last batch lies below the log
-/// start (their batches are gone; Kafka drops them too), with the batches after it replayed;
-/// without a usable snapshot, [`rebuild_from_log`]. Producers idle past expiry are dropped.
-pub fn restore(log: &skiff_log::PartitionLog, now_ms: i64) -> ProducerStates {
-    let loaded = crate::producer_snapshot::load(log.dir(), log.log_end_offset()).unwrap_or_else(|e| {
-        tracing::warn!(dir = %log.dir().display(), error = %e, "producer snapshots unreadable; rereading the log tail");
-        None
-    });
-    let mut states = match loaded {
-        Some((offset, mut states)) => {
-            states.forget_below(log.log_start_offset());
-            states.replay(log, offset);
-            states
-        }
-        None => rebuild_from_log(log, now_ms),
-    };
-    states.expire(now_ms);
-    states
-}
-
 /// Rebuilds the sequence state of a partition from the batch headers at the tail of its log
 /// (when there is no snapshot): a producer's batch retried after a crash is then recognised as a
 /// duplicate instead of being appended twice. The tail is the last [`REBUILD_WINDOW`] offsets or
@@ -507,6 +412,7 @@ pub fn rebuild_from_log(log: &skiff_log::PartitionLog, now_ms: i64) -> ProducerS
 
 #[cfg(test)]
 mod tests {
+    use super::super::restore_producers as restore;
     use super::*;
 
     #[test]
@@ -628,7 +534,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut log = busy_log(dir.path(), now - 3_600_000);
         let mut states = rebuild_from_log(&log, now - 3_600_000);
-        crate::producer_snapshot::write(dir.path(), &states, log.log_end_offset())
+        super::super::producer_snapshot::write(dir.path(), &states, log.log_end_offset())
             .expect("snapshot");
         // After the snapshot the same producer appends once more (sequence 1).
         let mut b = skiff_records::RecordBatchBuilder::new().producer(9, 0, 1);
@@ -669,7 +575,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut log = busy_log(dir.path(), now - 60_000);
         let states = rebuild_from_log(&log, now);
-        crate::producer_snapshot::write(dir.path(), &states, log.log_end_offset())
+        super::super::producer_snapshot::write(dir.path(), &states, log.log_end_offset())
             .expect("snapshot");
         assert_eq!(
             restore(&log, now).check(9, 0, 0, 0),
@@ -809,33 +715,5 @@ mod tests {
             states.check(1, 0, 1, 1),
             Ok(SequenceCheck::Duplicate { base_offset: 3 })
         );
-    }
-
-    #[test]
-    fn producer_ids_are_never_reused_across_restarts() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut a = ProducerIdAllocator::open(dir.path()).expect("open");
-        let first = a.allocate().expect("id");
-        let second = a.allocate().expect("id");
-        assert_eq!(second, first + 1);
-        drop(a);
-        let mut b = ProducerIdAllocator::open(dir.path()).expect("reopen");
-        assert!(b.allocate().expect("id") > second);
-    }
-
-    #[test]
-    fn the_allocator_stays_above_ids_in_use_when_its_file_was_lost() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut a = ProducerIdAllocator::open(dir.path()).expect("open");
-        a.stay_above(4_321);
-        assert_eq!(a.allocate().expect("id"), 4_322);
-        // The new floor is on disk before the ID is handed out.
-        drop(a);
-        let mut b = ProducerIdAllocator::open(dir.path()).expect("reopen");
-        assert!(b.allocate().expect("id") > 4_322);
-        // A floor below the next ID changes nothing.
-        let next = b.peek();
-        b.stay_above(3);
-        assert_eq!(b.peek(), next);
     }
 }

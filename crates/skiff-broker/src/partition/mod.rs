@@ -1,0 +1,786 @@
+//! One partition of a topic, owning its invariants: its log, its producers' sequence and
+//! transaction state, the last stable offset read_committed readers stop at, the durability
+//! wait of acks=all, and the refusal of appends once its topic was deleted.
+//!
+//! Handlers call [`Partition::append`], [`Partition::append_marker`], [`Partition::read`] and
+//! the offset queries; none of them sees a lock. The lock order is kept here alone: **the
+//! producers lock before the log lock** (an append checks sequences, then writes, then records
+//! the batches, with the producers lock held across, so a retry can never slip between check and
+//! record); a transactional batch is verified against its transaction while the producers lock
+//! is held (the verifier takes the coordinator's lock inside it), so no marker can come between
+//! the check and the append.
+
+mod producer;
+mod producer_snapshot;
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use skiff_log::{GroupCommitter, LogConfig, LogError, PartitionLog, TimestampOffset};
+use skiff_meta::TopicInfo;
+use skiff_protocol::{Uuid, error_codes};
+use skiff_records::{BatchHeader, ControlRecordType, RecordBatches, RecordsError};
+use tokio::sync::watch;
+
+use producer::SequenceCheck;
+pub use producer::{ProducerStates, ProducerSummary};
+
+/// A refused append or read: the Kafka error code and a message for the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionError {
+    pub code: i16,
+    pub message: String,
+}
+
+impl PartitionError {
+    fn new(code: i16, message: impl Into<String>) -> PartitionError {
+        PartitionError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// What an append did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendResult {
+    /// The first offset of the batches (for a retried batch, where it was first written).
+    pub base_offset: i64,
+    /// Offsets below this must be durable before acks=all is answered.
+    pub durable_end: i64,
+    /// The broker's append time with `message.timestamp.type = LogAppendTime`, else -1.
+    pub log_append_time: i64,
+    pub log_start_offset: i64,
+}
+
+/// Which records a fetch may see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isolation {
+    ReadUncommitted,
+    /// Up to the last stable offset, with the aborted transactions in the range listed.
+    ReadCommitted,
+}
+
+/// An aborted transaction in a read_committed read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Aborted {
+    pub producer_id: i64,
+    pub first_offset: i64,
+}
+
+/// What a read found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionRead {
+    pub high_watermark: i64,
+    pub last_stable_offset: i64,
+    pub log_start_offset: i64,
+    /// The records (possibly empty), or the error the fetch answers for this partition.
+    pub records: Result<Bytes, i16>,
+    /// With read_committed: the aborted transactions the records overlap.
+    pub aborted: Option<Vec<Aborted>>,
+}
+
+/// Checks a transactional batch against its producer's transaction (KIP-890): implemented by
+/// the transaction coordinator; called with this partition's producers lock held.
+pub trait TxnVerifier {
+    /// `Ok` when `producer_id`/`epoch` has a transaction in progress that includes
+    /// `partition` of `topic`; else the error code to answer.
+    fn verify(&self, producer_id: i64, epoch: i16, topic: &str, partition: i32) -> Result<(), i16>;
+}
+
+/// One partition: its log, its group committer, and a signal of its end offset for long polls.
+pub struct Partition {
+    pub topic: String,
+    pub topic_id: Uuid,
+    pub index: i32,
+    log: Arc<Mutex<PartitionLog>>,
+    /// Present when acks=all must wait for fdatasync (`flush = always`).
+    committer: Option<GroupCommitter>,
+    /// The log end offset after each append; fetches waiting for data watch it.
+    end_offset: watch::Sender<i64>,
+    /// Idempotent producers' sequence state for this partition.
+    producers: Mutex<ProducerStates>,
+    /// The first offset of the oldest open transaction (`i64::MAX`: none), published from the
+    /// producer state so that fetches read the last stable offset without its lock.
+    first_unstable: AtomicI64,
+    /// Whether any aborted transaction is known (read_committed fetches then list them).
+    has_aborted: AtomicBool,
+    /// Set (under the log lock) when the partition's topic is deleted: an append that looked
+    /// the partition up before the deletion must not be acknowledged into files being removed.
+    removed: AtomicBool,
+}
+
+impl Partition {
+    /// Opens partition `index` of `info` over `log`: restores its producers from their
+    /// snapshot and the log tail, and starts its group committer when `always_sync`.
+    pub fn open(
+        info: &TopicInfo,
+        index: i32,
+        log: PartitionLog,
+        always_sync: bool,
+        now_ms: i64,
+    ) -> Partition {
+        let end = log.log_end_offset();
+        let producers = restore_producers(&log, now_ms);
+        let log = Arc::new(Mutex::new(log));
+        let committer = always_sync.then(|| GroupCommitter::spawn(Arc::clone(&log)));
+        let partition = Partition {
+            topic: info.name.clone(),
+            topic_id: info.id,
+            index,
+            log,
+            committer,
+            end_offset: watch::channel(end).0,
+            first_unstable: AtomicI64::new(i64::MAX),
+            has_aborted: AtomicBool::new(false),
+            removed: AtomicBool::new(false),
+            producers: Mutex::new(producers),
+        };
+        partition.publish_txn_state(&partition.lock_producers());
+        partition
+    }
+
+    fn lock_log(&self) -> MutexGuard<'_, PartitionLog> {
+        self.log.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lock_producers(&self) -> MutexGuard<'_, ProducerStates> {
+        self.producers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    // ----- appends ----------------------------------------------------------------------
+
+    /// Appends a producer's batches as sent (offsets assigned in place): header checks, the
+    /// transaction check for transactional batches, idempotent sequence checks (a retried single
+    /// batch is acknowledged with its first offset, not written again), the write, the producer
+    /// state, the snapshot at a segment roll, and the end-offset signal for long polls. With
+    /// `flush = always` it also asks for the group-committed fdatasync; acks=all then waits with
+    /// [`Partition::wait_durable`].
+    pub fn append(
+        &self,
+        records: Bytes,
+        now: i64,
+        txns: &impl TxnVerifier,
+    ) -> Result<AppendResult, PartitionError> {
+        // Headers only: the log checks every batch's CRC when it appends (one pass over the bytes).
+        let batches = RecordBatches::produce_headers(&records)
+            .map_err(|e| PartitionError::new(records_error(&e), e.to_string()))?;
+        for batch in &batches {
+            if batch.is_control() {
+                return Err(PartitionError::new(
+                    error_codes::INVALID_RECORD,
+                    "clients may not produce control batches",
+                ));
+            }
+            if batch.is_transactional() && batch.producer_id < 0 {
+                return Err(PartitionError::new(
+                    error_codes::INVALID_RECORD,
+                    "a transactional batch needs a producer ID",
+                ));
+            }
+        }
+
+        // Producer state first, then the log: the same order everywhere.
+        let mut producers = self.lock_producers();
+        // Transactional batches must belong to their producer's transaction in progress, with
+        // this partition added (KIP-890's check): a late batch after the transaction ended would
+        // open a transaction here that no marker ever closes. Checked under the producers lock,
+        // so no marker can come between the check and the append.
+        let transactional = batches.iter().any(|b| b.is_transactional());
+        for batch in batches.iter().filter(|b| b.is_transactional()) {
+            if let Err(code) = txns.verify(
+                batch.producer_id,
+                batch.producer_epoch,
+                &self.topic,
+                self.index,
+            ) {
+                return Err(PartitionError::new(
+                    code,
+                    format!(
+                        "producer {} epoch {} has no transaction in progress with this partition",
+                        batch.producer_id, batch.producer_epoch
+                    ),
+                ));
+            }
+        }
+        let mut single_duplicate = None;
+        for batch in &batches {
+            let last_seq = batch.base_sequence.wrapping_add(batch.last_offset_delta);
+            match producers.check(
+                batch.producer_id,
+                batch.producer_epoch,
+                batch.base_sequence,
+                last_seq,
+            ) {
+                Ok(SequenceCheck::Append) => {}
+                Ok(SequenceCheck::Duplicate { base_offset }) if batches.len() == 1 => {
+                    single_duplicate = Some(base_offset);
+                }
+                Ok(SequenceCheck::Duplicate { .. }) => {
+                    return Err(PartitionError::new(
+                        error_codes::DUPLICATE_SEQUENCE_NUMBER,
+                        "a retried batch arrived together with other batches",
+                    ));
+                }
+                Err(code) => {
+                    return Err(PartitionError::new(
+                        code,
+                        format!(
+                            "producer {} epoch {} sequence {} does not follow the last one",
+                            batch.producer_id, batch.producer_epoch, batch.base_sequence
+                        ),
+                    ));
+                }
+            }
+        }
+
+        let mut log = self.lock_log();
+        if self.removed.load(Ordering::Acquire) {
+            // Looked up before its topic was deleted (perhaps re-created since under the same
+            // name): nothing may be acknowledged into files that are being removed.
+            return Err(PartitionError::new(
+                error_codes::UNKNOWN_TOPIC_OR_PARTITION,
+                "the topic was deleted",
+            ));
+        }
+        if let Some(base_offset) = single_duplicate {
+            return Ok(AppendResult {
+                base_offset,
+                durable_end: log.log_end_offset(),
+                log_append_time: -1,
+                log_start_offset: log.log_start_offset(),
+            });
+        }
+        let segment_before = log.active_segment_base_offset();
+        if transactional {
+            // Read_committed fetches must not see these records before the producer state
+            // records them as an open transaction (after the append): hold them back from here.
+            self.first_unstable
+                .fetch_min(log.log_end_offset(), Ordering::AcqRel);
+        }
+        let info = match log.append(records, now) {
+            Ok(info) => info,
+            Err(e) => {
+                let code = match &e {
+                    LogError::MessageTooLarge { .. } => error_codes::MESSAGE_TOO_LARGE,
+                    LogError::RecordSetTooLarge { .. } => error_codes::RECORD_LIST_TOO_LARGE,
+                    LogError::InvalidRecords(inner) => records_error(inner),
+                    _ => error_codes::KAFKA_STORAGE_ERROR,
+                };
+                if code == error_codes::KAFKA_STORAGE_ERROR {
+                    tracing::error!(topic = %self.topic, partition = self.index, error = %e, "append failed");
+                }
+                // Nothing was appended: release the hold on read_committed readers.
+                self.publish_txn_state(&producers);
+                return Err(PartitionError::new(code, e.to_string()));
+            }
+        };
+        let rolled = log.active_segment_base_offset() != segment_before;
+        drop(log);
+
+        let mut next_base = info.base_offset;
+        for batch in &batches {
+            let last_seq = batch.base_sequence.wrapping_add(batch.last_offset_delta);
+            producers.record(
+                batch.producer_id,
+                batch.producer_epoch,
+                batch.base_sequence,
+                last_seq,
+                next_base,
+                now,
+            );
+            if batch.is_transactional() {
+                producers.record_txn_data(batch.producer_id, next_base);
+            }
+            next_base += i64::from(batch.last_offset_delta) + 1;
+        }
+        let end = info.last_offset + 1;
+        self.after_append(&producers, end, rolled);
+        drop(producers);
+        self.end_offset.send_replace(end);
+        Ok(AppendResult {
+            base_offset: info.base_offset,
+            durable_end: end,
+            log_append_time: info.log_append_time,
+            log_start_offset: info.log_start_offset,
+        })
+    }
+
+    /// Appends a transaction marker (commit or abort) for `producer_id`/`epoch`; returns the
+    /// offset after it, or `None` when the partition's producer state already has a newer
+    /// epoch (the marker would be fenced there, as Kafka's leader refuses it; nothing of this
+    /// transaction can be open here). With `flush = always` the marker's sync is requested.
+    pub fn append_marker(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        now: i64,
+    ) -> Result<Option<i64>> {
+        let kind = if commit {
+            ControlRecordType::Commit
+        } else {
+            ControlRecordType::Abort
+        };
+        let mut producers = self.lock_producers();
+        if producers.check_marker(producer_id, epoch).is_err() {
+            tracing::warn!(topic = %self.topic, partition = self.index, producer_id, epoch, "transaction marker from an old epoch not written");
+            return Ok(None);
+        }
+        let marker = skiff_records::end_txn_marker(producer_id, epoch, kind, 0, now)
+            .context("building a transaction marker")?;
+        let mut log = self.lock_log();
+        let segment_before = log.active_segment_base_offset();
+        let info = log
+            .append(marker.into_bytes(), now)
+            .with_context(|| format!("appending a marker to {}-{}", self.topic, self.index))?;
+        let rolled = log.active_segment_base_offset() != segment_before;
+        drop(log);
+        producers.record_marker(producer_id, epoch, kind, info.base_offset, now);
+        let end = info.last_offset + 1;
+        self.after_append(&producers, end, rolled);
+        drop(producers);
+        self.end_offset.send_replace(end);
+        self.request_sync();
+        Ok(Some(end))
+    }
+
+    /// Finishes an append that ended at `end`, with the producers lock held across it:
+    /// publishes the transaction state and, when the append rolled the active segment, writes
+    /// the producer snapshot (Kafka's snapshot-at-roll: the next start replays at most one
+    /// segment after it; under the producers lock, so it matches the log up to `end`; rare and
+    /// small, so in line).
+    fn after_append(&self, producers: &ProducerStates, end: i64, rolled: bool) {
+        self.publish_txn_state(producers);
+        if rolled {
+            self.write_producer_snapshot(producers, end);
+        }
+    }
+
+    // ----- durability -------------------------------------------------------------------
+
+    /// Asks for an fdatasync of what was appended (`flush = always`; a no-op otherwise). acks
+    /// 0 and 1 do not wait for it, as Kafka's `flush.messages = 1` does not; besides
+    /// durability, it keeps dirty pages from piling up until the kernel throttles writes.
+    pub fn request_sync(&self) {
+        if let Some(committer) = &self.committer {
+            committer.request_sync();
+        }
+    }
+
+    /// Whether acks=all must wait for an fdatasync (`flush = always`).
+    pub fn syncs_appends(&self) -> bool {
+        self.committer.is_some()
+    }
+
+    /// Waits until offsets below `end` are durable (at once without `flush = always`).
+    pub async fn wait_durable(&self, end: i64) -> Result<(), LogError> {
+        match &self.committer {
+            Some(committer) => committer.wait_durable(end).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Waits until offsets below `end` are durable without asking for a sync (one already
+    /// asked for, or the next group commit, makes them so); at once without `flush = always`.
+    pub async fn durable_reached(&self, end: i64) -> Result<(), LogError> {
+        match &self.committer {
+            Some(committer) => committer.durable_reached(end).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Number of fdatasync calls made for this partition so far.
+    pub fn sync_count(&self) -> u64 {
+        self.committer
+            .as_ref()
+            .map_or(0, GroupCommitter::sync_count)
+    }
+
+    /// Whether the partition's log can no longer promise durability (an fdatasync failed): it
+    /// answers KAFKA_STORAGE_ERROR until the broker restarts.
+    pub fn is_offline(&self) -> bool {
+        self.committer
+            .as_ref()
+            .is_some_and(GroupCommitter::is_offline)
+    }
+
+    // ----- reads ------------------------------------------------------------------------
+
+    /// A receiver of the log end offset after each append (long polls wait on it).
+    pub fn watch_end_offset(&self) -> watch::Receiver<i64> {
+        self.end_offset.subscribe()
+    }
+
+    /// Reads up to `max_bytes` from `offset` (the first batch whole even if larger, KIP-74;
+    /// 0: only the watermarks). With read_committed, only below the last stable offset, with
+    /// the aborted transactions in the range listed.
+    pub fn read(&self, offset: i64, max_bytes: usize, isolation: Isolation) -> PartitionRead {
+        let read_committed = isolation == Isolation::ReadCommitted;
+        let log = self.lock_log();
+        let end = log.log_end_offset();
+        let stable = self.last_stable_offset(end);
+        let start = log.log_start_offset();
+        let mut out = PartitionRead {
+            high_watermark: end,
+            last_stable_offset: stable,
+            log_start_offset: start,
+            records: Ok(Bytes::new()),
+            aborted: read_committed.then(Vec::new),
+        };
+        if max_bytes == 0 {
+            return out;
+        }
+        let has_aborted = self.has_aborted.load(Ordering::Acquire);
+        let mut aborted_range = None;
+        out.records = if read_committed && offset >= stable && offset <= end && offset >= start {
+            // Nothing stable to read yet (an open transaction starts here).
+            Ok(Bytes::new())
+        } else {
+            match log.read(offset, max_bytes) {
+                // Without open or aborted transactions (the usual case) the records need no
+                // walk: all lie below the last stable offset.
+                Ok(result) if read_committed && (stable < end || has_aborted) => {
+                    let (records, next) = stable_prefix(result.records, stable);
+                    if !records.is_empty() && has_aborted {
+                        aborted_range = Some((offset, next));
+                    }
+                    Ok(records)
+                }
+                Ok(result) => Ok(result.records),
+                Err(LogError::OffsetOutOfRange { .. }) => Err(error_codes::OFFSET_OUT_OF_RANGE),
+                Err(e) => {
+                    tracing::error!(topic = %self.topic, partition = self.index, error = %e, "read failed");
+                    Err(error_codes::KAFKA_STORAGE_ERROR)
+                }
+            }
+        };
+        drop(log);
+        // The producers lock comes before the log lock everywhere, so only now.
+        if let Some((from, until)) = aborted_range {
+            out.aborted = Some(
+                self.lock_producers()
+                    .aborted_between(from, until)
+                    .into_iter()
+                    .map(|a| Aborted {
+                        producer_id: a.producer_id,
+                        first_offset: a.first_offset,
+                    })
+                    .collect(),
+            );
+        }
+        out
+    }
+
+    /// The last stable offset for a log ending at `log_end`: read_committed reads stop here.
+    fn last_stable_offset(&self, log_end: i64) -> i64 {
+        self.first_unstable.load(Ordering::Acquire).min(log_end)
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.lock_log().log_start_offset()
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.lock_log().log_end_offset()
+    }
+
+    /// The end a reader with `isolation` may fetch up to (the high watermark, or the last
+    /// stable offset for read_committed).
+    pub fn fetchable_end(&self, isolation: Isolation) -> i64 {
+        let end = self.log_end_offset();
+        match isolation {
+            Isolation::ReadUncommitted => end,
+            Isolation::ReadCommitted => self.last_stable_offset(end),
+        }
+    }
+
+    /// The first record with a timestamp at or after `timestamp`.
+    pub fn offset_for_timestamp(
+        &self,
+        timestamp: i64,
+    ) -> Result<Option<TimestampOffset>, LogError> {
+        self.lock_log().offset_for_timestamp(timestamp)
+    }
+
+    /// The record with the largest timestamp (the first of equals).
+    pub fn max_timestamp_offset(&self) -> Result<Option<TimestampOffset>, LogError> {
+        self.lock_log().max_timestamp_offset()
+    }
+
+    /// The bytes of the partition's segments.
+    pub fn size_in_bytes(&self) -> u64 {
+        self.lock_log().size_in_bytes()
+    }
+
+    /// The log settings in force.
+    pub fn log_config(&self) -> LogConfig {
+        self.lock_log().config().clone()
+    }
+
+    // ----- producers --------------------------------------------------------------------
+
+    /// The idempotent producers this partition knows (DescribeProducers).
+    pub fn producers(&self) -> Vec<ProducerSummary> {
+        self.lock_producers().describe()
+    }
+
+    /// The producers with a transaction open here: (producer ID, epoch).
+    pub fn open_transactions(&self) -> Vec<(i64, i16)> {
+        self.lock_producers().open_transactions()
+    }
+
+    /// The highest producer ID this partition knows.
+    pub fn max_producer_id(&self) -> Option<i64> {
+        self.lock_producers().max_producer_id()
+    }
+
+    // ----- maintenance ------------------------------------------------------------------
+
+    /// Advances the log start to `target` (DeleteRecords; -1: the high watermark); returns the
+    /// new low watermark, or the error code to answer.
+    pub fn delete_records_before(&self, target: i64) -> Result<i64, i16> {
+        let mut log = self.lock_log();
+        let high_watermark = log.log_end_offset();
+        let target = if target == -1 { high_watermark } else { target };
+        if target < 0 || target > high_watermark {
+            return Err(error_codes::OFFSET_OUT_OF_RANGE);
+        }
+        let low_watermark = log.delete_records_before(target).map_err(|e| {
+            tracing::error!(topic = %self.topic, partition = self.index, error = %e, "delete records failed");
+            error_codes::KAFKA_STORAGE_ERROR
+        })?;
+        drop(log);
+        self.forget_transactions_below(low_watermark);
+        Ok(low_watermark)
+    }
+
+    /// Applies retention, then forgets the transactions whose records went and the producers
+    /// idle past expiry.
+    pub fn apply_retention(&self, now: i64) {
+        let log_start = {
+            let mut log = self.lock_log();
+            if let Err(e) = log.apply_retention(now) {
+                tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "retention failed");
+            }
+            log.log_start_offset()
+        };
+        self.forget_transactions_below(log_start);
+        let expired = self.lock_producers().expire(now);
+        if expired > 0 {
+            tracing::debug!(topic = %self.topic, partition = self.index, expired, "idle producers forgotten");
+        }
+    }
+
+    /// Flushes the log if its `flush.ms` is due (flush = interval), or at once with `force`.
+    pub fn flush_if_due(&self, now: i64, force: bool) {
+        let mut log = self.lock_log();
+        if (force || log.flush_due(now))
+            && let Err(e) = log.flush()
+        {
+            tracing::error!(topic = %self.topic, partition = self.index, error = %e, "flush failed");
+        }
+    }
+
+    /// Applies new log settings (a topic or broker config change).
+    pub fn reconfigure(&self, config: &LogConfig) -> Result<()> {
+        let mut log = self.lock_log();
+        if log.config() != config {
+            log.set_config(config.clone()).with_context(|| {
+                format!("reconfiguring partition {}-{}", self.topic, self.index)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Marks the partition deleted, under its log lock (no append is in progress or follows).
+    pub(crate) fn mark_removed(&self) {
+        let _log = self.lock_log();
+        self.removed.store(true, Ordering::Release);
+    }
+
+    /// Publishes the transaction state of `states` (call with the producers lock held, after
+    /// every change to it).
+    fn publish_txn_state(&self, states: &ProducerStates) {
+        self.first_unstable.store(
+            states.first_unstable_offset().unwrap_or(i64::MAX),
+            Ordering::Release,
+        );
+        self.has_aborted
+            .store(states.has_aborted(), Ordering::Release);
+    }
+
+    /// Drops the transactions whose records are gone below `log_start` (retention,
+    /// DeleteRecords).
+    fn forget_transactions_below(&self, log_start: i64) {
+        let mut producers = self.lock_producers();
+        producers.truncate_below(log_start);
+        self.publish_txn_state(&producers);
+    }
+
+    /// Writes the producer snapshot of `states`, which must describe the log up to `end_offset`
+    /// (the caller holds the producers lock across its append, so they do). A failure is
+    /// logged, not returned: the snapshot only shortens the next start's replay.
+    fn write_producer_snapshot(&self, states: &ProducerStates, end_offset: i64) {
+        let dir = self.lock_log().dir().to_path_buf();
+        if let Err(e) = producer_snapshot::write(&dir, states, end_offset) {
+            tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "producer snapshot not written");
+        }
+    }
+
+    /// Snapshots the producer state as of the current log end (clean shutdown).
+    pub fn snapshot_producers(&self) {
+        let states = self.lock_producers();
+        let end = self.lock_log().log_end_offset();
+        self.write_producer_snapshot(&states, end);
+    }
+}
+
+/// The batches of `records` that start below `stable` (the last stable offset), and the offset
+/// after the last of them. A batch never straddles the last stable offset: it is the base
+/// offset of the first batch of the oldest open transaction, or the log end.
+fn stable_prefix(records: Bytes, stable: i64) -> (Bytes, i64) {
+    let mut position = 0usize;
+    let mut next = i64::MIN;
+    // Headers only (no CRC pass); the walk stops at the first batch it cannot read.
+    while let Some(Ok(header)) = records.get(position..).map(BatchHeader::parse) {
+        if header.base_offset >= stable {
+            break;
+        }
+        next = header.last_offset().saturating_add(1);
+        // A trailing partial batch (cut by max_bytes) is returned as it is.
+        position = position
+            .saturating_add(header.total_len())
+            .min(records.len());
+    }
+    (records.slice(..position), next)
+}
+
+/// The sequence state of a partition at start, as Kafka's recovery builds it: the newest producer
+/// snapshot at or below the log end, without the producers whose last batch lies below the log
+/// start (their batches are gone; Kafka drops them too), with the batches after it replayed;
+/// without a usable snapshot, `producer::rebuild_from_log`. Producers idle past expiry are dropped.
+fn restore_producers(log: &skiff_log::PartitionLog, now_ms: i64) -> ProducerStates {
+    let loaded = producer_snapshot::load(log.dir(), log.log_end_offset()).unwrap_or_else(|e| {
+        tracing::warn!(dir = %log.dir().display(), error = %e, "producer snapshots unreadable; rereading the log tail");
+        None
+    });
+    let mut states = match loaded {
+        Some((offset, mut states)) => {
+            states.forget_below(log.log_start_offset());
+            states.replay(log, offset);
+            states
+        }
+        None => producer::rebuild_from_log(log, now_ms),
+    };
+    states.expire(now_ms);
+    states
+}
+
+/// The Kafka error for records that cannot be appended.
+fn records_error(e: &RecordsError) -> i16 {
+    match e {
+        RecordsError::UnsupportedMagic { .. } => error_codes::UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        RecordsError::CrcMismatch { .. } => error_codes::CORRUPT_MESSAGE,
+        _ => error_codes::INVALID_RECORD,
+    }
+}
+
+/// A topic and its partitions, by index.
+pub struct Topic {
+    pub info: TopicInfo,
+    pub partitions: Vec<Arc<Partition>>,
+}
+
+impl Topic {
+    pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.partitions.get(i))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batches(spans: &[(i64, usize)]) -> Bytes {
+        let mut out = Vec::new();
+        for &(base, count) in spans {
+            let mut b = skiff_records::RecordBatchBuilder::new().base_offset(base);
+            for _ in 0..count {
+                b.append(1, None, Some(b"v"), &[]).expect("append");
+            }
+            out.extend_from_slice(b.build().expect("batch").as_bytes());
+        }
+        Bytes::from(out)
+    }
+
+    #[test]
+    fn the_stable_prefix_stops_at_the_first_batch_at_or_past_the_last_stable_offset() {
+        let all = batches(&[(0, 2), (2, 3), (5, 1)]);
+        let (prefix, next) = stable_prefix(all.clone(), 5);
+        assert_eq!(prefix, batches(&[(0, 2), (2, 3)]));
+        assert_eq!(next, 5);
+        let (prefix, next) = stable_prefix(all.clone(), i64::MAX);
+        assert_eq!((prefix, next), (all.clone(), 6));
+        let (prefix, next) = stable_prefix(all.clone(), 0);
+        assert!(prefix.is_empty());
+        assert_eq!(next, i64::MIN);
+        // A trailing partial batch (max_bytes cut it) below the limit is kept as it is.
+        let cut = all.slice(..all.len() - 3);
+        let (prefix, next) = stable_prefix(cut.clone(), i64::MAX);
+        assert_eq!((prefix, next), (cut, 6));
+    }
+
+    proptest::proptest! {
+        /// Whatever bytes a segment read returns, the prefix is a prefix and nothing panics.
+        #[test]
+        fn any_bytes_give_a_prefix(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..256), stable in proptest::num::i64::ANY) {
+            let bytes = Bytes::from(bytes);
+            let (prefix, _) = stable_prefix(bytes.clone(), stable);
+            proptest::prop_assert!(bytes.starts_with(&prefix));
+        }
+    }
+
+    struct NoTransactions;
+
+    impl TxnVerifier for NoTransactions {
+        fn verify(&self, _: i64, _: i16, _: &str, _: i32) -> Result<(), i16> {
+            Err(error_codes::INVALID_TXN_STATE)
+        }
+    }
+
+    fn open(dir: &std::path::Path) -> Partition {
+        let info = TopicInfo {
+            name: "t".into(),
+            id: Uuid::from_u128(7),
+            partitions: 1,
+            configs: Default::default(),
+        };
+        let log = PartitionLog::open(dir, LogConfig::default()).expect("log");
+        Partition::open(&info, 0, log, false, 1_700_000_000_000)
+    }
+
+    /// Issue #13, finding 9: a produce that looked the partition up before its topic was
+    /// deleted must not be acknowledged into the files being removed.
+    #[test]
+    fn an_append_to_a_partition_whose_topic_was_deleted_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let partition = open(dir.path());
+        let appended = partition
+            .append(batches(&[(0, 2)]), 1, &NoTransactions)
+            .expect("append");
+        assert_eq!(appended.base_offset, 0);
+        partition.mark_removed();
+        let refused = partition
+            .append(batches(&[(0, 1)]), 2, &NoTransactions)
+            .expect_err("refused");
+        assert_eq!(refused.code, error_codes::UNKNOWN_TOPIC_OR_PARTITION);
+        assert_eq!(partition.log_end_offset(), 2);
+    }
+}
