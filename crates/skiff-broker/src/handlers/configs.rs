@@ -30,9 +30,8 @@ use super::topics::admin_lock;
 use super::{RequestContext, bs};
 use crate::state::Broker;
 
-pub const RESOURCE_TOPIC: i8 = 2;
-pub const RESOURCE_BROKER: i8 = 4;
-pub const RESOURCE_BROKER_LOGGER: i8 = 8;
+use super::resources::{RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_TOPIC};
+use super::resources::{RESOURCE_CLIENT_METRICS, RESOURCE_GROUP};
 
 /// An error code and message for one resource.
 struct ResourceError {
@@ -136,7 +135,7 @@ fn describe_resource(
             // No Log4j loggers here: the list is empty.
             Vec::new()
         }
-        super::telemetry::RESOURCE_CLIENT_METRICS => {
+        RESOURCE_CLIENT_METRICS => {
             let entries = super::telemetry::describe_subscription(broker, name).map_err(
                 |(code, message)| ResourceError {
                     code,
@@ -163,7 +162,7 @@ fn describe_resource(
                 })
                 .collect());
         }
-        super::group_configs::RESOURCE_GROUP => {
+        RESOURCE_GROUP => {
             let entries =
                 super::group_configs::describe(broker, name).map_err(|(code, message)| {
                     ResourceError {
@@ -340,7 +339,7 @@ fn alter_resource(
     resource: &AlterConfigsResource,
     validate_only: bool,
 ) -> Result<(), ResourceError> {
-    if resource.resource_type == super::telemetry::RESOURCE_CLIENT_METRICS {
+    if resource.resource_type == RESOURCE_CLIENT_METRICS {
         let ops: Vec<(String, i8, Option<String>)> = resource
             .configs
             .iter()
@@ -419,14 +418,12 @@ fn alter_resource(
                 None => Ok(()),
             }
         }
-        super::group_configs::RESOURCE_GROUP => {
-            super::group_configs::alter(broker, name, &ops, validate_only).map_err(
-                |(code, message)| ResourceError {
-                    code,
-                    message: Some(message),
-                },
-            )
-        }
+        RESOURCE_GROUP => super::group_configs::alter(broker, name, &ops, validate_only).map_err(
+            |(code, message)| ResourceError {
+                code,
+                message: Some(message),
+            },
+        ),
         other => Err(ResourceError::invalid_request(format!(
             "Unknown resource type {other}"
         ))),

@@ -20,8 +20,7 @@ use skiff_protocol::error_codes;
 use crate::clock::now_ms;
 use crate::state::Broker;
 
-/// Kafka's config resource type for groups.
-pub const RESOURCE_GROUP: i8 = 32;
+use super::resources::RESOURCE_GROUP;
 
 /// Kafka's `DescribeConfigsResponse.ConfigSource.GROUP_CONFIG`.
 pub const SOURCE_GROUP_CONFIG: i8 = 8;

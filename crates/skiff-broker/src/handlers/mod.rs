@@ -24,6 +24,7 @@ pub mod metadata;
 pub mod produce;
 pub mod producer_id;
 pub mod records_admin;
+pub mod resources;
 pub mod telemetry;
 pub mod topics;
 pub mod txn;

@@ -14,8 +14,8 @@ use skiff_telemetry::subscriptions::{AlterOp, AlterOpType, ClientSelectors, Subs
 use super::RequestContext;
 use crate::clock::now_ms;
 
-/// Kafka's config resource type for client metrics subscriptions.
-pub const RESOURCE_CLIENT_METRICS: i8 = 16;
+use super::resources::RESOURCE_CLIENT_METRICS;
+use super::resources::{RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC};
 
 fn selectors(ctx: &RequestContext) -> ClientSelectors {
     ClientSelectors {
@@ -78,28 +78,28 @@ pub fn list_config_resources(
         }
     }
     if ctx.version >= 1 {
-        if wants(super::configs::RESOURCE_TOPIC) {
+        if wants(RESOURCE_TOPIC) {
             for topic in ctx.broker.all_topics() {
                 config_resources.push(ConfigResource {
                     resource_name: ByteString::from(topic.info.name.clone()),
-                    resource_type: super::configs::RESOURCE_TOPIC,
+                    resource_type: RESOURCE_TOPIC,
                     ..Default::default()
                 });
             }
         }
-        if wants(super::group_configs::RESOURCE_GROUP) {
+        if wants(RESOURCE_GROUP) {
             for group in super::group_configs::list(&ctx.broker) {
                 config_resources.push(ConfigResource {
                     resource_name: ByteString::from(group),
-                    resource_type: super::group_configs::RESOURCE_GROUP,
+                    resource_type: RESOURCE_GROUP,
                     ..Default::default()
                 });
             }
         }
-        if wants(super::configs::RESOURCE_BROKER) {
+        if wants(RESOURCE_BROKER) {
             config_resources.push(ConfigResource {
                 resource_name: ByteString::from(ctx.broker.node_id().to_string()),
-                resource_type: super::configs::RESOURCE_BROKER,
+                resource_type: RESOURCE_BROKER,
                 ..Default::default()
             });
         }
