@@ -20,8 +20,6 @@ use skiff_protocol::error_codes;
 use crate::clock::now_ms;
 use crate::state::Broker;
 
-use super::resources::RESOURCE_GROUP;
-
 /// Kafka's `DescribeConfigsResponse.ConfigSource.GROUP_CONFIG`.
 pub const SOURCE_GROUP_CONFIG: i8 = 8;
 /// Kafka's `DescribeConfigsResponse.ConfigSource.DEFAULT_CONFIG`.
