@@ -384,7 +384,7 @@ impl Broker {
             PartitionLog::open(&dir, config)
         }
         .with_context(|| format!("opening partition {}-{index}", info.name))?;
-        let partition = Partition::open(info, index, log, always, now_ms());
+        let partition = Partition::open(info, index, Box::new(log), always, now_ms());
         Ok(Arc::new(partition))
     }
 

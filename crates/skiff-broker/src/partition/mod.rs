@@ -10,15 +10,18 @@
 //! is held (the verifier takes the coordinator's lock inside it), so no marker can come between
 //! the check and the append.
 
+#[cfg(test)]
+mod memory;
 mod producer;
 mod producer_snapshot;
+pub mod store;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
-use skiff_log::{GroupCommitter, LogConfig, LogError, PartitionLog, TimestampOffset};
+use skiff_log::{GroupCommitter, LogConfig, LogError, TimestampOffset};
 use skiff_meta::TopicInfo;
 use skiff_protocol::{Uuid, error_codes};
 use skiff_records::{BatchHeader, ControlRecordType, RecordBatches, RecordsError};
@@ -26,6 +29,7 @@ use tokio::sync::watch;
 
 use producer::SequenceCheck;
 pub use producer::{ProducerStates, ProducerSummary};
+use store::{PartitionStore, StoreCell, TimeQuery};
 
 /// A refused append or read: the Kafka error code and a message for the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,7 +99,8 @@ pub struct Partition {
     pub topic: String,
     pub topic_id: Uuid,
     pub index: i32,
-    log: Arc<Mutex<PartitionLog>>,
+    /// Where the records live (the local segment log, or another backend).
+    store: Arc<StoreCell>,
     /// Present when acks=all must wait for fdatasync (`flush = always`).
     committer: Option<GroupCommitter>,
     /// The log end offset after each append; fetches waiting for data watch it.
@@ -118,19 +123,19 @@ impl Partition {
     pub fn open(
         info: &TopicInfo,
         index: i32,
-        log: PartitionLog,
+        store: Box<dyn PartitionStore>,
         always_sync: bool,
         now_ms: i64,
     ) -> Partition {
-        let end = log.log_end_offset();
-        let producers = restore_producers(&log, now_ms);
-        let log = Arc::new(Mutex::new(log));
-        let committer = always_sync.then(|| GroupCommitter::spawn(Arc::clone(&log)));
+        let (_, end) = store.offsets();
+        let producers = restore_producers(store.as_ref(), now_ms);
+        let store = Arc::new(StoreCell(Mutex::new(store)));
+        let committer = always_sync.then(|| GroupCommitter::spawn(Arc::clone(&store)));
         let partition = Partition {
             topic: info.name.clone(),
             topic_id: info.id,
             index,
-            log,
+            store,
             committer,
             end_offset: watch::channel(end).0,
             first_unstable: AtomicI64::new(i64::MAX),
@@ -142,8 +147,8 @@ impl Partition {
         partition
     }
 
-    fn lock_log(&self) -> MutexGuard<'_, PartitionLog> {
-        self.log.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock_log(&self) -> MutexGuard<'_, Box<dyn PartitionStore>> {
+        self.store.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn lock_producers(&self) -> MutexGuard<'_, ProducerStates> {
@@ -247,20 +252,19 @@ impl Partition {
                 "the topic was deleted",
             ));
         }
+        let (log_start, log_end) = log.offsets();
         if let Some(base_offset) = single_duplicate {
             return Ok(AppendResult {
                 base_offset,
-                durable_end: log.log_end_offset(),
+                durable_end: log_end,
                 log_append_time: -1,
-                log_start_offset: log.log_start_offset(),
+                log_start_offset: log_start,
             });
         }
-        let segment_before = log.active_segment_base_offset();
         if transactional {
             // Read_committed fetches must not see these records before the producer state
             // records them as an open transaction (after the append): hold them back from here.
-            self.first_unstable
-                .fetch_min(log.log_end_offset(), Ordering::AcqRel);
+            self.first_unstable.fetch_min(log_end, Ordering::AcqRel);
         }
         let info = match log.append(records, now) {
             Ok(info) => info,
@@ -279,7 +283,6 @@ impl Partition {
                 return Err(PartitionError::new(code, e.to_string()));
             }
         };
-        let rolled = log.active_segment_base_offset() != segment_before;
         drop(log);
 
         let mut next_base = info.base_offset;
@@ -299,7 +302,7 @@ impl Partition {
             next_base += i64::from(batch.last_offset_delta) + 1;
         }
         let end = info.last_offset + 1;
-        self.after_append(&producers, end, rolled);
+        self.after_append(&producers, end, info.rolled);
         drop(producers);
         self.end_offset.send_replace(end);
         Ok(AppendResult {
@@ -334,15 +337,13 @@ impl Partition {
         let marker = skiff_records::end_txn_marker(producer_id, epoch, kind, 0, now)
             .context("building a transaction marker")?;
         let mut log = self.lock_log();
-        let segment_before = log.active_segment_base_offset();
         let info = log
             .append(marker.into_bytes(), now)
             .with_context(|| format!("appending a marker to {}-{}", self.topic, self.index))?;
-        let rolled = log.active_segment_base_offset() != segment_before;
         drop(log);
         producers.record_marker(producer_id, epoch, kind, info.base_offset, now);
         let end = info.last_offset + 1;
-        self.after_append(&producers, end, rolled);
+        self.after_append(&producers, end, info.rolled);
         drop(producers);
         self.end_offset.send_replace(end);
         self.request_sync();
@@ -422,9 +423,8 @@ impl Partition {
     pub fn read(&self, offset: i64, max_bytes: usize, isolation: Isolation) -> PartitionRead {
         let read_committed = isolation == Isolation::ReadCommitted;
         let log = self.lock_log();
-        let end = log.log_end_offset();
+        let (start, end) = log.offsets();
         let stable = self.last_stable_offset(end);
-        let start = log.log_start_offset();
         let mut out = PartitionRead {
             high_watermark: end,
             last_stable_offset: stable,
@@ -444,14 +444,14 @@ impl Partition {
             match log.read(offset, max_bytes) {
                 // Without open or aborted transactions (the usual case) the records need no
                 // walk: all lie below the last stable offset.
-                Ok(result) if read_committed && (stable < end || has_aborted) => {
-                    let (records, next) = stable_prefix(result.records, stable);
+                Ok(records) if read_committed && (stable < end || has_aborted) => {
+                    let (records, next) = stable_prefix(records, stable);
                     if !records.is_empty() && has_aborted {
                         aborted_range = Some((offset, next));
                     }
                     Ok(records)
                 }
-                Ok(result) => Ok(result.records),
+                Ok(records) => Ok(records),
                 Err(LogError::OffsetOutOfRange { .. }) => Err(error_codes::OFFSET_OUT_OF_RANGE),
                 Err(e) => {
                     tracing::error!(topic = %self.topic, partition = self.index, error = %e, "read failed");
@@ -482,11 +482,11 @@ impl Partition {
     }
 
     pub fn log_start_offset(&self) -> i64 {
-        self.lock_log().log_start_offset()
+        self.lock_log().offsets().0
     }
 
     pub fn log_end_offset(&self) -> i64 {
-        self.lock_log().log_end_offset()
+        self.lock_log().offsets().1
     }
 
     /// The end a reader with `isolation` may fetch up to (the high watermark, or the last
@@ -504,12 +504,12 @@ impl Partition {
         &self,
         timestamp: i64,
     ) -> Result<Option<TimestampOffset>, LogError> {
-        self.lock_log().offset_for_timestamp(timestamp)
+        self.lock_log().find(TimeQuery::AtOrAfter(timestamp))
     }
 
     /// The record with the largest timestamp (the first of equals).
     pub fn max_timestamp_offset(&self) -> Result<Option<TimestampOffset>, LogError> {
-        self.lock_log().max_timestamp_offset()
+        self.lock_log().find(TimeQuery::Newest)
     }
 
     /// The bytes of the partition's segments.
@@ -545,12 +545,12 @@ impl Partition {
     /// new low watermark, or the error code to answer.
     pub fn delete_records_before(&self, target: i64) -> Result<i64, i16> {
         let mut log = self.lock_log();
-        let high_watermark = log.log_end_offset();
+        let (_, high_watermark) = log.offsets();
         let target = if target == -1 { high_watermark } else { target };
         if target < 0 || target > high_watermark {
             return Err(error_codes::OFFSET_OUT_OF_RANGE);
         }
-        let low_watermark = log.delete_records_before(target).map_err(|e| {
+        let low_watermark = log.delete_before(target).map_err(|e| {
             tracing::error!(topic = %self.topic, partition = self.index, error = %e, "delete records failed");
             error_codes::KAFKA_STORAGE_ERROR
         })?;
@@ -567,7 +567,7 @@ impl Partition {
             if let Err(e) = log.apply_retention(now) {
                 tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "retention failed");
             }
-            log.log_start_offset()
+            log.offsets().0
         };
         self.forget_transactions_below(log_start);
         let expired = self.lock_producers().expire(now);
@@ -578,10 +578,7 @@ impl Partition {
 
     /// Flushes the log if its `flush.ms` is due (flush = interval), or at once with `force`.
     pub fn flush_if_due(&self, now: i64, force: bool) {
-        let mut log = self.lock_log();
-        if (force || log.flush_due(now))
-            && let Err(e) = log.flush()
-        {
+        if let Err(e) = self.lock_log().flush(now, force) {
             tracing::error!(topic = %self.topic, partition = self.index, error = %e, "flush failed");
         }
     }
@@ -626,7 +623,13 @@ impl Partition {
     /// (the caller holds the producers lock across its append, so they do). A failure is
     /// logged, not returned: the snapshot only shortens the next start's replay.
     fn write_producer_snapshot(&self, states: &ProducerStates, end_offset: i64) {
-        let dir = self.lock_log().dir().to_path_buf();
+        let Some(dir) = self
+            .lock_log()
+            .snapshot_dir()
+            .map(std::path::Path::to_path_buf)
+        else {
+            return;
+        };
         if let Err(e) = producer_snapshot::write(&dir, states, end_offset) {
             tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "producer snapshot not written");
         }
@@ -635,7 +638,7 @@ impl Partition {
     /// Snapshots the producer state as of the current log end (clean shutdown).
     pub fn snapshot_producers(&self) {
         let states = self.lock_producers();
-        let end = self.lock_log().log_end_offset();
+        let (_, end) = self.lock_log().offsets();
         self.write_producer_snapshot(&states, end);
     }
 }
@@ -664,14 +667,17 @@ fn stable_prefix(records: Bytes, stable: i64) -> (Bytes, i64) {
 /// snapshot at or below the log end, without the producers whose last batch lies below the log
 /// start (their batches are gone; Kafka drops them too), with the batches after it replayed;
 /// without a usable snapshot, `producer::rebuild_from_log`. Producers idle past expiry are dropped.
-fn restore_producers(log: &skiff_log::PartitionLog, now_ms: i64) -> ProducerStates {
-    let loaded = producer_snapshot::load(log.dir(), log.log_end_offset()).unwrap_or_else(|e| {
-        tracing::warn!(dir = %log.dir().display(), error = %e, "producer snapshots unreadable; rereading the log tail");
-        None
+fn restore_producers(log: &dyn PartitionStore, now_ms: i64) -> ProducerStates {
+    let (log_start, log_end) = log.offsets();
+    let loaded = log.snapshot_dir().and_then(|dir| {
+        producer_snapshot::load(dir, log_end).unwrap_or_else(|e| {
+            tracing::warn!(dir = %dir.display(), error = %e, "producer snapshots unreadable; rereading the log tail");
+            None
+        })
     });
     let mut states = match loaded {
         Some((offset, mut states)) => {
-            states.forget_below(log.log_start_offset());
+            states.forget_below(log_start);
             states.replay(log, offset);
             states
         }
@@ -762,8 +768,8 @@ mod tests {
             partitions: 1,
             configs: Default::default(),
         };
-        let log = PartitionLog::open(dir, LogConfig::default()).expect("log");
-        Partition::open(&info, 0, log, false, 1_700_000_000_000)
+        let log = skiff_log::PartitionLog::open(dir, LogConfig::default()).expect("log");
+        Partition::open(&info, 0, Box::new(log), false, 1_700_000_000_000)
     }
 
     /// Issue #13, finding 9: a produce that looked the partition up before its topic was
@@ -782,5 +788,130 @@ mod tests {
             .expect_err("refused");
         assert_eq!(refused.code, error_codes::UNKNOWN_TOPIC_OR_PARTITION);
         assert_eq!(partition.log_end_offset(), 2);
+    }
+
+    /// Transactions whose coordinator says every batch belongs to a transaction in progress.
+    struct InProgress;
+
+    impl TxnVerifier for InProgress {
+        fn verify(&self, _: i64, _: i16, _: &str, _: i32) -> Result<(), i16> {
+            Ok(())
+        }
+    }
+
+    fn over_memory() -> Partition {
+        let info = TopicInfo {
+            name: "m".into(),
+            id: Uuid::from_u128(9),
+            partitions: 1,
+            configs: Default::default(),
+        };
+        Partition::open(&info, 0, Box::new(memory::MemoryStore::new()), false, 0)
+    }
+
+    fn producer_batch(pid: i64, seq: i32, count: usize, transactional: bool) -> Bytes {
+        let mut b = skiff_records::RecordBatchBuilder::new()
+            .producer(pid, 0, seq)
+            .transactional(transactional);
+        for i in 0..count {
+            b.append(1_000 + i as i64, None, Some(b"v"), &[])
+                .expect("append");
+        }
+        b.build().expect("batch").into_bytes()
+    }
+
+    /// Offsets of the batches in `records`.
+    fn offsets_in(records: &Bytes) -> Vec<i64> {
+        let (batches, _) = RecordBatches::parse_fetch(records.clone()).expect("batches");
+        batches.iter().map(|b| b.base_offset()).collect()
+    }
+
+    #[test]
+    fn over_a_memory_store_sequences_are_checked_and_retries_are_not_written_twice() {
+        let p = over_memory();
+        let first = p
+            .append(producer_batch(5, 0, 3, false), 1, &NoTransactions)
+            .expect("append");
+        assert_eq!((first.base_offset, first.durable_end), (0, 3));
+        // The same batch again (a retry): acknowledged with its first offset, not written.
+        let retry = p
+            .append(producer_batch(5, 0, 3, false), 2, &NoTransactions)
+            .expect("retry");
+        assert_eq!(retry.base_offset, 0);
+        assert_eq!(p.log_end_offset(), 3);
+        // A gap in the sequence.
+        let gap = p
+            .append(producer_batch(5, 7, 1, false), 3, &NoTransactions)
+            .expect_err("gap");
+        assert_eq!(gap.code, error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER);
+        let next = p
+            .append(producer_batch(5, 3, 2, false), 4, &NoTransactions)
+            .expect("next");
+        assert_eq!(next.base_offset, 3);
+        let read = p.read(0, 1 << 20, Isolation::ReadUncommitted);
+        assert_eq!(read.high_watermark, 5);
+        assert_eq!(offsets_in(&read.records.expect("records")), vec![0, 3]);
+        // Offsets outside the log are refused.
+        assert_eq!(
+            p.read(9, 100, Isolation::ReadUncommitted).records,
+            Err(error_codes::OFFSET_OUT_OF_RANGE)
+        );
+        assert_eq!(p.delete_records_before(4), Ok(4));
+        assert_eq!(p.log_start_offset(), 4);
+        assert_eq!(
+            p.delete_records_before(6),
+            Err(error_codes::OFFSET_OUT_OF_RANGE)
+        );
+    }
+
+    #[test]
+    fn over_a_memory_store_read_committed_stops_at_open_transactions_and_lists_aborted_ones() {
+        let p = over_memory();
+        // Not in a transaction (the coordinator says so): refused.
+        let refused = p
+            .append(producer_batch(1, 0, 2, true), 1, &NoTransactions)
+            .expect_err("no txn");
+        assert_eq!(refused.code, error_codes::INVALID_TXN_STATE);
+        p.append(producer_batch(2, 0, 1, false), 1, &NoTransactions)
+            .expect("plain");
+        p.append(producer_batch(1, 0, 2, true), 2, &InProgress)
+            .expect("txn");
+        // The open transaction (offsets 1-2) holds read_committed readers at 1.
+        let read = p.read(0, 1 << 20, Isolation::ReadCommitted);
+        assert_eq!((read.high_watermark, read.last_stable_offset), (3, 1));
+        assert_eq!(offsets_in(&read.records.expect("records")), vec![0]);
+        assert_eq!(p.fetchable_end(Isolation::ReadCommitted), 1);
+        assert_eq!(p.open_transactions(), vec![(1, 0)]);
+        // Aborted: the marker closes it, the records stay, and read_committed lists the abort.
+        assert_eq!(p.append_marker(1, 0, false, 3).expect("marker"), Some(4));
+        let read = p.read(0, 1 << 20, Isolation::ReadCommitted);
+        assert_eq!((read.high_watermark, read.last_stable_offset), (4, 4));
+        assert_eq!(offsets_in(&read.records.expect("records")), vec![0, 1, 3]);
+        assert_eq!(
+            read.aborted,
+            Some(vec![Aborted {
+                producer_id: 1,
+                first_offset: 1
+            }])
+        );
+        assert!(p.open_transactions().is_empty());
+        // A marker from an older epoch than the producer's is not written.
+        p.append(
+            {
+                let mut b = skiff_records::RecordBatchBuilder::new()
+                    .producer(1, 3, 0)
+                    .transactional(true);
+                b.append(5, None, Some(b"w"), &[]).expect("append");
+                b.build().expect("batch").into_bytes()
+            },
+            4,
+            &InProgress,
+        )
+        .expect("new epoch");
+        assert_eq!(p.append_marker(1, 2, true, 5).expect("fenced"), None);
+        assert_eq!(p.append_marker(1, 3, true, 6).expect("commit"), Some(6));
+        let read = p.read(4, 1 << 20, Isolation::ReadCommitted);
+        assert_eq!(read.last_stable_offset, 6);
+        assert_eq!(offsets_in(&read.records.expect("records")), vec![4, 5]);
     }
 }

@@ -20,6 +20,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use anyhow::Result;
 use skiff_protocol::error_codes;
 
+use super::store::{PartitionStore, TimeQuery};
+
 /// How many recent batches per producer are remembered for duplicate detection (Kafka: 5).
 pub(crate) const RECENT_BATCHES: usize = 5;
 /// A producer with no append for this long is forgotten (Kafka's `producer.id.expiration.ms`
@@ -336,8 +338,8 @@ impl ProducerStates {
     }
 
     /// Replays the batch headers of `log` from `from_offset` to its end on top of this state.
-    pub(super) fn replay(&mut self, log: &skiff_log::PartitionLog, from_offset: i64) {
-        let walked = log.for_each_batch_header(from_offset, |header| {
+    pub(super) fn replay(&mut self, log: &dyn PartitionStore, from_offset: i64) {
+        let walked = log.headers_from(from_offset, &mut |header| {
             if header.producer_id < 0 {
                 return;
             }
@@ -350,7 +352,7 @@ impl ProducerStates {
                         header.base_offset,
                         header.max_timestamp,
                     ),
-                    None => tracing::warn!(dir = %log.dir().display(), offset = header.base_offset, "unreadable transaction marker skipped"),
+                    None => tracing::warn!(dir = ?log.snapshot_dir(), offset = header.base_offset, "unreadable transaction marker skipped"),
                 }
                 return;
             }
@@ -367,19 +369,16 @@ impl ProducerStates {
             }
         });
         if let Err(e) = walked {
-            tracing::warn!(dir = %log.dir().display(), error = %e, "producer state rebuilt from part of the log tail");
+            tracing::warn!(dir = ?log.snapshot_dir(), error = %e, "producer state rebuilt from part of the log tail");
         }
     }
 }
 
 /// What the transaction marker at `offset` says (markers are one tiny record; reading it back is
 /// the only way to tell a commit from an abort).
-fn marker_kind(
-    log: &skiff_log::PartitionLog,
-    offset: i64,
-) -> Option<skiff_records::ControlRecordType> {
+fn marker_kind(log: &dyn PartitionStore, offset: i64) -> Option<skiff_records::ControlRecordType> {
     let read = log.read(offset, 4096).ok()?;
-    let (batches, _) = skiff_records::RecordBatches::parse_fetch(read.records).ok()?;
+    let (batches, _) = skiff_records::RecordBatches::parse_fetch(read).ok()?;
     let batch = batches.into_iter().find(|b| b.base_offset() == offset)?;
     skiff_records::control_record_type(&batch)
 }
@@ -397,10 +396,12 @@ const REBUILD_HORIZON_MS: i64 = 5 * 60 * 1000;
 /// duplicate instead of being appended twice. The tail is the last [`REBUILD_WINDOW`] offsets or
 /// the batches of the last [`REBUILD_HORIZON_MS`] (by batch timestamp), whichever reaches further
 /// back; only batch headers are read.
-pub fn rebuild_from_log(log: &skiff_log::PartitionLog, now_ms: i64) -> ProducerStates {
-    let end = log.log_end_offset();
+pub fn rebuild_from_log(log: &dyn PartitionStore, now_ms: i64) -> ProducerStates {
+    let (_, end) = log.offsets();
     let recent = log
-        .offset_for_timestamp(now_ms.saturating_sub(REBUILD_HORIZON_MS))
+        .find(TimeQuery::AtOrAfter(
+            now_ms.saturating_sub(REBUILD_HORIZON_MS),
+        ))
         .ok()
         .flatten()
         .map_or(end, |found| found.offset);
