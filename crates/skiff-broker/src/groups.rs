@@ -13,7 +13,6 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -23,10 +22,9 @@ use serde::{Deserialize, Serialize};
 use skiff_group::classic::{ClassicGroup, ClassicGroupSnapshot, ClassicResponse, Completion};
 use skiff_group::consumer::{ConsumerGroup, ConsumerGroupSnapshot};
 use skiff_group::{CommittedOffset, GroupConfig, OffsetKey, OffsetStore, TopicsImage};
-use skiff_log::{FlushPolicy, GroupCommitter};
 use tokio::sync::{Notify, oneshot};
 
-use crate::kv_log::KvLog;
+use crate::coordinator_store::{CoordinatorStore, Durable, Opened};
 
 /// What the group coordinator knows of the topics: an image of names, IDs and partition counts,
 /// rebuilt when the generation changes (the broker implements it over its open topics).
@@ -163,7 +161,7 @@ pub struct Inner {
     /// Group config overrides, by group ID (groups need not exist).
     pub group_configs: BTreeMap<String, GroupOverrides>,
     topics_generation: u64,
-    kv: KvLog,
+    kv: Box<dyn CoordinatorStore>,
     persisted: HashMap<String, u64>,
     pending: HashMap<u64, oneshot::Sender<ClassicResponse>>,
 }
@@ -171,7 +169,7 @@ pub struct Inner {
 pub struct GroupCoordinator {
     inner: Mutex<Inner>,
     pub config: GroupConfig,
-    committer: Option<Arc<GroupCommitter>>,
+    durable: Option<Arc<dyn Durable>>,
     next_token: AtomicU64,
     /// The deadline the timer task sleeps until (i64::MAX: none).
     armed_deadline: AtomicI64,
@@ -179,9 +177,13 @@ pub struct GroupCoordinator {
 }
 
 impl GroupCoordinator {
-    /// Opens the group log in `dir` and restores every group and committed offset.
-    pub fn open(dir: &Path, flush: FlushPolicy, config: GroupConfig, now_ms: i64) -> Result<Self> {
-        let (kv, pairs) = KvLog::open(dir, flush)?;
+    /// Restores every group and committed offset from an opened store.
+    pub fn open(opened: Opened, config: GroupConfig, now_ms: i64) -> Result<Self> {
+        let Opened {
+            store: kv,
+            pairs,
+            durable,
+        } = opened;
         let mut groups = HashMap::new();
         let mut offsets = OffsetStore::default();
         let mut persisted = HashMap::new();
@@ -223,7 +225,6 @@ impl GroupCoordinator {
             }
         }
         tracing::info!(groups = groups.len(), "group coordinator loaded");
-        let committer = kv.committer_arc();
         Ok(GroupCoordinator {
             inner: Mutex::new(Inner {
                 groups,
@@ -236,7 +237,7 @@ impl GroupCoordinator {
                 pending: HashMap::new(),
             }),
             config,
-            committer,
+            durable,
             next_token: AtomicU64::new(1),
             armed_deadline: AtomicI64::new(i64::MAX),
             timers_changed: Notify::new(),
@@ -474,10 +475,9 @@ impl GroupCoordinator {
 
     /// Waits until the group log is durable up to `end` (with `flush = always`).
     pub async fn wait_durable(&self, end: i64) -> Result<()> {
-        match &self.committer {
-            Some(c) => c.wait_durable(end).await.context("syncing the group log"),
-            None => Ok(()),
-        }
+        Opened::wait(self.durable.as_ref(), end)
+            .await
+            .context("syncing the group log")
     }
 
     /// The earliest deadline of any group.
@@ -547,5 +547,108 @@ mod tests {
         assert_eq!(parse_offset_key(&raw), Some(("group-a".to_string(), key)));
         assert_eq!(parse_offset_key(b"g\0x"), None);
         assert_eq!(parse_offset_key(b"o\0g\0t\0nope"), None);
+    }
+
+    /// A coordinator store in memory whose pairs outlive the coordinator (a "restart" opens a
+    /// new coordinator over the same map).
+    #[derive(Clone, Default)]
+    struct MemoryStore(Arc<Mutex<BTreeMap<Bytes, Bytes>>>);
+
+    impl CoordinatorStore for MemoryStore {
+        fn append(&mut self, changes: &[(Bytes, Option<Bytes>)]) -> Result<i64> {
+            let mut pairs = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            for (key, value) in changes {
+                match value {
+                    Some(v) => pairs.insert(key.clone(), v.clone()),
+                    None => pairs.remove(key),
+                };
+            }
+            Ok(pairs.len() as i64)
+        }
+
+        fn needs_compaction(&self) -> bool {
+            false
+        }
+
+        fn compact(&mut self, _live: &[(Bytes, Bytes)]) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    struct Topics;
+
+    impl TopicsSource for Topics {
+        fn topics_generation(&self) -> u64 {
+            1
+        }
+
+        fn topics_image(&self) -> TopicsImage {
+            let mut image = TopicsImage::default();
+            image.insert("orders", skiff_protocol::Uuid::from_u128(3), 2);
+            image
+        }
+    }
+
+    fn open(store: &MemoryStore) -> GroupCoordinator {
+        let pairs = store
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let opened = Opened {
+            store: Box::new(store.clone()),
+            pairs,
+            durable: None,
+        };
+        GroupCoordinator::open(opened, GroupConfig::default(), 0).expect("open")
+    }
+
+    /// The coordinator writes through its storage seam: committed offsets and group configs
+    /// stored in a second backend are there when a new coordinator opens it; offsets of a topic
+    /// that no longer exists are forgotten with tombstones.
+    #[test]
+    fn committed_offsets_survive_a_restart_through_any_coordinator_store() {
+        let store = MemoryStore::default();
+        let coordinator = open(&store);
+        let commit = |partition, offset| {
+            (
+                OffsetKey {
+                    topic: "orders".into(),
+                    partition,
+                },
+                CommittedOffset {
+                    offset,
+                    leader_epoch: -1,
+                    metadata: None,
+                    commit_timestamp_ms: 1,
+                },
+            )
+        };
+        {
+            let mut inner = coordinator.lock(&Topics, 1);
+            coordinator
+                .store_offsets(&mut inner, "g", vec![commit(0, 42), commit(1, 7)])
+                .expect("stored");
+            let gone = OffsetKey {
+                topic: "deleted".into(),
+                partition: 0,
+            };
+            coordinator
+                .store_offsets(&mut inner, "g", vec![(gone, commit(0, 1).1)])
+                .expect("stored");
+        }
+        assert_eq!(store.0.lock().expect("pairs").len(), 3);
+        drop(coordinator);
+
+        let restarted = open(&store);
+        let inner = restarted.lock(&Topics, 2);
+        let offsets = GroupCoordinator::offsets_of(&inner, "g");
+        let found: Vec<(i32, i64)> = offsets
+            .iter()
+            .map(|(k, v)| (k.partition, v.offset))
+            .collect();
+        assert_eq!(found, vec![(0, 42), (1, 7)]);
+        // The offset of the topic missing from the image went, with a tombstone in the store.
+        assert_eq!(store.0.lock().expect("pairs").len(), 2);
     }
 }

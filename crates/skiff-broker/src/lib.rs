@@ -9,6 +9,7 @@ pub mod clients;
 pub mod clock;
 pub mod config;
 mod connection;
+mod coordinator_store;
 pub mod fetch_session;
 pub mod groups;
 pub mod handlers;

@@ -174,14 +174,18 @@ impl Broker {
         let producer_ids = crate::producer_ids::ProducerIdAllocator::open(&config.data_dir)?;
         let advertised = config.advertised(bound);
         let groups = crate::groups::GroupCoordinator::open(
-            &config.data_dir.join(GROUP_LOG_DIR),
-            flush_policy(config.flush),
+            crate::coordinator_store::open_local(
+                &config.data_dir.join(GROUP_LOG_DIR),
+                flush_policy(config.flush),
+            )?,
             config.groups.clone(),
             now_ms(),
         )?;
         let txns = crate::txns::TransactionCoordinator::open(
-            &config.data_dir.join(crate::txns::TXN_LOG_DIR),
-            flush_policy(config.flush),
+            crate::coordinator_store::open_local(
+                &config.data_dir.join(crate::txns::TXN_LOG_DIR),
+                flush_policy(config.flush),
+            )?,
             config.transactions,
         )?;
         let telemetry = crate::state::open_telemetry(&config)?;

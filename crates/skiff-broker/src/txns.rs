@@ -8,16 +8,14 @@
 //! marker can slip in between the check and the append); nothing here takes a partition lock
 //! while holding the coordinator's.
 
-use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use anyhow::Result;
 use bytes::Bytes;
-use skiff_log::{FlushPolicy, GroupCommitter};
 use skiff_protocol::error_codes;
 use skiff_txn::{Change, Transaction, TxnConfig, TxnCoordinator};
 
-use crate::kv_log::KvLog;
+use crate::coordinator_store::{CoordinatorStore, Durable, Opened};
 use crate::partition::TxnVerifier;
 
 /// The directory of the transaction log, inside the data directory.
@@ -30,18 +28,22 @@ pub const TIMEOUT_CHECK_INTERVAL_MS: u64 = 1_000;
 /// The coordinator state and the log it is persisted in.
 pub struct Inner {
     pub state: TxnCoordinator,
-    kv: KvLog,
+    kv: Box<dyn CoordinatorStore>,
 }
 
 pub struct TransactionCoordinator {
     inner: Mutex<Inner>,
-    committer: Option<Arc<GroupCommitter>>,
+    durable: Option<Arc<dyn Durable>>,
 }
 
 impl TransactionCoordinator {
-    /// Opens the transaction log in `dir` and restores every transactional ID.
-    pub fn open(dir: &Path, flush: FlushPolicy, config: TxnConfig) -> Result<Self> {
-        let (kv, pairs) = KvLog::open(dir, flush)?;
+    /// Restores every transactional ID from an opened store.
+    pub fn open(opened: Opened, config: TxnConfig) -> Result<Self> {
+        let Opened {
+            store: kv,
+            pairs,
+            durable,
+        } = opened;
         let mut txns = Vec::with_capacity(pairs.len());
         for (key, value) in pairs {
             match serde_json::from_slice::<Transaction>(&value) {
@@ -57,13 +59,12 @@ impl TransactionCoordinator {
             transactional_ids = txns.len(),
             "transaction coordinator loaded"
         );
-        let committer = kv.committer_arc();
         Ok(TransactionCoordinator {
             inner: Mutex::new(Inner {
                 state: TxnCoordinator::restore(config, txns),
                 kv,
             }),
-            committer,
+            durable,
         })
     }
 
@@ -73,13 +74,10 @@ impl TransactionCoordinator {
 
     /// Waits until the transaction log is durable up to `end` (with `flush = always`).
     pub async fn wait_durable(&self, end: i64) -> Result<(), i16> {
-        match &self.committer {
-            Some(c) => c.wait_durable(end).await.map_err(|e| {
-                tracing::error!(error = %e, "syncing the transaction log failed");
-                error_codes::KAFKA_STORAGE_ERROR
-            }),
-            None => Ok(()),
-        }
+        Opened::wait(self.durable.as_ref(), end).await.map_err(|e| {
+            tracing::error!(error = %e, "syncing the transaction log failed");
+            error_codes::KAFKA_STORAGE_ERROR
+        })
     }
 }
 
