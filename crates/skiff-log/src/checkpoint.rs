@@ -70,9 +70,13 @@ pub(crate) fn write(dir: &Path, log_start_offset: i64) -> Result<()> {
     let mut file = File::create(&tmp).io("create checkpoint", &tmp)?;
     file.write_all(&encode(log_start_offset))
         .io("write checkpoint", &tmp)?;
-    file.sync_all().io("fsync checkpoint", &tmp)?;
+    crate::faults::check(crate::faults::Fault::Sync, &tmp)
+        .and_then(|()| file.sync_all())
+        .io("fsync checkpoint", &tmp)?;
     drop(file);
-    fs::rename(&tmp, &path).io("rename checkpoint", &path)?;
+    crate::faults::check(crate::faults::Fault::Rename, &path)
+        .and_then(|()| fs::rename(&tmp, &path))
+        .io("rename checkpoint", &path)?;
     sync_dir(dir)
 }
 

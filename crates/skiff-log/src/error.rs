@@ -54,6 +54,14 @@ pub enum LogError {
     /// durability any more (Kafka halts the broker on this).
     #[error("fdatasync failed: {0}")]
     SyncFailed(Arc<io::Error>),
+    /// Writing a segment failed after its file was open: bytes may sit half written past the
+    /// log end, so the log takes no more appends until it is recovered at the next start
+    /// (Kafka takes the log directory offline).
+    #[error("writing the segment failed: {0}")]
+    WriteFailed(Arc<io::Error>),
+    /// An earlier write or fdatasync failed; the log refuses appends until the broker restarts.
+    #[error("the log is offline after an earlier failure: {0}")]
+    Offline(Arc<str>),
     /// A durability wait failed without any data being at risk (the sync could not be
     /// started); a retry may succeed.
     #[error("sync not started: {0}")]

@@ -11,6 +11,7 @@
 mod checkpoint;
 mod config;
 mod error;
+pub mod faults;
 mod files;
 mod group_commit;
 mod index;

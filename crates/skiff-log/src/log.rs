@@ -93,7 +93,9 @@ impl SyncTarget {
 
     /// fdatasync of the segment file. Blocking: run it on a blocking thread in async code.
     pub fn sync(&self) -> Result<()> {
-        self.file.sync_data().io("fdatasync segment", &self.path)
+        crate::faults::check(crate::faults::Fault::Sync, &self.path)
+            .and_then(|()| self.file.sync_data())
+            .io("fdatasync segment", &self.path)
     }
 }
 
@@ -115,6 +117,9 @@ pub struct PartitionLog {
     durable_end_offset: i64,
     first_unflushed_ms: Option<i64>,
     leader_epoch: Option<i32>,
+    /// Set when a segment write or an fdatasync during a roll failed: bytes may sit half
+    /// written past the log end, so no append is taken until recovery at the next open.
+    offline: Option<Arc<str>>,
 }
 
 impl PartitionLog {
@@ -221,6 +226,7 @@ impl PartitionLog {
             durable_end_offset: 0,
             first_unflushed_ms: None,
             leader_epoch: None,
+            offline: None,
         };
         if log.log_start_offset > log.log_end_offset {
             // The tail that a DeleteRecords advanced past was lost: start empty at the start.
@@ -263,6 +269,11 @@ impl PartitionLog {
         Ok(())
     }
     /// First offset that can be read (moved by retention and DeleteRecords).
+    /// Why the log takes no appends (a failed segment write or roll), if it does not.
+    pub fn offline(&self) -> Option<&str> {
+        self.offline.as_deref()
+    }
+
     pub fn log_start_offset(&self) -> i64 {
         self.log_start_offset
     }
@@ -301,6 +312,9 @@ impl PartitionLog {
     /// is written as a rewritten 16-byte prefix followed by the producer's own bytes. Under
     /// `LogAppendTime` the timestamp and CRC change too, so the set is copied and rewritten.
     pub fn append(&mut self, batches: Bytes, now_ms: i64) -> Result<AppendInfo> {
+        if let Some(reason) = &self.offline {
+            return Err(LogError::Offline(Arc::clone(reason)));
+        }
         if batches.is_empty() {
             return Err(RecordsError::Empty.into());
         }
@@ -429,9 +443,17 @@ impl PartitionLog {
             }
         }
 
-        self.maybe_roll(len as u64, last_offset, now_ms)?;
         let interval = self.config.index_interval_bytes;
-        self.active.append(parts, headers, interval, now_ms)?;
+        let written = self
+            .maybe_roll(len as u64, last_offset, now_ms)
+            .and_then(|()| self.active.append(parts, headers, interval, now_ms));
+        if let Err(e) = written {
+            if matches!(e, LogError::WriteFailed(_) | LogError::SyncFailed(_)) {
+                tracing::error!(dir = %self.dir.display(), error = %e, "the log is offline until the next start");
+                self.offline = Some(Arc::from(e.to_string()));
+            }
+            return Err(e);
+        }
         self.log_end_offset = next_offset;
         self.first_unflushed_ms.get_or_insert(now_ms);
         Ok(AppendInfo {
@@ -581,8 +603,9 @@ impl PartitionLog {
             });
         }
         if offset > self.log_start_offset {
-            self.log_start_offset = offset;
+            // On disk first: a failed checkpoint leaves the log as it was, not ahead of its file.
             checkpoint::write(&self.dir, offset)?;
+            self.log_start_offset = offset;
             self.delete_segments_below(offset)?;
         }
         Ok(self.log_start_offset)

@@ -476,7 +476,9 @@ impl Segment {
         now_ms: i64,
     ) -> Result<()> {
         let file = self.log.get()?;
-        write_all_vectored_at(&file, parts, self.size).io("write segment", &self.log_path)?;
+        crate::faults::check(crate::faults::Fault::Write, &self.log_path)
+            .and_then(|()| write_all_vectored_at(&file, parts, self.size))
+            .map_err(|e| LogError::WriteFailed(Arc::new(e)))?;
         let mut position = self.size;
         for header in headers {
             let at = u32::try_from(position).map_err(|_| LogError::Corrupt {
@@ -515,10 +517,10 @@ impl Segment {
     /// Seals the segment before a roll: final time-index entry, then data and indexes synced.
     pub(crate) fn seal(&mut self) -> Result<()> {
         self.close_time_index()?;
-        self.log
-            .get()?
-            .sync_data()
-            .io("fsync segment", &self.log_path)?;
+        let file = self.log.get()?;
+        crate::faults::check(crate::faults::Fault::Sync, &self.log_path)
+            .and_then(|()| file.sync_data())
+            .map_err(|e| LogError::SyncFailed(Arc::new(e)))?;
         self.offset_index.persist()?;
         self.time_index.persist()
     }

@@ -159,6 +159,10 @@ impl PartitionStore for MemoryStore {
         self.end
     }
 
+    fn offline(&self) -> Option<String> {
+        None
+    }
+
     fn snapshot_dir(&self) -> Option<&Path> {
         None
     }

@@ -243,6 +243,16 @@ impl Partition {
             }
         }
 
+        if let Some(committer) = &self.committer
+            && committer.is_offline()
+        {
+            // What was written may not be durable: nothing more is acknowledged (acks=1
+            // included) until a restart recovers the log.
+            return Err(PartitionError::new(
+                error_codes::KAFKA_STORAGE_ERROR,
+                "the partition is offline: an fdatasync of its log failed; restart the broker to recover it",
+            ));
+        }
         let mut log = self.lock_log();
         if self.removed.load(Ordering::Acquire) {
             // Looked up before its topic was deleted (perhaps re-created since under the same
@@ -402,12 +412,15 @@ impl Partition {
             .map_or(0, GroupCommitter::sync_count)
     }
 
-    /// Whether the partition's log can no longer promise durability (an fdatasync failed): it
-    /// answers KAFKA_STORAGE_ERROR until the broker restarts.
+    /// Whether the partition is offline: an fdatasync failed (what was written may not be
+    /// durable) or a segment write failed (a partial record may sit past the log end). It
+    /// answers KAFKA_STORAGE_ERROR to appends until the broker restarts and recovers its log;
+    /// reads of what it holds still work.
     pub fn is_offline(&self) -> bool {
         self.committer
             .as_ref()
             .is_some_and(GroupCommitter::is_offline)
+            || self.lock_log().offline().is_some()
     }
 
     // ----- reads ------------------------------------------------------------------------

@@ -68,6 +68,9 @@ pub trait PartitionStore: Send {
     /// Offsets below `end` are durable (the target's sync succeeded).
     fn mark_durable(&mut self, end: i64);
     fn durable_offset(&self) -> i64;
+    /// Why the store takes no appends any more (a write that may have left a partial record
+    /// behind), if it does not: the partition is offline until the broker restarts.
+    fn offline(&self) -> Option<String>;
     /// Where producer snapshots are kept, if this store keeps them as files.
     fn snapshot_dir(&self) -> Option<&Path>;
 }
@@ -145,6 +148,10 @@ impl PartitionStore for PartitionLog {
 
     fn durable_offset(&self) -> i64 {
         PartitionLog::durable_offset(self)
+    }
+
+    fn offline(&self) -> Option<String> {
+        PartitionLog::offline(self).map(str::to_owned)
     }
 
     fn snapshot_dir(&self) -> Option<&Path> {
