@@ -36,7 +36,7 @@ use skiff_protocol::generated::{
     ConsumerGroupHeartbeatRequest, FetchRequest, ListOffsetsRequest, OffsetCommitRequest,
     OffsetFetchRequest,
 };
-use skiff_protocol::{ApiKey, Request, Response, Uuid, error_codes};
+use skiff_protocol::{ApiKey, Uuid, error_codes};
 use skiff_records::RecordBatches;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -521,11 +521,8 @@ impl Consumer {
         let response = self
             .inner
             .client
-            .call_with_timeout(node, ApiKey::Fetch, timeout, |_| Request::Fetch(request))
+            .request_with_timeout(node, timeout, |_| request)
             .await?;
-        let Response::Fetch(response) = response else {
-            return Err(Error::protocol("Fetch", "unexpected response type"));
-        };
         if response.error_code != error_codes::NONE {
             return Err(Error::broker("Fetch", response.error_code, None));
         }
@@ -743,11 +740,11 @@ impl Consumer {
         for name in by_topic.keys() {
             ids.insert(name.clone(), self.inner.client.topic(name).await?.id);
         }
-        let response = self
+        let r = self
             .inner
             .client
-            .call_coordinator(&group, ApiKey::OffsetFetch, |v| {
-                Request::OffsetFetch(if v >= 8 {
+            .request_coordinator(&group, |v| {
+                if v >= 8 {
                     OffsetFetchRequest {
                         groups: vec![OffsetFetchRequestGroup {
                             group_id: group.as_str().into(),
@@ -783,12 +780,9 @@ impl Consumer {
                         ),
                         ..Default::default()
                     }
-                })
+                }
             })
             .await?;
-        let Response::OffsetFetch(r) = response else {
-            return Err(Error::protocol("OffsetFetch", "unexpected response type"));
-        };
         let mut out = Vec::new();
         if let Some(g) = r.groups.first() {
             if g.error_code != error_codes::NONE {
@@ -984,33 +978,28 @@ pub(crate) async fn list_offsets(
     }
     let mut out = Vec::new();
     for (node, topics) in by_node {
-        let response = client
-            .call(node, ApiKey::ListOffsets, |_| {
-                Request::ListOffsets(ListOffsetsRequest {
-                    replica_id: -1,
-                    isolation_level,
-                    topics: topics
-                        .iter()
-                        .map(|(name, parts)| ListOffsetsTopic {
-                            name: name.as_str().into(),
-                            partitions: parts
-                                .iter()
-                                .map(|p| ListOffsetsPartition {
-                                    partition_index: *p,
-                                    timestamp,
-                                    ..Default::default()
-                                })
-                                .collect(),
-                            ..Default::default()
-                        })
-                        .collect(),
-                    ..Default::default()
-                })
+        let r = client
+            .request(node, |_| ListOffsetsRequest {
+                replica_id: -1,
+                isolation_level,
+                topics: topics
+                    .iter()
+                    .map(|(name, parts)| ListOffsetsTopic {
+                        name: name.as_str().into(),
+                        partitions: parts
+                            .iter()
+                            .map(|p| ListOffsetsPartition {
+                                partition_index: *p,
+                                timestamp,
+                                ..Default::default()
+                            })
+                            .collect(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
             })
             .await?;
-        let Response::ListOffsets(r) = response else {
-            return Err(Error::protocol("ListOffsets", "unexpected response type"));
-        };
         for t in r.topics {
             for p in t.partitions {
                 let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
@@ -1077,40 +1066,35 @@ async fn commit_offsets(inner: &Arc<Inner>, offsets: &[(TopicPartition, i64)]) -
     for name in by_topic.keys() {
         ids.insert(name.clone(), inner.client.topic(name).await?.id);
     }
-    let response = inner
+    let r = inner
         .client
-        .call_coordinator(&group, ApiKey::OffsetCommit, |_| {
-            Request::OffsetCommit(OffsetCommitRequest {
-                group_id: group.as_str().into(),
-                generation_id_or_member_epoch: epoch,
-                member_id: member_id.as_str().into(),
-                group_instance_id: None,
-                retention_time_ms: -1,
-                topics: by_topic
-                    .iter()
-                    .map(|(name, parts)| OffsetCommitRequestTopic {
-                        name: name.as_str().into(),
-                        topic_id: ids.get(name).copied().unwrap_or_default(),
-                        partitions: parts
-                            .iter()
-                            .map(|(p, o)| OffsetCommitRequestPartition {
-                                partition_index: *p,
-                                committed_offset: *o,
-                                committed_leader_epoch: -1,
-                                committed_metadata: Some("".into()),
-                                ..Default::default()
-                            })
-                            .collect(),
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            })
+        .request_coordinator(&group, |_| OffsetCommitRequest {
+            group_id: group.as_str().into(),
+            generation_id_or_member_epoch: epoch,
+            member_id: member_id.as_str().into(),
+            group_instance_id: None,
+            retention_time_ms: -1,
+            topics: by_topic
+                .iter()
+                .map(|(name, parts)| OffsetCommitRequestTopic {
+                    name: name.as_str().into(),
+                    topic_id: ids.get(name).copied().unwrap_or_default(),
+                    partitions: parts
+                        .iter()
+                        .map(|(p, o)| OffsetCommitRequestPartition {
+                            partition_index: *p,
+                            committed_offset: *o,
+                            committed_leader_epoch: -1,
+                            committed_metadata: Some("".into()),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
         })
         .await?;
-    let Response::OffsetCommit(r) = response else {
-        return Err(Error::protocol("OffsetCommit", "unexpected response type"));
-    };
     for t in &r.topics {
         let name = if t.name.is_empty() {
             ids.iter()
@@ -1299,19 +1283,9 @@ async fn heartbeat_once(
             (request, send_owned.then_some(owned))
         }
     };
-    let response = conn
-        .call(
-            Request::ConsumerGroupHeartbeat(request),
-            version,
-            client.config().request_timeout,
-        )
+    let r = conn
+        .request(request, version, client.config().request_timeout)
         .await?;
-    let Response::ConsumerGroupHeartbeat(r) = response else {
-        return Err(Error::protocol(
-            "ConsumerGroupHeartbeat",
-            "unexpected response type",
-        ));
-    };
     let message = r.error_message.as_ref().map(|m| m.to_string());
     match r.error_code {
         error_codes::NONE => {}

@@ -22,8 +22,8 @@ use opentelemetry_proto::tonic::metrics::v1::{
     ScopeMetrics, Sum, metric, number_data_point,
 };
 use prost::Message;
+use skiff_protocol::error_codes;
 use skiff_protocol::generated::{GetTelemetrySubscriptionsRequest, PushTelemetryRequest};
-use skiff_protocol::{ApiKey, Request, Response, error_codes};
 use tokio::sync::watch;
 
 use crate::client::{Client, Inner};
@@ -260,20 +260,12 @@ enum Next {
 /// Sends GetTelemetrySubscriptions (body ID = header ID) and stores the answer.
 async fn get_subscription(client: &Client) -> Result<Next> {
     let id = client.instance_id();
-    let response = client
-        .call_any(ApiKey::GetTelemetrySubscriptions, |_| {
-            Request::GetTelemetrySubscriptions(GetTelemetrySubscriptionsRequest {
-                client_instance_id: id,
-                ..Default::default()
-            })
+    let r = client
+        .request_any(|_| GetTelemetrySubscriptionsRequest {
+            client_instance_id: id,
+            ..Default::default()
         })
         .await?;
-    let Response::GetTelemetrySubscriptions(r) = response else {
-        return Err(Error::protocol(
-            "GetTelemetrySubscriptions",
-            "unexpected response type",
-        ));
-    };
     let interval = u64::try_from(r.push_interval_ms)
         .ok()
         .filter(|ms| *ms > 0)
@@ -336,21 +328,16 @@ async fn push(client: &Client, terminating: bool, start_nanos: u64) -> Result<Ne
     };
     let id = client.instance_id();
     let subscription_id = sub.subscription_id;
-    let response = client
-        .call_any(ApiKey::PushTelemetry, |_| {
-            Request::PushTelemetry(PushTelemetryRequest {
-                client_instance_id: id,
-                subscription_id,
-                terminating,
-                compression_type: compression,
-                metrics: payload,
-                ..Default::default()
-            })
+    let r = client
+        .request_any(|_| PushTelemetryRequest {
+            client_instance_id: id,
+            subscription_id,
+            terminating,
+            compression_type: compression,
+            metrics: payload,
+            ..Default::default()
         })
         .await?;
-    let Response::PushTelemetry(r) = response else {
-        return Err(Error::protocol("PushTelemetry", "unexpected response type"));
-    };
     match r.error_code {
         error_codes::NONE => {
             let mut kept = lock(&client.telemetry().reported);
