@@ -2,6 +2,7 @@
 //! backoff when it breaks), the metadata cache with topic IDs, and group coordinator lookup.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use tokio::time::Instant;
 
 use crate::connection::{Connection, ConnectionSettings, typed_response};
 use crate::error::{Error, Result};
-use crate::telemetry::{self, ClientMetrics, Telemetry};
+use crate::telemetry::{self, ClientMetrics, Telemetry, TelemetryTransport};
 use crate::util::{backoff, lock};
 
 /// FindCoordinator key types.
@@ -139,7 +140,7 @@ struct NodeSlot {
     next_attempt: Option<Instant>,
 }
 
-pub(crate) struct Inner {
+struct Inner {
     config: ClientConfig,
     settings: ConnectionSettings,
     slots: Mutex<HashMap<i32, Arc<tokio::sync::Mutex<NodeSlot>>>>,
@@ -164,6 +165,30 @@ impl std::fmt::Debug for Client {
             .field("instance_id", &self.inner.settings.instance_id)
             .field("bootstrap", &self.inner.config.bootstrap)
             .finish()
+    }
+}
+
+/// The narrow handle telemetry gets: its state, the instance ID, the open connection count and
+/// a typed request to any broker.
+impl TelemetryTransport for Client {
+    fn telemetry(&self) -> &Telemetry {
+        &self.inner.telemetry
+    }
+
+    fn instance_id(&self) -> Uuid {
+        self.inner.settings.instance_id
+    }
+
+    fn open_connections(&self) -> usize {
+        Client::open_connections(self)
+    }
+
+    fn send<R>(&self, request: R) -> impl Future<Output = Result<R::Response>> + Send
+    where
+        R: RequestBody + Send + 'static,
+        R::Response: Send,
+    {
+        self.request_any(move |_| request)
     }
 }
 
@@ -228,7 +253,7 @@ impl Client {
         &self.inner.config
     }
 
-    pub(crate) fn from_inner(inner: Arc<Inner>) -> Client {
+    fn from_inner(inner: Arc<Inner>) -> Client {
         Client { inner }
     }
 
@@ -297,7 +322,10 @@ impl Client {
         match Connection::connect(node, &addr, &self.inner.settings).await {
             Ok(conn) => {
                 ClientMetrics::add(&self.inner.telemetry.metrics.connections_created, 1);
-                telemetry::start(self, Arc::downgrade(&self.inner));
+                if self.inner.config.enable_metrics_push {
+                    let weak = Arc::downgrade(&self.inner);
+                    telemetry::start(self, move || weak.upgrade().map(Client::from_inner));
+                }
                 slot.failures = 0;
                 slot.next_attempt = None;
                 slot.conn = Some(Arc::clone(&conn));
