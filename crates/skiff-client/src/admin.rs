@@ -12,7 +12,7 @@ use skiff_protocol::generated::{
     DescribeConfigsRequest, DescribeGroupsRequest, IncrementalAlterConfigsRequest,
     ListConfigResourcesRequest, ListGroupsRequest,
 };
-use skiff_protocol::{ApiKey, Request, Response, Uuid, error_codes};
+use skiff_protocol::{Uuid, error_codes};
 
 use crate::client::{Client, TopicMetadata};
 use crate::consumer::{TopicPartition, list_offsets};
@@ -155,37 +155,32 @@ impl Admin {
             .request_timeout
             .as_millis()
             .min(i32::MAX as u128) as i32;
-        let response = self
+        let r = self
             .client
-            .call(node, ApiKey::CreateTopics, |_| {
-                Request::CreateTopics(CreateTopicsRequest {
-                    topics: topics
-                        .iter()
-                        .map(|t| CreatableTopic {
-                            name: t.name.as_str().into(),
-                            num_partitions: t.partitions,
-                            replication_factor: t.replication_factor,
-                            configs: t
-                                .configs
-                                .iter()
-                                .map(|(k, v)| CreatableTopicConfig {
-                                    name: k.as_str().into(),
-                                    value: Some(v.as_str().into()),
-                                    ..Default::default()
-                                })
-                                .collect(),
-                            ..Default::default()
-                        })
-                        .collect(),
-                    timeout_ms,
-                    validate_only: false,
-                    ..Default::default()
-                })
+            .request(node, |_| CreateTopicsRequest {
+                topics: topics
+                    .iter()
+                    .map(|t| CreatableTopic {
+                        name: t.name.as_str().into(),
+                        num_partitions: t.partitions,
+                        replication_factor: t.replication_factor,
+                        configs: t
+                            .configs
+                            .iter()
+                            .map(|(k, v)| CreatableTopicConfig {
+                                name: k.as_str().into(),
+                                value: Some(v.as_str().into()),
+                                ..Default::default()
+                            })
+                            .collect(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                timeout_ms,
+                validate_only: false,
+                ..Default::default()
             })
             .await?;
-        let Response::CreateTopics(r) = response else {
-            return Err(Error::protocol("CreateTopics", "unexpected response type"));
-        };
         let mut out = Vec::new();
         for t in r.topics {
             if t.error_code != error_codes::NONE {
@@ -212,10 +207,10 @@ impl Admin {
             .request_timeout
             .as_millis()
             .min(i32::MAX as u128) as i32;
-        let response = self
+        let r = self
             .client
-            .call(node, ApiKey::DeleteTopics, |v| {
-                Request::DeleteTopics(if v >= 6 {
+            .request(node, |v| {
+                if v >= 6 {
                     DeleteTopicsRequest {
                         topics: names
                             .iter()
@@ -234,12 +229,9 @@ impl Admin {
                         timeout_ms,
                         ..Default::default()
                     }
-                })
+                }
             })
             .await?;
-        let Response::DeleteTopics(r) = response else {
-            return Err(Error::protocol("DeleteTopics", "unexpected response type"));
-        };
         for t in r.responses {
             if t.error_code != error_codes::NONE {
                 return Err(Error::broker_for(
@@ -304,15 +296,10 @@ impl Admin {
 
     /// Every group the broker knows.
     pub async fn list_groups(&self) -> Result<Vec<GroupListing>> {
-        let response = self
+        let r = self
             .client
-            .call_any(ApiKey::ListGroups, |_| {
-                Request::ListGroups(ListGroupsRequest::default())
-            })
+            .request_any(|_| ListGroupsRequest::default())
             .await?;
-        let Response::ListGroups(r) = response else {
-            return Err(Error::protocol("ListGroups", "unexpected response type"));
-        };
         if r.error_code != error_codes::NONE {
             return Err(Error::broker("ListGroups", r.error_code, None));
         }
@@ -335,15 +322,13 @@ impl Admin {
     pub async fn describe_group(&self, group: &str) -> Result<GroupDescription> {
         let response = self
             .client
-            .call_coordinator(group, ApiKey::ConsumerGroupDescribe, |_| {
-                Request::ConsumerGroupDescribe(ConsumerGroupDescribeRequest {
-                    group_ids: vec![group.into()],
-                    ..Default::default()
-                })
+            .request_coordinator(group, |_| ConsumerGroupDescribeRequest {
+                group_ids: vec![group.into()],
+                ..Default::default()
             })
             .await;
         let mut description = match response {
-            Ok(Response::ConsumerGroupDescribe(r)) => match r.groups.into_iter().next() {
+            Ok(r) => match r.groups.into_iter().next() {
                 Some(g) if g.error_code == error_codes::NONE => GroupDescription {
                     group_id: g.group_id.to_string(),
                     state: g.group_state.to_string(),
@@ -390,12 +375,6 @@ impl Admin {
                     ));
                 }
             },
-            Ok(_) => {
-                return Err(Error::protocol(
-                    "ConsumerGroupDescribe",
-                    "unexpected response type",
-                ));
-            }
             Err(Error::UnsupportedVersion { .. }) => self.describe_classic(group).await?,
             Err(e) => return Err(e),
         };
@@ -404,21 +383,13 @@ impl Admin {
     }
 
     async fn describe_classic(&self, group: &str) -> Result<GroupDescription> {
-        let response = self
+        let r = self
             .client
-            .call_coordinator(group, ApiKey::DescribeGroups, |_| {
-                Request::DescribeGroups(DescribeGroupsRequest {
-                    groups: vec![group.into()],
-                    ..Default::default()
-                })
+            .request_coordinator(group, |_| DescribeGroupsRequest {
+                groups: vec![group.into()],
+                ..Default::default()
             })
             .await?;
-        let Response::DescribeGroups(r) = response else {
-            return Err(Error::protocol(
-                "DescribeGroups",
-                "unexpected response type",
-            ));
-        };
         let g = r
             .groups
             .into_iter()
@@ -461,10 +432,10 @@ impl Admin {
     pub async fn group_offsets(&self, group: &str) -> Result<Vec<(TopicPartition, i64)>> {
         use skiff_protocol::generated::OffsetFetchRequest;
         use skiff_protocol::generated::offset_fetch_request::OffsetFetchRequestGroup;
-        let response = self
+        let r = self
             .client
-            .call_coordinator(group, ApiKey::OffsetFetch, |v| {
-                Request::OffsetFetch(if v >= 8 {
+            .request_coordinator(group, |v| {
+                if v >= 8 {
                     OffsetFetchRequest {
                         groups: vec![OffsetFetchRequestGroup {
                             group_id: group.into(),
@@ -479,12 +450,9 @@ impl Admin {
                         topics: None,
                         ..Default::default()
                     }
-                })
+                }
             })
             .await?;
-        let Response::OffsetFetch(r) = response else {
-            return Err(Error::protocol("OffsetFetch", "unexpected response type"));
-        };
         let mut out = Vec::new();
         if let Some(g) = r.groups.into_iter().next() {
             if g.error_code != error_codes::NONE {
@@ -532,18 +500,13 @@ impl Admin {
     /// Deletes (empty) groups.
     pub async fn delete_groups(&self, groups: &[&str]) -> Result<()> {
         for group in groups {
-            let response = self
+            let r = self
                 .client
-                .call_coordinator(group, ApiKey::DeleteGroups, |_| {
-                    Request::DeleteGroups(DeleteGroupsRequest {
-                        groups_names: vec![(*group).into()],
-                        ..Default::default()
-                    })
+                .request_coordinator(group, |_| DeleteGroupsRequest {
+                    groups_names: vec![(*group).into()],
+                    ..Default::default()
                 })
                 .await?;
-            let Response::DeleteGroups(r) = response else {
-                return Err(Error::protocol("DeleteGroups", "unexpected response type"));
-            };
             for g in r.results {
                 if g.error_code != error_codes::NONE {
                     return Err(Error::broker_for(
@@ -586,18 +549,7 @@ impl Admin {
             validate_only: false,
             ..Default::default()
         };
-        let response = self
-            .client
-            .call_any(ApiKey::IncrementalAlterConfigs, |_| {
-                Request::IncrementalAlterConfigs(request)
-            })
-            .await?;
-        let Response::IncrementalAlterConfigs(r) = response else {
-            return Err(Error::protocol(
-                "IncrementalAlterConfigs",
-                "unexpected response type",
-            ));
-        };
+        let r = self.client.request_any(|_| request).await?;
         let mut answered = false;
         for resource in r.responses {
             answered = true;
@@ -633,18 +585,7 @@ impl Admin {
             include_documentation: false,
             ..Default::default()
         };
-        let response = self
-            .client
-            .call_any(ApiKey::DescribeConfigs, |_| {
-                Request::DescribeConfigs(request)
-            })
-            .await?;
-        let Response::DescribeConfigs(r) = response else {
-            return Err(Error::protocol(
-                "DescribeConfigs",
-                "unexpected response type",
-            ));
-        };
+        let r = self.client.request_any(|_| request).await?;
         let result = r
             .results
             .into_iter()
@@ -674,21 +615,13 @@ impl Admin {
     /// Names of the client-metrics subscriptions, sorted (ListConfigResources filtered to type
     /// 16; v0, ListClientMetricsResources, lists only those anyway).
     pub async fn list_client_metrics(&self) -> Result<Vec<String>> {
-        let response = self
+        let r = self
             .client
-            .call_any(ApiKey::ListConfigResources, |_| {
-                Request::ListConfigResources(ListConfigResourcesRequest {
-                    resource_types: vec![CLIENT_METRICS_RESOURCE],
-                    ..Default::default()
-                })
+            .request_any(|_| ListConfigResourcesRequest {
+                resource_types: vec![CLIENT_METRICS_RESOURCE],
+                ..Default::default()
             })
             .await?;
-        let Response::ListConfigResources(r) = response else {
-            return Err(Error::protocol(
-                "ListConfigResources",
-                "unexpected response type",
-            ));
-        };
         if r.error_code != error_codes::NONE {
             return Err(Error::broker("ListConfigResources", r.error_code, None));
         }

@@ -2,17 +2,18 @@
 //! backoff when it breaks), the metadata cache with topic IDs, and group coordinator lookup.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use skiff_protocol::generated::metadata_request::MetadataRequestTopic;
 use skiff_protocol::generated::{FindCoordinatorRequest, MetadataRequest};
-use skiff_protocol::{ApiKey, Request, Response, Uuid, error_codes};
+use skiff_protocol::{ApiKey, Request, RequestBody, Response, Uuid, error_codes};
 use tokio::time::Instant;
 
-use crate::connection::{Connection, ConnectionSettings};
+use crate::connection::{Connection, ConnectionSettings, typed_response};
 use crate::error::{Error, Result};
-use crate::telemetry::{self, ClientMetrics, Telemetry};
+use crate::telemetry::{self, ClientMetrics, Telemetry, TelemetryTransport};
 use crate::util::{backoff, lock};
 
 /// FindCoordinator key types.
@@ -139,7 +140,7 @@ struct NodeSlot {
     next_attempt: Option<Instant>,
 }
 
-pub(crate) struct Inner {
+struct Inner {
     config: ClientConfig,
     settings: ConnectionSettings,
     slots: Mutex<HashMap<i32, Arc<tokio::sync::Mutex<NodeSlot>>>>,
@@ -164,6 +165,30 @@ impl std::fmt::Debug for Client {
             .field("instance_id", &self.inner.settings.instance_id)
             .field("bootstrap", &self.inner.config.bootstrap)
             .finish()
+    }
+}
+
+/// The narrow handle telemetry gets: its state, the instance ID, the open connection count and
+/// a typed request to any broker.
+impl TelemetryTransport for Client {
+    fn telemetry(&self) -> &Telemetry {
+        &self.inner.telemetry
+    }
+
+    fn instance_id(&self) -> Uuid {
+        self.inner.settings.instance_id
+    }
+
+    fn open_connections(&self) -> usize {
+        Client::open_connections(self)
+    }
+
+    fn send<R>(&self, request: R) -> impl Future<Output = Result<R::Response>> + Send
+    where
+        R: RequestBody + Send + 'static,
+        R::Response: Send,
+    {
+        self.request_any(move |_| request)
     }
 }
 
@@ -228,7 +253,7 @@ impl Client {
         &self.inner.config
     }
 
-    pub(crate) fn from_inner(inner: Arc<Inner>) -> Client {
+    fn from_inner(inner: Arc<Inner>) -> Client {
         Client { inner }
     }
 
@@ -297,7 +322,10 @@ impl Client {
         match Connection::connect(node, &addr, &self.inner.settings).await {
             Ok(conn) => {
                 ClientMetrics::add(&self.inner.telemetry.metrics.connections_created, 1);
-                telemetry::start(self, Arc::downgrade(&self.inner));
+                if self.inner.config.enable_metrics_push {
+                    let weak = Arc::downgrade(&self.inner);
+                    telemetry::start(self, move || weak.upgrade().map(Client::from_inner));
+                }
                 slot.failures = 0;
                 slot.next_attempt = None;
                 slot.conn = Some(Arc::clone(&conn));
@@ -382,6 +410,58 @@ impl Client {
             .await
     }
 
+    /// Sends a typed request to `node`, built for the negotiated version, and returns the typed
+    /// response: the request type names its API and its response type ([`RequestBody`]), so an
+    /// answer of another API is one [`Error::Protocol`] here rather than at every call site.
+    pub async fn request<R, F>(&self, node: i32, build: F) -> Result<R::Response>
+    where
+        R: RequestBody,
+        F: FnOnce(i16) -> R,
+    {
+        let response = self.call(node, R::API_KEY, |v| build(v).into()).await?;
+        typed_response::<R>(response)
+    }
+
+    /// [`Client::request`] with an explicit timeout (long polls add their wait to it).
+    pub async fn request_with_timeout<R, F>(
+        &self,
+        node: i32,
+        timeout: Duration,
+        build: F,
+    ) -> Result<R::Response>
+    where
+        R: RequestBody,
+        F: FnOnce(i16) -> R,
+    {
+        let response = self
+            .call_with_timeout(node, R::API_KEY, timeout, |v| build(v).into())
+            .await?;
+        typed_response::<R>(response)
+    }
+
+    /// [`Client::request`] to any broker (Metadata, admin calls in a single-node cluster).
+    pub async fn request_any<R, F>(&self, build: F) -> Result<R::Response>
+    where
+        R: RequestBody,
+        F: FnOnce(i16) -> R,
+    {
+        let response = self.call_any(R::API_KEY, |v| build(v).into()).await?;
+        typed_response::<R>(response)
+    }
+
+    /// [`Client::request`] to `group`'s coordinator, forgetting it as
+    /// [`Client::call_coordinator`] does.
+    pub async fn request_coordinator<R, F>(&self, group: &str, build: F) -> Result<R::Response>
+    where
+        R: RequestBody,
+        F: FnOnce(i16) -> R,
+    {
+        let response = self
+            .call_coordinator(group, R::API_KEY, |v| build(v).into())
+            .await?;
+        typed_response::<R>(response)
+    }
+
     /// The cached metadata (possibly empty or stale).
     pub fn cached_metadata(&self) -> Arc<Metadata> {
         Arc::clone(&lock(&self.inner.metadata).0)
@@ -401,25 +481,20 @@ impl Client {
     pub async fn refresh_metadata(&self, topics: Option<&[String]>) -> Result<Arc<Metadata>> {
         let auto_create = self.inner.config.allow_auto_create_topics;
         let response = self
-            .call_any(ApiKey::Metadata, |_| {
-                Request::Metadata(MetadataRequest {
-                    topics: topics.map(|names| {
-                        names
-                            .iter()
-                            .map(|n| MetadataRequestTopic {
-                                name: Some(n.as_str().into()),
-                                ..Default::default()
-                            })
-                            .collect()
-                    }),
-                    allow_auto_topic_creation: auto_create,
-                    ..Default::default()
-                })
+            .request_any(|_| MetadataRequest {
+                topics: topics.map(|names| {
+                    names
+                        .iter()
+                        .map(|n| MetadataRequestTopic {
+                            name: Some(n.as_str().into()),
+                            ..Default::default()
+                        })
+                        .collect()
+                }),
+                allow_auto_topic_creation: auto_create,
+                ..Default::default()
             })
             .await?;
-        let Response::Metadata(response) = response else {
-            return Err(Error::protocol("Metadata", "unexpected response type"));
-        };
         let mut brokers = BTreeMap::new();
         {
             let mut addresses = lock(&self.inner.addresses);
@@ -597,9 +672,9 @@ impl Client {
     }
 
     async fn find_coordinator(&self, key_type: i8, key: &str) -> Result<i32> {
-        let response = self
-            .call_any(ApiKey::FindCoordinator, |v| {
-                Request::FindCoordinator(if v >= 4 {
+        let r = self
+            .request_any(|v| {
+                if v >= 4 {
                     FindCoordinatorRequest {
                         key_type,
                         coordinator_keys: vec![key.into()],
@@ -611,15 +686,9 @@ impl Client {
                         key: key.into(),
                         ..Default::default()
                     }
-                })
+                }
             })
             .await?;
-        let Response::FindCoordinator(r) = response else {
-            return Err(Error::protocol(
-                "FindCoordinator",
-                "unexpected response type",
-            ));
-        };
         let (code, message, node, host, port) = match r.coordinators.first() {
             Some(c) => (
                 c.error_code,

@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use skiff_protocol::generated::ApiVersionsRequest;
 use skiff_protocol::header::{encode_request_frame, parse_response_frame};
-use skiff_protocol::{ApiKey, FrameReader, Request, Response, Uuid, error_codes};
+use skiff_protocol::{ApiKey, FrameReader, Request, RequestBody, Response, Uuid, error_codes};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -344,6 +344,17 @@ impl Connection {
         Ok(response)
     }
 
+    /// [`Connection::call`] with a typed request: the answer is the request's typed response.
+    pub async fn request<R: RequestBody>(
+        &self,
+        request: R,
+        version: i16,
+        timeout: Duration,
+    ) -> Result<R::Response> {
+        let response = self.call(request.into(), version, timeout).await?;
+        typed_response::<R>(response)
+    }
+
     /// Sends a request that gets no response (Produce with acks=0).
     pub async fn send_only(&self, request: Request, version: i16) -> Result<()> {
         let api = request.api_key();
@@ -360,14 +371,26 @@ impl Connection {
     }
 }
 
+/// The typed body of `response` for the request type `R`. The one place where an answer of
+/// another API than the request's becomes an error.
+pub(crate) fn typed_response<R: RequestBody>(response: Response) -> Result<R::Response> {
+    R::from_response(response).map_err(|other| {
+        Error::protocol(
+            R::API_KEY.name(),
+            format!("unexpected response type ({})", other.api_key().name()),
+        )
+    })
+}
+
 /// ApiVersions responses always use header v0; an UNSUPPORTED_VERSION answer has a v0 body.
 fn decode_api_versions(
     frame: Bytes,
     version: i16,
 ) -> std::result::Result<skiff_protocol::generated::ApiVersionsResponse, String> {
     let attempt = |v: i16| match parse_response_frame(frame.clone(), ApiKey::ApiVersions, v) {
-        Ok((_, Response::ApiVersions(r))) => Ok(r),
-        Ok(_) => Err("unexpected response type".to_string()),
+        Ok((_, response)) => {
+            typed_response::<ApiVersionsRequest>(response).map_err(|e| e.to_string())
+        }
         Err(e) => Err(format!("decoding ApiVersions v{v} response: {e}")),
     };
     match attempt(version) {
@@ -442,4 +465,32 @@ async fn read_loop(mut reader: FrameReader<OwnedReadHalf>, shared: Arc<Shared>) 
     };
     tracing::debug!(broker = %shared.broker, %reason, "connection closed");
     shared.poison(&reason);
+}
+
+#[cfg(test)]
+mod tests {
+    use skiff_protocol::generated::{
+        ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest,
+    };
+
+    use super::*;
+
+    #[test]
+    fn a_response_of_another_api_is_one_protocol_error_naming_both() {
+        let typed = typed_response::<MetadataRequest>(Response::Metadata(MetadataResponse {
+            controller_id: 7,
+            ..Default::default()
+        }));
+        assert!(matches!(typed, Ok(r) if r.controller_id == 7));
+
+        let mismatch =
+            typed_response::<ProduceRequest>(Response::ApiVersions(ApiVersionsResponse::default()));
+        match mismatch {
+            Err(Error::Protocol { api, reason }) => {
+                assert_eq!(api, "Produce");
+                assert!(reason.contains("ApiVersions"), "{reason}");
+            }
+            other => panic!("expected a protocol error, got {other:?}"),
+        }
+    }
 }

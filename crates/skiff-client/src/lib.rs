@@ -2,7 +2,9 @@
 //!
 //! - [`Client`]: bootstrap, one connection per broker with pipelined requests matched by
 //!   correlation ID in one reader task, ApiVersions negotiation, jittered reconnect backoff,
-//!   throttle times honoured, a metadata cache with topic IDs. One KIP-1313 client instance ID per
+//!   throttle times honoured, a metadata cache with topic IDs. Calls are typed
+//!   ([`Client::request`] and friends take a request body and return its response body, by
+//!   `skiff_protocol::RequestBody`); an answer of another API is one protocol error in one place. One KIP-1313 client instance ID per
 //!   client, sent in every v2 request header on every connection, for the client's whole life.
 //! - [`Producer`]: per-partition batching (linger, batch size), Kafka's murmur2 partitioner,
 //!   acks 0/1/all, idempotence with ordered retries, delivery futures, [`Compression`] (gzip,

@@ -18,7 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use skiff_protocol::generated::produce_request::{PartitionProduceData, TopicProduceData};
 use skiff_protocol::generated::{InitProducerIdRequest, ProduceRequest};
-use skiff_protocol::{ApiKey, Request, Response, error_codes};
+use skiff_protocol::{ApiKey, error_codes};
 use skiff_records::{Compression, RecordBatchBuilder};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
@@ -538,27 +538,19 @@ async fn init_producer_id(client: &Client) -> Result<(i64, i16)> {
     let mut attempt = 0;
     loop {
         let response = client
-            .call_any(ApiKey::InitProducerId, |_| {
-                Request::InitProducerId(InitProducerIdRequest {
-                    transactional_id: None,
-                    transaction_timeout_ms: 60_000,
-                    producer_id: -1,
-                    producer_epoch: -1,
-                    ..Default::default()
-                })
+            .request_any(|_| InitProducerIdRequest {
+                transactional_id: None,
+                transaction_timeout_ms: 60_000,
+                producer_id: -1,
+                producer_epoch: -1,
+                ..Default::default()
             })
             .await;
         let err = match response {
-            Ok(Response::InitProducerId(r)) if r.error_code == error_codes::NONE => {
+            Ok(r) if r.error_code == error_codes::NONE => {
                 return Ok((r.producer_id, r.producer_epoch));
             }
-            Ok(Response::InitProducerId(r)) => Error::broker("InitProducerId", r.error_code, None),
-            Ok(_) => {
-                return Err(Error::protocol(
-                    "InitProducerId",
-                    "unexpected response type",
-                ));
-            }
+            Ok(r) => Error::broker("InitProducerId", r.error_code, None),
             Err(e) => e,
         };
         if !err.is_retriable() || attempt >= 10 {
@@ -760,7 +752,7 @@ async fn send_to_node(inner: &Arc<Inner>, node: i32, batches: Vec<SealedBatch>) 
         .request_timeout
         .as_millis()
         .min(i32::MAX as u128) as i32;
-    let request = Request::Produce(ProduceRequest {
+    let request = ProduceRequest {
         transactional_id: inner
             .txn
             .as_ref()
@@ -776,15 +768,15 @@ async fn send_to_node(inner: &Arc<Inner>, node: i32, batches: Vec<SealedBatch>) 
             })
             .collect(),
         ..Default::default()
-    });
+    };
     let result = async {
         let conn = inner.client.connection(node).await?;
         let version = conn.version(ApiKey::Produce)?;
         if inner.config.acks == Acks::None {
-            conn.send_only(request, version).await?;
+            conn.send_only(request.into(), version).await?;
             return Ok(None);
         }
-        conn.call(request, version, inner.client.config().request_timeout)
+        conn.request(request, version, inner.client.config().request_timeout)
             .await
             .map(Some)
     }
@@ -795,7 +787,7 @@ async fn send_to_node(inner: &Arc<Inner>, node: i32, batches: Vec<SealedBatch>) 
                 finish(inner, b, Ok(-1));
             }
         }
-        Ok(Some(Response::Produce(response))) => {
+        Ok(Some(response)) => {
             for b in batches {
                 let part = response
                     .responses
@@ -818,15 +810,6 @@ async fn send_to_node(inner: &Arc<Inner>, node: i32, batches: Vec<SealedBatch>) 
                     )),
                 };
                 finish(inner, b, outcome);
-            }
-        }
-        Ok(Some(_)) => {
-            for b in batches {
-                finish(
-                    inner,
-                    b,
-                    Err(Error::protocol("Produce", "unexpected response type")),
-                );
             }
         }
         Err(e) => {

@@ -9,10 +9,15 @@
 //! UNKNOWN_SUBSCRIPTION_ID (and UNSUPPORTED_COMPRESSION_TYPE, TELEMETRY_TOO_LARGE) re-fetch the
 //! subscription; INVALID_REQUEST / INVALID_RECORD or a broker without the APIs stop the task.
 //! `Client::close` sends a terminating push (fetching the subscription first if it never came).
+//!
+//! The module sees its client only through [`TelemetryTransport`] (state, instance ID, open
+//! connection count, a request to any broker), which the client implements; it imports nothing
+//! of the client's.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -23,10 +28,9 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use prost::Message;
 use skiff_protocol::generated::{GetTelemetrySubscriptionsRequest, PushTelemetryRequest};
-use skiff_protocol::{ApiKey, Request, Response, error_codes};
+use skiff_protocol::{RequestBody, Uuid, error_codes};
 use tokio::sync::watch;
 
-use crate::client::{Client, Inner};
 use crate::error::{Error, Result};
 use crate::util::lock;
 
@@ -96,6 +100,23 @@ impl Telemetry {
     }
 }
 
+/// What telemetry needs of its client, and all it sees of it: its telemetry state, its instance
+/// ID, how many connections are open, and a way to send a request to any broker. The client
+/// implements it; this module never reaches into the client's internals.
+pub(crate) trait TelemetryTransport: Send + Sync + 'static {
+    /// The per-client telemetry state (kept in the client, owned by this module).
+    fn telemetry(&self) -> &Telemetry;
+    /// The KIP-1313 instance ID: the body ID of every telemetry request.
+    fn instance_id(&self) -> Uuid;
+    /// Open (not broken) broker connections right now.
+    fn open_connections(&self) -> usize;
+    /// Sends `request` to any broker and returns its typed response.
+    fn send<R>(&self, request: R) -> impl Future<Output = Result<R::Response>> + Send
+    where
+        R: RequestBody + Send + 'static,
+        R::Response: Send;
+}
+
 fn now_nanos() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -113,7 +134,7 @@ struct Sample {
     sum: bool,
 }
 
-fn samples(client: &Client) -> Vec<Sample> {
+fn samples(client: &impl TelemetryTransport) -> Vec<Sample> {
     let m = &client.telemetry().metrics;
     let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
     vec![
@@ -164,7 +185,7 @@ fn requested(name: &str, prefixes: &[String]) -> bool {
 
 /// The OTLP payload for `sub` (uncompressed), and the sum values it reports.
 fn build_payload(
-    client: &Client,
+    client: &impl TelemetryTransport,
     sub: &Subscription,
     start_nanos: u64,
 ) -> (MetricsData, Vec<(&'static str, u64)>) {
@@ -258,22 +279,14 @@ enum Next {
 }
 
 /// Sends GetTelemetrySubscriptions (body ID = header ID) and stores the answer.
-async fn get_subscription(client: &Client) -> Result<Next> {
+async fn get_subscription(client: &impl TelemetryTransport) -> Result<Next> {
     let id = client.instance_id();
-    let response = client
-        .call_any(ApiKey::GetTelemetrySubscriptions, |_| {
-            Request::GetTelemetrySubscriptions(GetTelemetrySubscriptionsRequest {
-                client_instance_id: id,
-                ..Default::default()
-            })
+    let r = client
+        .send(GetTelemetrySubscriptionsRequest {
+            client_instance_id: id,
+            ..Default::default()
         })
         .await?;
-    let Response::GetTelemetrySubscriptions(r) = response else {
-        return Err(Error::protocol(
-            "GetTelemetrySubscriptions",
-            "unexpected response type",
-        ));
-    };
     let interval = u64::try_from(r.push_interval_ms)
         .ok()
         .filter(|ms| *ms > 0)
@@ -322,7 +335,11 @@ async fn get_subscription(client: &Client) -> Result<Next> {
 }
 
 /// Sends one PushTelemetry for the current subscription.
-async fn push(client: &Client, terminating: bool, start_nanos: u64) -> Result<Next> {
+async fn push(
+    client: &impl TelemetryTransport,
+    terminating: bool,
+    start_nanos: u64,
+) -> Result<Next> {
     let Some(sub) = lock(&client.telemetry().subscription).clone() else {
         return Ok(Next::Refetch(Duration::ZERO));
     };
@@ -336,21 +353,16 @@ async fn push(client: &Client, terminating: bool, start_nanos: u64) -> Result<Ne
     };
     let id = client.instance_id();
     let subscription_id = sub.subscription_id;
-    let response = client
-        .call_any(ApiKey::PushTelemetry, |_| {
-            Request::PushTelemetry(PushTelemetryRequest {
-                client_instance_id: id,
-                subscription_id,
-                terminating,
-                compression_type: compression,
-                metrics: payload,
-                ..Default::default()
-            })
+    let r = client
+        .send(PushTelemetryRequest {
+            client_instance_id: id,
+            subscription_id,
+            terminating,
+            compression_type: compression,
+            metrics: payload,
+            ..Default::default()
         })
         .await?;
-    let Response::PushTelemetry(r) = response else {
-        return Err(Error::protocol("PushTelemetry", "unexpected response type"));
-    };
     match r.error_code {
         error_codes::NONE => {
             let mut kept = lock(&client.telemetry().reported);
@@ -376,11 +388,14 @@ async fn push(client: &Client, terminating: bool, start_nanos: u64) -> Result<Ne
     }
 }
 
-/// Starts the telemetry task of the client behind `weak` (once).
-pub(crate) fn start(client: &Client, weak: Weak<Inner>) {
+/// Starts the telemetry task of `client` (once). The task holds no client: `upgrade` gives it
+/// one for each request while the client is alive (the client hands in a weak reference).
+pub(crate) fn start<T: TelemetryTransport>(
+    client: &T,
+    upgrade: impl Fn() -> Option<T> + Send + 'static,
+) {
     let telemetry = client.telemetry();
-    if !client.config().enable_metrics_push
-        || telemetry.started.swap(true, Ordering::AcqRel)
+    if telemetry.started.swap(true, Ordering::AcqRel)
         || tokio::runtime::Handle::try_current().is_err()
     {
         return;
@@ -401,8 +416,7 @@ pub(crate) fn start(client: &Client, weak: Weak<Inner>) {
                     _ = stop.wait_for(|s| *s) => return,
                 }
             }
-            let Some(inner) = weak.upgrade() else { return };
-            let client = Client::from_inner(inner);
+            let Some(client) = upgrade() else { return };
             let _exchange = client.telemetry().exchange.lock().await;
             if *stop.borrow() {
                 return;
@@ -431,7 +445,7 @@ pub(crate) fn start(client: &Client, weak: Weak<Inner>) {
 ///
 /// A client closed before its first subscription arrived (a short CLI command, say) asks for
 /// it now, so that even short-lived instances report their metrics once.
-pub(crate) async fn terminate(client: &Client) {
+pub(crate) async fn terminate(client: &impl TelemetryTransport) {
     let telemetry = client.telemetry();
     let _ = telemetry.stop.send(true);
     if telemetry.terminated.swap(true, Ordering::AcqRel) {

@@ -19,7 +19,7 @@ use skiff_protocol::generated::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest,
     TxnOffsetCommitRequest,
 };
-use skiff_protocol::{ApiKey, Request, Response, error_codes};
+use skiff_protocol::{RequestBody, error_codes};
 
 use crate::client::Client;
 use crate::consumer::TopicPartition;
@@ -99,26 +99,22 @@ impl Transactional {
 
     /// Sends one request to the transaction coordinator, retrying what may succeed later, until
     /// the request timeout. `code_of` picks the error code out of the response.
-    async fn call(
+    async fn request<R: RequestBody>(
         &self,
         client: &Client,
-        api: ApiKey,
-        build: impl Fn(i16) -> Request,
-        code_of: impl Fn(&Response) -> Option<i16>,
-    ) -> Result<Response> {
+        build: impl Fn(i16) -> R,
+        code_of: impl Fn(&R::Response) -> i16,
+    ) -> Result<R::Response> {
         let deadline = Instant::now() + client.config().request_timeout;
         let mut attempt = 0;
         loop {
             let node = client
                 .transaction_coordinator(&self.transactional_id)
                 .await?;
-            let result = match client.call(node, api, &build).await {
+            let result = match client.request(node, &build).await {
                 Ok(response) => match code_of(&response) {
-                    Some(code) if code != error_codes::NONE => {
-                        Err(Error::broker(api.name(), code, None))
-                    }
-                    Some(_) => Ok(response),
-                    None => Err(Error::protocol(api.name(), "unexpected response type")),
+                    error_codes::NONE => Ok(response),
+                    code => Err(Error::broker(R::API_KEY.name(), code, None)),
                 },
                 Err(e) => Err(e),
             };
@@ -156,31 +152,19 @@ impl Transactional {
     pub async fn init(&self, client: &Client) -> Result<(i64, i16)> {
         let timeout_ms = i32::try_from(self.timeout.as_millis()).unwrap_or(i32::MAX);
         let response = self
-            .call(
+            .request(
                 client,
-                ApiKey::InitProducerId,
-                |_| {
-                    Request::InitProducerId(InitProducerIdRequest {
-                        transactional_id: Some(self.transactional_id.as_str().into()),
-                        transaction_timeout_ms: timeout_ms,
-                        producer_id: -1,
-                        producer_epoch: -1,
-                        ..Default::default()
-                    })
+                |_| InitProducerIdRequest {
+                    transactional_id: Some(self.transactional_id.as_str().into()),
+                    transaction_timeout_ms: timeout_ms,
+                    producer_id: -1,
+                    producer_epoch: -1,
+                    ..Default::default()
                 },
-                |r| match r {
-                    Response::InitProducerId(r) => Some(r.error_code),
-                    _ => None,
-                },
+                |r| r.error_code,
             )
             .await?;
-        match response {
-            Response::InitProducerId(r) => Ok((r.producer_id, r.producer_epoch)),
-            _ => Err(Error::protocol(
-                "InitProducerId",
-                "unexpected response type",
-            )),
-        }
+        Ok((response.producer_id, response.producer_epoch))
     }
 
     /// Adds `partitions` (those not added yet) to the transaction in progress.
@@ -212,28 +196,22 @@ impl Transactional {
                 }),
             }
         }
-        self.call(
+        self.request(
             client,
-            ApiKey::AddPartitionsToTxn,
-            |_| {
-                Request::AddPartitionsToTxn(AddPartitionsToTxnRequest {
-                    v3_and_below_transactional_id: self.transactional_id.as_str().into(),
-                    v3_and_below_producer_id: producer_id,
-                    v3_and_below_producer_epoch: producer_epoch,
-                    v3_and_below_topics: topics.clone(),
-                    ..Default::default()
-                })
+            |_| AddPartitionsToTxnRequest {
+                v3_and_below_transactional_id: self.transactional_id.as_str().into(),
+                v3_and_below_producer_id: producer_id,
+                v3_and_below_producer_epoch: producer_epoch,
+                v3_and_below_topics: topics.clone(),
+                ..Default::default()
             },
-            |r| match r {
-                Response::AddPartitionsToTxn(r) => Some(
-                    r.results_by_topic_v3_and_below
-                        .iter()
-                        .flat_map(|t| &t.results_by_partition)
-                        .map(|p| p.partition_error_code)
-                        .find(|c| *c != error_codes::NONE)
-                        .unwrap_or(r.error_code),
-                ),
-                _ => None,
+            |r| {
+                r.results_by_topic_v3_and_below
+                    .iter()
+                    .flat_map(|t| &t.results_by_partition)
+                    .map(|p| p.partition_error_code)
+                    .find(|c| *c != error_codes::NONE)
+                    .unwrap_or(r.error_code)
             },
         )
         .await?;
@@ -252,22 +230,16 @@ impl Transactional {
         offsets: &[(TopicPartition, i64)],
         group: &GroupMetadata,
     ) -> Result<()> {
-        self.call(
+        self.request(
             client,
-            ApiKey::AddOffsetsToTxn,
-            |_| {
-                Request::AddOffsetsToTxn(AddOffsetsToTxnRequest {
-                    transactional_id: self.transactional_id.as_str().into(),
-                    producer_id,
-                    producer_epoch,
-                    group_id: group.group_id.as_str().into(),
-                    ..Default::default()
-                })
+            |_| AddOffsetsToTxnRequest {
+                transactional_id: self.transactional_id.as_str().into(),
+                producer_id,
+                producer_epoch,
+                group_id: group.group_id.as_str().into(),
+                ..Default::default()
             },
-            |r| match r {
-                Response::AddOffsetsToTxn(r) => Some(r.error_code),
-                _ => None,
-            },
+            |r| r.error_code,
         )
         .await?;
         lock(&self.state).started = true;
@@ -288,26 +260,18 @@ impl Transactional {
                 }),
             }
         }
-        let response = client
-            .call_coordinator(&group.group_id, ApiKey::TxnOffsetCommit, |_| {
-                Request::TxnOffsetCommit(TxnOffsetCommitRequest {
-                    transactional_id: self.transactional_id.as_str().into(),
-                    group_id: group.group_id.as_str().into(),
-                    producer_id,
-                    producer_epoch,
-                    generation_id: group.generation_id,
-                    member_id: group.member_id.as_str().into(),
-                    topics,
-                    ..Default::default()
-                })
+        let r = client
+            .request_coordinator(&group.group_id, |_| TxnOffsetCommitRequest {
+                transactional_id: self.transactional_id.as_str().into(),
+                group_id: group.group_id.as_str().into(),
+                producer_id,
+                producer_epoch,
+                generation_id: group.generation_id,
+                member_id: group.member_id.as_str().into(),
+                topics,
+                ..Default::default()
             })
             .await?;
-        let Response::TxnOffsetCommit(r) = response else {
-            return Err(Error::protocol(
-                "TxnOffsetCommit",
-                "unexpected response type",
-            ));
-        };
         match r
             .topics
             .iter()
@@ -327,22 +291,16 @@ impl Transactional {
         (producer_id, producer_epoch): (i64, i16),
         commit: bool,
     ) -> Result<()> {
-        self.call(
+        self.request(
             client,
-            ApiKey::EndTxn,
-            |_| {
-                Request::EndTxn(EndTxnRequest {
-                    transactional_id: self.transactional_id.as_str().into(),
-                    producer_id,
-                    producer_epoch,
-                    committed: commit,
-                    ..Default::default()
-                })
+            |_| EndTxnRequest {
+                transactional_id: self.transactional_id.as_str().into(),
+                producer_id,
+                producer_epoch,
+                committed: commit,
+                ..Default::default()
             },
-            |r| match r {
-                Response::EndTxn(r) => Some(r.error_code),
-                _ => None,
-            },
+            |r| r.error_code,
         )
         .await
         .map(|_| ())

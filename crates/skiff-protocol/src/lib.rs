@@ -1,5 +1,6 @@
 //! `skiff-protocol` owns the Kafka wire protocol as Skiff speaks it: length-prefixed frames, request
-//! and response headers (with the KIP-1313 client instance ID), the generated message codecs, the
+//! and response headers (with the KIP-1313 client instance ID), the generated message codecs (with
+//! the [`RequestBody`] trait tying each request type to its response type and versions), the
 //! "error response for any request" builder, and Kafka's UUID type.
 //!
 //! Decoding is bounded (every length is checked against the bytes left before anything is
@@ -17,7 +18,7 @@ pub mod uuid;
 pub use codec::{ByteString, Decodable, DecodeError, Encodable, EncodeError, Message};
 pub use error_response::{error_response, response_error_codes};
 pub use frame::{DEFAULT_MAX_FRAME_SIZE, Frame, FrameError, FrameReader};
-pub use generated::api::{ApiKey, Request, Response};
+pub use generated::api::{ApiKey, Request, RequestBody, Response};
 pub use header::{RequestFrame, RequestHeaderError};
 pub use uuid::Uuid;
 

@@ -3,6 +3,11 @@
 
 use bytes::Bytes;
 
+use crate::attributes::{
+    CONTROL_MASK, Compression, DELETE_HORIZON_MASK, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
+    TimestampType,
+};
+use crate::compression::decompress_records;
 use crate::error::{RecordsError, Result};
 use crate::record::{MIN_RECORD_SIZE, Records};
 use crate::wire::Cursor;
@@ -37,56 +42,6 @@ const ATTRIBUTES_OFFSET: usize = 21;
 const MAX_TIMESTAMP_OFFSET: usize = 35;
 /// Smallest legal value of the batch length field.
 const MIN_BATCH_LENGTH: i32 = (BATCH_HEADER_LEN - LOG_OVERHEAD) as i32;
-
-const COMPRESSION_MASK: i16 = 0x07;
-const TIMESTAMP_TYPE_MASK: i16 = 0x08;
-const TRANSACTIONAL_MASK: i16 = 0x10;
-const CONTROL_MASK: i16 = 0x20;
-const DELETE_HORIZON_MASK: i16 = 0x40;
-
-/// Compression codec named by the low three attribute bits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Compression {
-    None,
-    Gzip,
-    Snappy,
-    Lz4,
-    Zstd,
-}
-
-impl Compression {
-    /// Decodes the codec from batch attributes; codes 5..=7 are unassigned in Kafka.
-    pub fn from_attributes(attributes: i16) -> Result<Self> {
-        match attributes & COMPRESSION_MASK {
-            0 => Ok(Self::None),
-            1 => Ok(Self::Gzip),
-            2 => Ok(Self::Snappy),
-            3 => Ok(Self::Lz4),
-            4 => Ok(Self::Zstd),
-            other => Err(RecordsError::UnknownCompression(other as u8)),
-        }
-    }
-
-    /// The attribute bits for this codec.
-    pub fn code(self) -> i16 {
-        match self {
-            Self::None => 0,
-            Self::Gzip => 1,
-            Self::Snappy => 2,
-            Self::Lz4 => 3,
-            Self::Zstd => 4,
-        }
-    }
-}
-
-/// Meaning of the batch timestamps (attribute bit 3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TimestampType {
-    /// Set by the producer.
-    CreateTime,
-    /// Set by the broker when appending; every record's timestamp is the batch max timestamp.
-    LogAppendTime,
-}
 
 /// The fixed 61-byte v2 header, decoded.
 ///
@@ -257,11 +212,7 @@ impl BatchHeader {
         Compression::from_attributes(self.attributes).unwrap_or(Compression::None)
     }
     pub fn timestamp_type(&self) -> TimestampType {
-        if self.attributes & TIMESTAMP_TYPE_MASK != 0 {
-            TimestampType::LogAppendTime
-        } else {
-            TimestampType::CreateTime
-        }
+        TimestampType::from_attributes(self.attributes)
     }
     pub fn is_transactional(&self) -> bool {
         self.attributes & TRANSACTIONAL_MASK != 0
@@ -271,6 +222,18 @@ impl BatchHeader {
     }
     pub fn has_delete_horizon(&self) -> bool {
         self.attributes & DELETE_HORIZON_MASK != 0
+    }
+    /// The records decoder over `payload` (this batch's records, decompressed if need be).
+    fn records(&self, payload: Bytes) -> Records {
+        let log_append_time =
+            (self.timestamp_type() == TimestampType::LogAppendTime).then_some(self.max_timestamp);
+        Records::new(
+            payload,
+            self.record_count,
+            self.base_offset,
+            self.base_timestamp,
+            log_append_time,
+        )
     }
     /// Offset of the last record (saturating; validated batches never overflow).
     pub fn last_offset(&self) -> i64 {
@@ -415,7 +378,7 @@ impl RecordBatch {
     /// [`RecordBatch::decompressed_records`] for those.
     pub fn records(&self) -> Result<Records> {
         match self.compression() {
-            Compression::None => Ok(Records::new(&self.header, self.records_payload())),
+            Compression::None => Ok(self.header.records(self.records_payload())),
             other => Err(RecordsError::CompressedBatch(other)),
         }
     }
@@ -425,12 +388,12 @@ impl RecordBatch {
     /// stops with [`RecordsError::Decompression`] once it would produce more than
     /// `max_decompressed_bytes` (a bomb guard); the output buffer never grows past that bound.
     pub fn decompressed_records(&self, max_decompressed_bytes: usize) -> Result<Records> {
-        let payload = crate::compression::decompress_records(
+        let payload = decompress_records(
             self.compression(),
             &self.records_payload(),
             max_decompressed_bytes,
         )?;
-        Ok(Records::new(&self.header, payload))
+        Ok(self.header.records(payload))
     }
 }
 

@@ -1,14 +1,12 @@
 //! Encoder for v2 batches (what a producer or a coordinator writes), optionally compressed.
 
+use crate::attributes::{CONTROL_MASK, Compression, TRANSACTIONAL_MASK};
 use crate::batch::{
-    BATCH_HEADER_LEN, Compression, LOG_OVERHEAD, MAGIC_V2, NO_PARTITION_LEADER_EPOCH,
-    NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, RecordBatch,
+    BATCH_HEADER_LEN, LOG_OVERHEAD, MAGIC_V2, NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID, NO_SEQUENCE, RecordBatch,
 };
 use crate::error::{RecordsError, Result};
 use crate::record::encode_record;
-
-const TRANSACTIONAL_MASK: i16 = 0x10;
-const CONTROL_MASK: i16 = 0x20;
 
 /// Builds one batch with create-time timestamps and a correct CRC; uncompressed unless
 /// [`RecordBatchBuilder::compression`] says otherwise.

@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 
 use bytes::Bytes;
 
-use crate::batch::Compression;
+use crate::attributes::{COMPRESSION_MASK, Compression};
 use crate::error::{RecordsError, Result};
 
 /// zstd frames may ask for a window up to 2^31 bytes; refuse anything past 16 MiB.
@@ -68,6 +68,22 @@ pub(crate) fn decompress_records(
         return Ok(payload.clone());
     }
     Ok(Bytes::from(decompress(codec, payload, max_bytes)?))
+}
+
+// Decoding the codec lives here, beside the codecs, rather than with the enum in `attributes`,
+// which stays a leaf (it imports no error type).
+impl Compression {
+    /// Decodes the codec from batch attributes; codes 5..=7 are unassigned in Kafka.
+    pub fn from_attributes(attributes: i16) -> Result<Self> {
+        match attributes & COMPRESSION_MASK {
+            0 => Ok(Self::None),
+            1 => Ok(Self::Gzip),
+            2 => Ok(Self::Snappy),
+            3 => Ok(Self::Lz4),
+            4 => Ok(Self::Zstd),
+            other => Err(RecordsError::UnknownCompression(other as u8)),
+        }
+    }
 }
 
 /// Decompresses `input` written with `codec` (Kafka's formats: gzip members, xerial-framed or

@@ -31,7 +31,7 @@ pub enum RecordsError {
     UnknownCompression(u8),
     /// Record iteration over a compressed batch whose codec is not compiled in.
     #[error("record iteration over a {0:?}-compressed batch is not supported")]
-    CompressedBatch(crate::Compression),
+    CompressedBatch(crate::attributes::Compression),
     /// Decompression failed or produced more than the allowed number of bytes.
     #[error("decompression failed: {0}")]
     Decompression(String),

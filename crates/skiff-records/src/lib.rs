@@ -9,8 +9,13 @@
 //! - [`RecordBatchBuilder`] and [`Records`]: encoding (optionally compressed) and bounded decoding
 //!   (with bounded decompression) of individual records.
 //!
+//! The attribute bits ([`Compression`], [`TimestampType`], the flags) live in a leaf module that
+//! the batch view, the records decoder, the codecs and the error type import; no module imports
+//! one that imports it back.
+//!
 //! Nothing here panics or sizes an allocation from a length read off the wire or the disk.
 
+mod attributes;
 mod batch;
 mod builder;
 pub mod compression;
@@ -19,10 +24,11 @@ mod error;
 mod record;
 mod wire;
 
+pub use attributes::{Compression, TimestampType};
 pub use batch::{
-    BATCH_HEADER_LEN, BatchHeader, Compression, LOG_OVERHEAD, MAGIC_V2, NO_PARTITION_LEADER_EPOCH,
+    BATCH_HEADER_LEN, BatchHeader, LOG_OVERHEAD, MAGIC_V2, NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP, RecordBatch, RecordBatchMut,
-    RecordBatches, RecordBatchesMut, TimestampType, UNCHECKED_PREFIX_LEN,
+    RecordBatches, RecordBatchesMut, UNCHECKED_PREFIX_LEN,
 };
 pub use builder::RecordBatchBuilder;
 pub use control::{ControlRecordType, control_record_type, end_txn_marker};

@@ -7,7 +7,6 @@
 
 use bytes::Bytes;
 
-use crate::batch::{BatchHeader, TimestampType};
 use crate::error::{RecordsError, Result};
 use crate::wire::{Cursor, put_varint, put_varlong, varint_len};
 
@@ -97,15 +96,22 @@ pub struct Records {
 }
 
 impl Records {
-    pub(crate) fn new(header: &BatchHeader, payload: Bytes) -> Self {
+    /// A decoder of `record_count` records in `payload`; `log_append_time` is the batch's max
+    /// timestamp when the broker set it (every record then carries it).
+    pub(crate) fn new(
+        payload: Bytes,
+        record_count: i32,
+        base_offset: i64,
+        base_timestamp: i64,
+        log_append_time: Option<i64>,
+    ) -> Self {
         Self {
             payload,
             position: 0,
-            remaining: header.record_count.max(0) as usize,
-            base_offset: header.base_offset,
-            base_timestamp: header.base_timestamp,
-            log_append_time: (header.timestamp_type() == TimestampType::LogAppendTime)
-                .then_some(header.max_timestamp),
+            remaining: record_count.max(0) as usize,
+            base_offset,
+            base_timestamp,
+            log_append_time,
             failed: false,
         }
     }

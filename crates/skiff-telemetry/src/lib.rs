@@ -74,11 +74,13 @@
 pub mod compression;
 pub mod manager;
 pub mod otlp;
+pub mod point;
 pub mod prometheus;
 pub mod subscriptions;
 
-pub use manager::{DecodedMetrics, InstanceView, MetricPoint, TelemetryConfig, TelemetryManager};
+pub use manager::{DecodedMetrics, InstanceView, TelemetryConfig, TelemetryManager};
 pub use otlp::{MetricKind, MetricValue, MetricsData};
+pub use point::MetricPoint;
 pub use subscriptions::{
     AlterOp, AlterOpType, ClientSelectors, EffectiveSubscription, MatchAttribute,
     SubscriptionError, Subscriptions, SubscriptionsSnapshot,

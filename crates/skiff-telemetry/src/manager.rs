@@ -10,7 +10,9 @@ use skiff_protocol::generated::{
 use skiff_protocol::{ByteString, Uuid, error_codes};
 
 use crate::compression::{self, DecompressError};
-use crate::otlp::{self, MetricKind, MetricValue, MetricsData};
+use crate::otlp::{self, MetricValue, MetricsData};
+pub use crate::point::MetricPoint;
+use crate::prometheus::{self, InstanceSeries};
 use crate::subscriptions::{ClientSelectors, EffectiveSubscription, Subscriptions};
 
 /// Broker-side telemetry settings.
@@ -51,19 +53,6 @@ impl TelemetryConfig {
         self.max_payload_bytes()
             .saturating_mul(self.decompression_factor.max(1))
     }
-}
-
-/// The latest value of one series of one client instance.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MetricPoint {
-    pub name: String,
-    pub kind: MetricKind,
-    pub attributes: BTreeMap<String, String>,
-    /// For delta sums and histograms: the running total of the deltas received.
-    pub value: MetricValue,
-    pub time_unix_nano: u64,
-    /// Broker time of the push that last updated it.
-    pub updated_ms: i64,
 }
 
 type SeriesKey = (String, BTreeMap<String, String>);
@@ -524,13 +513,13 @@ impl TelemetryManager {
         ids.sort();
         let series = ids.into_iter().filter_map(|id| {
             let i = self.instances.get(id)?;
-            Some(crate::prometheus::InstanceSeries {
+            Some(InstanceSeries {
                 client_instance_id: id.to_string(),
                 client_id: i.selectors.client_id.clone().unwrap_or_default(),
                 points: i.series.values().collect(),
             })
         });
-        crate::prometheus::render(self.instances.len(), series)
+        prometheus::render(self.instances.len(), series)
     }
 }
 

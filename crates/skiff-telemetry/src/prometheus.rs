@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::manager::MetricPoint;
 use crate::otlp::{MetricKind, MetricValue};
+use crate::point::MetricPoint;
 
 /// The gauge counting client instances, always rendered first.
 pub const INSTANCES_METRIC: &str = "skiff_telemetry_instances";
