@@ -61,6 +61,7 @@ impl ProducerIdAllocator {
     }
 
     /// The next ID [`ProducerIdAllocator::allocate`] would hand out.
+    #[cfg(test)]
     pub fn peek(&self) -> i64 {
         self.next
     }

@@ -135,7 +135,7 @@ pub struct Broker {
     meta: RwLock<MetadataStore>,
     topics: RwLock<HashMap<Uuid, Arc<Topic>>>,
     pub metrics: Metrics,
-    pub producer_ids: Mutex<crate::producer_ids::ProducerIdAllocator>,
+    producer_ids: Mutex<crate::producer_ids::ProducerIdAllocator>,
     /// Bumped whenever a topic is created, grown or deleted (the group coordinator's cue to
     /// refresh its view of the topics).
     topics_generation: AtomicU64,
@@ -162,14 +162,12 @@ impl Broker {
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
         let mut meta = MetadataStore::open(&config.data_dir, &config.kafka)
-            .map_err(|e| anyhow::anyhow!("{e}"))
             .with_context(|| format!("opening metadata in {}", config.data_dir.display()))?;
         let found = crate::partition_dirs::scan(&config.data_dir)?;
         if !meta.found_on_disk() && !found.is_empty() {
             restore_lost_metadata(&mut meta, &found, &config)?;
         }
-        meta.ensure_written()
-            .map_err(|e| anyhow::anyhow!("writing the metadata file: {e}"))?;
+        meta.ensure_written().context("writing the metadata file")?;
         let cluster_id = crate::node_file::load_or_create_cluster_id(&config.data_dir)?;
         let producer_ids = crate::producer_ids::ProducerIdAllocator::open(&config.data_dir)?;
         let advertised = config.advertised(bound);
@@ -278,6 +276,14 @@ impl Broker {
         self.topics_generation.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Hands out a fresh producer ID (never one handed out before, across restarts).
+    pub fn allocate_producer_id(&self) -> Result<i64> {
+        self.producer_ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .allocate()
+    }
+
     pub fn node_id(&self) -> i32 {
         self.config.node_id
     }
@@ -347,10 +353,7 @@ impl Broker {
         durability: crate::partition_dirs::Durability,
         scanned: Option<&Scanned>,
     ) -> Result<Arc<Topic>> {
-        let effective = self
-            .meta()
-            .effective_topic_config(&info.name)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let effective = self.meta().effective_topic_config(&info.name)?;
         let log_config = self.log_config(&effective);
         let mut partitions = Vec::new();
         for index in 0..info.partitions {
@@ -509,10 +512,7 @@ impl Broker {
             self.open_topic(info)?;
             return Ok(());
         };
-        let effective = self
-            .meta()
-            .effective_topic_config(&info.name)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let effective = self.meta().effective_topic_config(&info.name)?;
         let log_config = self.log_config(&effective);
         let mut partitions = old.partitions.clone();
         let durability = crate::partition_dirs::Durability::Deferred;
@@ -540,10 +540,7 @@ impl Broker {
         let Some(topic) = self.topic_by_name(name) else {
             return Ok(());
         };
-        let effective = self
-            .meta()
-            .effective_topic_config(name)
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let effective = self.meta().effective_topic_config(name)?;
         let log_config = self.log_config(&effective);
         for partition in &topic.partitions {
             partition.reconfigure(&log_config)?;
@@ -690,9 +687,7 @@ impl Broker {
         let tombstones: Vec<Uuid> = self.meta().deleted_topics().map(|t| t.id).collect();
         for id in tombstones {
             if !on_disk.contains(&id) {
-                self.meta_mut()
-                    .forget_deleted_topic(id)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                self.meta_mut().forget_deleted_topic(id)?;
             }
         }
         Ok(())
@@ -787,7 +782,7 @@ fn restore_lost_metadata(
     }
     for (name, id, partitions) in crate::partition_dirs::topics_on_disk(found)? {
         meta.restore_topic(&name, id, partitions)
-            .map_err(|e| anyhow::anyhow!("restoring topic {name}: {e}"))?;
+            .with_context(|| format!("restoring topic {name}"))?;
     }
     tracing::warn!(file = %file.display(), topics = meta.topics().len(), "metadata rebuilt from the partition directories");
     Ok(())

@@ -8,12 +8,23 @@
 //! marker can slip in between the check and the append); nothing here takes a partition lock
 //! while holding the coordinator's.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use anyhow::Result;
 use bytes::Bytes;
-use skiff_protocol::error_codes;
-use skiff_txn::{Change, Transaction, TxnConfig, TxnCoordinator};
+use skiff_protocol::generated::ListTransactionsRequest;
+use skiff_protocol::generated::describe_transactions_response::{
+    TopicData, TransactionState as DescribedTransaction,
+};
+use skiff_protocol::generated::list_transactions_response::{
+    ListTransactionsResponse, TransactionState as ListedTransaction,
+};
+use skiff_protocol::{ByteString, error_codes};
+use skiff_txn::{
+    Change, EndOutcome, EndPlan, InitOutcome, PendingOffset, TopicPartition, Transaction,
+    TxnConfig, TxnCoordinator, TxnState,
+};
 
 use crate::coordinator_store::{CoordinatorStore, Durable, Opened};
 use crate::partition::TxnVerifier;
@@ -129,6 +140,211 @@ impl Inner {
             tracing::error!(error = %e, "transaction log compaction failed");
         }
     }
+}
+
+/// The transaction log offset a change must be durable up to before it is answered (`None`:
+/// nothing changed, answer at once).
+pub type Persisted = Option<i64>;
+
+fn persisted(end: i64) -> Persisted {
+    (end >= 0).then_some(end)
+}
+
+/// The coordinator's choreography, one method per transaction API: each runs the `skiff-txn`
+/// state machine under the lock and persists what changed; the caller waits for
+/// [`TransactionCoordinator::wait_durable`] before answering, and carries out ends
+/// ([`crate::txn_end`]).
+impl TransactionCoordinator {
+    /// InitProducerId with a transactional ID: a producer ID and epoch, or the previous
+    /// producer's transaction to abort first (then call again).
+    pub fn init_producer_id(
+        &self,
+        transactional_id: &str,
+        timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+        now: i64,
+        allocate: &mut dyn FnMut() -> Result<i64, i16>,
+    ) -> Result<(InitOutcome, Persisted), i16> {
+        let mut inner = self.lock();
+        let outcome =
+            inner
+                .state
+                .init_producer_id(transactional_id, timeout_ms, expected, now, allocate)?;
+        let end = inner.persist(transactional_id)?;
+        Ok((outcome, persisted(end)))
+    }
+
+    /// AddPartitionsToTxn (the partitions exist: the caller checked).
+    pub fn add_partitions(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partitions: &[TopicPartition],
+        now: i64,
+    ) -> Result<Persisted, i16> {
+        let mut inner = self.lock();
+        let change =
+            inner
+                .state
+                .add_partitions(transactional_id, producer_id, epoch, partitions, now)?;
+        inner.persist_if(change, transactional_id).map(persisted)
+    }
+
+    /// AddOffsetsToTxn.
+    pub fn add_offsets(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        group_id: &str,
+        now: i64,
+    ) -> Result<Persisted, i16> {
+        let mut inner = self.lock();
+        let change =
+            inner
+                .state
+                .add_offsets(transactional_id, producer_id, epoch, group_id, now)?;
+        inner.persist_if(change, transactional_id).map(persisted)
+    }
+
+    /// TxnOffsetCommit: the offsets wait in the transaction until it commits.
+    pub fn commit_offsets(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        group_id: &str,
+        offsets: Vec<PendingOffset>,
+        now: i64,
+    ) -> Result<Persisted, i16> {
+        let mut inner = self.lock();
+        let change = inner.state.commit_offsets(
+            transactional_id,
+            producer_id,
+            epoch,
+            group_id,
+            offsets,
+            now,
+        )?;
+        inner.persist_if(change, transactional_id).map(persisted)
+    }
+
+    /// EndTxn: the end to carry out once the prepare is durable, or `None` when this end was
+    /// already done (a retry).
+    pub fn end(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        now: i64,
+    ) -> Result<Option<(EndPlan, Persisted)>, i16> {
+        let mut inner = self.lock();
+        match inner
+            .state
+            .end(transactional_id, producer_id, epoch, commit, now)?
+        {
+            EndOutcome::End(plan) => {
+                let end = inner.persist(transactional_id)?;
+                Ok(Some((plan, persisted(end))))
+            }
+            EndOutcome::AlreadyDone => Ok(None),
+        }
+    }
+
+    /// The partitions of `group_id` a transaction in progress holds offsets for (OffsetFetch
+    /// with `require_stable`).
+    pub fn pending_offsets(&self, group_id: &str) -> BTreeSet<(String, i32)> {
+        self.lock().state.pending_offsets(group_id)
+    }
+
+    /// DescribeTransactions: each ID's state, or TRANSACTIONAL_ID_NOT_FOUND.
+    pub fn describe(&self, ids: &[ByteString]) -> Vec<DescribedTransaction> {
+        let inner = self.lock();
+        ids.iter()
+            .map(|id| match inner.state.get(id) {
+                None => DescribedTransaction {
+                    error_code: error_codes::TRANSACTIONAL_ID_NOT_FOUND,
+                    transactional_id: id.clone(),
+                    transaction_state: ByteString::from_static(""),
+                    producer_id: -1,
+                    producer_epoch: -1,
+                    transaction_start_time_ms: -1,
+                    ..Default::default()
+                },
+                Some(txn) => DescribedTransaction {
+                    error_code: error_codes::NONE,
+                    transactional_id: id.clone(),
+                    transaction_state: ByteString::from(txn.state.name().to_string()),
+                    transaction_timeout_ms: txn.timeout_ms,
+                    transaction_start_time_ms: txn.start_ms,
+                    producer_id: txn.producer_id,
+                    producer_epoch: txn.producer_epoch,
+                    topics: topic_data(&txn.partitions),
+                    ..Default::default()
+                },
+            })
+            .collect()
+    }
+
+    /// ListTransactions with its state, producer and duration (v1) filters.
+    pub fn list(&self, request: &ListTransactionsRequest, now: i64) -> ListTransactionsResponse {
+        let unknown_state_filters: Vec<_> = request
+            .state_filters
+            .iter()
+            .filter(|f| !TxnState::ALL.iter().any(|s| s.name() == &***f))
+            .cloned()
+            .collect();
+        let inner = self.lock();
+        let transaction_states = inner
+            .state
+            .all()
+            .into_iter()
+            .filter(|t| {
+                request.state_filters.is_empty()
+                    || request.state_filters.iter().any(|f| **f == *t.state.name())
+            })
+            .filter(|t| {
+                request.producer_id_filters.is_empty()
+                    || request.producer_id_filters.contains(&t.producer_id)
+            })
+            .filter(|t| {
+                // v1: only transactions running longer than the filter (ms); -1 = any.
+                request.duration_filter < 0
+                    || (t.state == TxnState::Ongoing
+                        && now.saturating_sub(t.start_ms) > request.duration_filter)
+            })
+            .map(|t| ListedTransaction {
+                transactional_id: ByteString::from(t.transactional_id.clone()),
+                producer_id: t.producer_id,
+                transaction_state: ByteString::from(t.state.name().to_string()),
+                ..Default::default()
+            })
+            .collect();
+        ListTransactionsResponse {
+            error_code: error_codes::NONE,
+            unknown_state_filters,
+            transaction_states,
+            ..Default::default()
+        }
+    }
+}
+
+/// The topics of a transaction, grouped by topic.
+fn topic_data(partitions: &BTreeSet<TopicPartition>) -> Vec<TopicData> {
+    let mut out: Vec<TopicData> = Vec::new();
+    for (topic, index) in partitions {
+        match out.last_mut() {
+            Some(last) if *last.topic == **topic => last.partitions.push(*index),
+            _ => out.push(TopicData {
+                topic: ByteString::from(topic.clone()),
+                partitions: vec![*index],
+                ..Default::default()
+            }),
+        }
+    }
+    out
 }
 
 impl TxnVerifier for TransactionCoordinator {

@@ -14,10 +14,12 @@
 
 use std::collections::BTreeMap;
 
+use skiff_group::GroupConfig;
 use skiff_meta::{AlterConfigOp, AlterConfigOpType};
 use skiff_protocol::error_codes;
 
 use crate::clock::now_ms;
+use crate::groups::GroupOverrides;
 use crate::state::Broker;
 
 /// Kafka's `DescribeConfigsResponse.ConfigSource.GROUP_CONFIG`.
@@ -114,10 +116,7 @@ pub type GroupEntry = (String, String, i8, i8);
 /// `ConfigHelper.createGroupConfigEntry`).
 pub fn describe(broker: &Broker, name: &str) -> Result<Vec<GroupEntry>, Error> {
     check_name(name)?;
-    let overrides = {
-        let inner = broker.groups.lock(broker, now_ms());
-        inner.group_configs.get(name).cloned().unwrap_or_default()
-    };
+    let overrides = broker.groups.group_overrides(broker, name, now_ms());
     Ok(KEYS
         .iter()
         .map(|(key, kind)| {
@@ -140,8 +139,7 @@ pub fn describe(broker: &Broker, name: &str) -> Result<Vec<GroupEntry>, Error> {
 
 /// The groups with overrides, for ListConfigResources.
 pub fn list(broker: &Broker) -> Vec<String> {
-    let inner = broker.groups.lock(broker, now_ms());
-    inner.group_configs.keys().cloned().collect()
+    broker.groups.groups_with_overrides(broker, now_ms())
 }
 
 /// IncrementalAlterConfigs of one GROUP resource: applies the operations to the group's
@@ -153,38 +151,35 @@ pub fn alter(
     validate_only: bool,
 ) -> Result<(), Error> {
     check_name(name)?;
-    let coordinator = &broker.groups;
-    let mut inner = coordinator.lock(broker, now_ms());
-    let mut overrides = inner.group_configs.get(name).cloned().unwrap_or_default();
-    for op in ops {
-        match op.op {
-            AlterConfigOpType::Set => {
-                let value = op.value.clone().unwrap_or_default();
-                overrides.insert(op.name.clone(), value);
-            }
-            AlterConfigOpType::Delete => {
-                overrides.remove(&op.name);
-            }
-            AlterConfigOpType::Append | AlterConfigOpType::Subtract => {
-                let verb = if op.op == AlterConfigOpType::Append {
-                    "APPEND"
-                } else {
-                    "SUBTRACT"
-                };
-                return Err(invalid_config(format!(
-                    "Can't {verb} to key {} because its type is not LIST.",
-                    op.name
-                )));
+    let edit = |mut overrides: GroupOverrides, config: &GroupConfig| {
+        for op in ops {
+            match op.op {
+                AlterConfigOpType::Set => {
+                    let value = op.value.clone().unwrap_or_default();
+                    overrides.insert(op.name.clone(), value);
+                }
+                AlterConfigOpType::Delete => {
+                    overrides.remove(&op.name);
+                }
+                AlterConfigOpType::Append | AlterConfigOpType::Subtract => {
+                    let verb = if op.op == AlterConfigOpType::Append {
+                        "APPEND"
+                    } else {
+                        "SUBTRACT"
+                    };
+                    return Err(invalid_config(format!(
+                        "Can't {verb} to key {} because its type is not LIST.",
+                        op.name
+                    )));
+                }
             }
         }
-    }
-    validate(&coordinator.config, &overrides)?;
-    if validate_only {
-        return Ok(());
-    }
-    coordinator
-        .set_group_overrides(&mut inner, name, overrides)
-        .map_err(|e| {
+        validate(config, &overrides)?;
+        Ok(if validate_only { None } else { Some(overrides) })
+    };
+    broker
+        .groups
+        .alter_group_overrides(broker, name, now_ms(), edit, |e| {
             tracing::error!(group = %name, error = %format!("{e:#}"), "cannot persist group configs");
             (
                 error_codes::UNKNOWN_SERVER_ERROR,

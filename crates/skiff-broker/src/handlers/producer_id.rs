@@ -57,12 +57,7 @@ pub fn handle(ctx: &RequestContext, request: InitProducerIdRequest) -> Reply {
     let (producer_id, producer_epoch) = match bumped {
         Some(pair) => pair,
         None => {
-            let allocated = ctx
-                .broker
-                .producer_ids
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .allocate();
+            let allocated = ctx.broker.allocate_producer_id();
             match allocated {
                 Ok(id) => (id, 0),
                 Err(e) => {

@@ -16,14 +16,9 @@ use skiff_protocol::generated::add_partitions_to_txn_response::{
 use skiff_protocol::generated::describe_producers_response::{
     DescribeProducersResponse, PartitionResponse, ProducerState, TopicResponse,
 };
-use skiff_protocol::generated::describe_transactions_response::{
-    DescribeTransactionsResponse, TopicData, TransactionState,
-};
+use skiff_protocol::generated::describe_transactions_response::DescribeTransactionsResponse;
 use skiff_protocol::generated::end_txn_response::EndTxnResponse;
 use skiff_protocol::generated::init_producer_id_response::InitProducerIdResponse;
-use skiff_protocol::generated::list_transactions_response::{
-    ListTransactionsResponse, TransactionState as ListedTransaction,
-};
 use skiff_protocol::generated::txn_offset_commit_response::{
     TxnOffsetCommitResponse, TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
@@ -32,13 +27,14 @@ use skiff_protocol::generated::{
     DescribeTransactionsRequest, EndTxnRequest, ListTransactionsRequest, TxnOffsetCommitRequest,
 };
 use skiff_protocol::{Response, error_codes};
-use skiff_txn::{EndOutcome, InitOutcome, PendingOffset, TopicPartition, TxnState};
+use skiff_txn::{InitOutcome, PendingOffset, TopicPartition};
 
-use super::groups::{MAX_OFFSET_METADATA, validate_txn_commit};
 use super::{Reply, RequestContext, bs};
 use crate::clock::now_ms;
+use crate::groups::requests::MAX_OFFSET_METADATA;
 use crate::state::Broker;
 use crate::txn_end::finish_detached;
+use crate::txns::Persisted;
 
 /// PRODUCER_FENCED for the versions that know it, INVALID_PRODUCER_EPOCH for older ones (as
 /// Kafka downgrades it).
@@ -52,15 +48,10 @@ fn fenced(code: i16, knows_fenced: bool) -> i16 {
 
 /// Hands out a fresh producer ID.
 fn allocate(broker: &Broker) -> Result<i64, i16> {
-    broker
-        .producer_ids
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .allocate()
-        .map_err(|e| {
-            tracing::error!(error = %format!("{e:#}"), "producer ID allocation failed");
-            error_codes::UNKNOWN_SERVER_ERROR
-        })
+    broker.allocate_producer_id().map_err(|e| {
+        tracing::error!(error = %format!("{e:#}"), "producer ID allocation failed");
+        error_codes::UNKNOWN_SERVER_ERROR
+    })
 }
 
 /// InitProducerId for a (non-empty) transactional ID: fences the previous producer of the ID,
@@ -85,25 +76,20 @@ pub fn init_producer_id(
         };
         // At most one abort of a previous producer's transaction comes first.
         for _ in 0..2 {
-            let outcome = {
-                let mut inner = broker.txns.lock();
-                let outcome = inner.state.init_producer_id(
-                    &transactional_id,
-                    timeout_ms,
-                    expected,
-                    now_ms(),
-                    &mut || allocate(&broker),
-                );
-                match outcome {
-                    Ok(outcome) => inner.persist(&transactional_id).map(|end| (outcome, end)),
-                    Err(code) => Err(code),
-                }
-            };
-            let (outcome, end) = match outcome {
+            let initialised = broker.txns.init_producer_id(
+                &transactional_id,
+                timeout_ms,
+                expected,
+                now_ms(),
+                &mut || allocate(&broker),
+            );
+            let (outcome, end) = match initialised {
                 Ok(pair) => pair,
                 Err(code) => return failed(code),
             };
-            if let Err(code) = broker.txns.wait_durable(end).await {
+            if let Some(end) = end
+                && let Err(code) = broker.txns.wait_durable(end).await
+            {
                 return failed(code);
             }
             match outcome {
@@ -142,12 +128,13 @@ pub fn init_producer_id(
 /// up to `persisted`'s end (NONE, or the storage error).
 fn when_durable(
     broker: &Arc<Broker>,
-    persisted: Result<i64, i16>,
+    persisted: Result<Persisted, i16>,
     respond: impl FnOnce(i16) -> Response + Send + 'static,
 ) -> Reply {
     match persisted {
         Err(code) => Reply::Now(respond(code)),
-        Ok(end) => {
+        Ok(None) => Reply::Now(respond(error_codes::NONE)),
+        Ok(Some(end)) => {
             let broker = Arc::clone(broker);
             Reply::Later(Box::pin(async move {
                 respond(
@@ -217,20 +204,13 @@ pub fn add_partitions_to_txn(ctx: &RequestContext, request: AddPartitionsToTxnRe
         .iter()
         .flat_map(|t| t.partitions.iter().map(|p| (t.name.to_string(), *p)))
         .collect();
-    let persisted = {
-        let mut inner = broker.txns.lock();
-        let tid = request.v3_and_below_transactional_id.to_string();
-        inner
-            .state
-            .add_partitions(
-                &tid,
-                request.v3_and_below_producer_id,
-                request.v3_and_below_producer_epoch,
-                &partitions,
-                now_ms(),
-            )
-            .and_then(|change| inner.persist_if(change, &tid))
-    };
+    let persisted = broker.txns.add_partitions(
+        &request.v3_and_below_transactional_id,
+        request.v3_and_below_producer_id,
+        request.v3_and_below_producer_epoch,
+        &partitions,
+        now_ms(),
+    );
     when_durable(broker, persisted, move |code| {
         add_partitions_response(&topics, |_, _| fenced(code, knows_fenced))
     })
@@ -247,20 +227,13 @@ pub fn add_offsets_to_txn(ctx: &RequestContext, request: AddOffsetsToTxnRequest)
         return Reply::Now(respond(error_codes::INVALID_GROUP_ID));
     }
     let knows_fenced = ctx.version >= 2;
-    let persisted = {
-        let mut inner = ctx.broker.txns.lock();
-        let tid = request.transactional_id.to_string();
-        inner
-            .state
-            .add_offsets(
-                &tid,
-                request.producer_id,
-                request.producer_epoch,
-                &request.group_id,
-                now_ms(),
-            )
-            .and_then(|change| inner.persist_if(change, &tid))
-    };
+    let persisted = ctx.broker.txns.add_offsets(
+        &request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        &request.group_id,
+        now_ms(),
+    );
     when_durable(&ctx.broker, persisted, move |code| {
         respond(fenced(code, knows_fenced))
     })
@@ -273,9 +246,8 @@ pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) 
     let group_check = if group_id.is_empty() {
         Err(error_codes::INVALID_GROUP_ID)
     } else {
-        let mut inner = broker.groups.lock(broker, now);
-        validate_txn_commit(
-            &mut inner,
+        broker.groups.validate_txn_commit(
+            broker,
             &group_id,
             &request.member_id,
             request.generation_id,
@@ -319,19 +291,14 @@ pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) 
         );
     }
     let persisted = group_check.and_then(|()| {
-        let mut inner = broker.txns.lock();
-        let tid = request.transactional_id.to_string();
-        inner
-            .state
-            .commit_offsets(
-                &tid,
-                request.producer_id,
-                request.producer_epoch,
-                &group_id,
-                offsets,
-                now,
-            )
-            .and_then(|change| inner.persist_if(change, &tid))
+        broker.txns.commit_offsets(
+            &request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            &group_id,
+            offsets,
+            now,
+        )
     });
     let topics = request.topics;
     let respond = move |group_code: i16| {
@@ -374,28 +341,22 @@ pub fn end_txn(ctx: &RequestContext, request: EndTxnRequest) -> Reply {
             ..Default::default()
         })
     };
-    let tid = request.transactional_id.to_string();
-    let outcome = {
-        let mut inner = ctx.broker.txns.lock();
-        match inner.state.end(
-            &tid,
-            request.producer_id,
-            request.producer_epoch,
-            request.committed,
-            now_ms(),
-        ) {
-            Ok(EndOutcome::End(plan)) => inner.persist(&tid).map(|end| Some((plan, end))),
-            Ok(EndOutcome::AlreadyDone) => Ok(None),
-            Err(code) => Err(code),
-        }
-    };
+    let outcome = ctx.broker.txns.end(
+        &request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        request.committed,
+        now_ms(),
+    );
     match outcome {
         Err(code) => Reply::Now(respond(code)),
         Ok(None) => Reply::Now(respond(error_codes::NONE)),
         Ok(Some((plan, end))) => {
             let broker = Arc::clone(&ctx.broker);
             Reply::Later(Box::pin(async move {
-                if let Err(code) = broker.txns.wait_durable(end).await {
+                if let Some(end) = end
+                    && let Err(code) = broker.txns.wait_durable(end).await
+                {
                     return respond(code);
                 }
                 respond(
@@ -409,99 +370,18 @@ pub fn end_txn(ctx: &RequestContext, request: EndTxnRequest) -> Reply {
     }
 }
 
-/// The topics of a transaction, grouped by topic.
-fn topic_data(partitions: &std::collections::BTreeSet<TopicPartition>) -> Vec<TopicData> {
-    let mut out: Vec<TopicData> = Vec::new();
-    for (topic, index) in partitions {
-        match out.last_mut() {
-            Some(last) if *last.topic == **topic => last.partitions.push(*index),
-            _ => out.push(TopicData {
-                topic: bs(topic.clone()),
-                partitions: vec![*index],
-                ..Default::default()
-            }),
-        }
-    }
-    out
-}
-
 pub fn describe_transactions(
     ctx: &RequestContext,
     request: DescribeTransactionsRequest,
 ) -> Response {
-    let inner = ctx.broker.txns.lock();
-    let states = request
-        .transactional_ids
-        .iter()
-        .map(|id| match inner.state.get(id) {
-            None => TransactionState {
-                error_code: error_codes::TRANSACTIONAL_ID_NOT_FOUND,
-                transactional_id: id.clone(),
-                transaction_state: bs(""),
-                producer_id: -1,
-                producer_epoch: -1,
-                transaction_start_time_ms: -1,
-                ..Default::default()
-            },
-            Some(txn) => TransactionState {
-                error_code: error_codes::NONE,
-                transactional_id: id.clone(),
-                transaction_state: bs(txn.state.name()),
-                transaction_timeout_ms: txn.timeout_ms,
-                transaction_start_time_ms: txn.start_ms,
-                producer_id: txn.producer_id,
-                producer_epoch: txn.producer_epoch,
-                topics: topic_data(&txn.partitions),
-                ..Default::default()
-            },
-        })
-        .collect();
     Response::DescribeTransactions(DescribeTransactionsResponse {
-        transaction_states: states,
+        transaction_states: ctx.broker.txns.describe(&request.transactional_ids),
         ..Default::default()
     })
 }
 
 pub fn list_transactions(ctx: &RequestContext, request: ListTransactionsRequest) -> Response {
-    let unknown_state_filters: Vec<_> = request
-        .state_filters
-        .iter()
-        .filter(|f| !TxnState::ALL.iter().any(|s| s.name() == &***f))
-        .cloned()
-        .collect();
-    let now = now_ms();
-    let inner = ctx.broker.txns.lock();
-    let transaction_states = inner
-        .state
-        .all()
-        .into_iter()
-        .filter(|t| {
-            request.state_filters.is_empty()
-                || request.state_filters.iter().any(|f| **f == *t.state.name())
-        })
-        .filter(|t| {
-            request.producer_id_filters.is_empty()
-                || request.producer_id_filters.contains(&t.producer_id)
-        })
-        .filter(|t| {
-            // v1: only transactions running longer than the filter (ms); -1 = any.
-            request.duration_filter < 0
-                || (t.state == TxnState::Ongoing
-                    && now.saturating_sub(t.start_ms) > request.duration_filter)
-        })
-        .map(|t| ListedTransaction {
-            transactional_id: bs(t.transactional_id.clone()),
-            producer_id: t.producer_id,
-            transaction_state: bs(t.state.name()),
-            ..Default::default()
-        })
-        .collect();
-    Response::ListTransactions(ListTransactionsResponse {
-        error_code: error_codes::NONE,
-        unknown_state_filters,
-        transaction_states,
-        ..Default::default()
-    })
+    Response::ListTransactions(ctx.broker.txns.list(&request, now_ms()))
 }
 
 /// DescribeProducers: the producers each partition knows, with their open transaction's start

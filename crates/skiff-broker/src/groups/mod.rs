@@ -24,6 +24,8 @@ use skiff_group::consumer::{ConsumerGroup, ConsumerGroupSnapshot};
 use skiff_group::{CommittedOffset, GroupConfig, OffsetKey, OffsetStore, TopicsImage};
 use tokio::sync::{Notify, oneshot};
 
+pub mod requests;
+
 use crate::coordinator_store::{CoordinatorStore, Durable, Opened};
 
 /// What the group coordinator knows of the topics: an image of names, IDs and partition counts,
