@@ -2,23 +2,7 @@
 
 use std::path::PathBuf;
 
-use skiff_protocol::Uuid;
-
-/// Kafka error codes this crate can produce (`org.apache.kafka.common.protocol.Errors`).
-pub mod codes {
-    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
-    pub const KAFKA_STORAGE_ERROR: i16 = skiff_protocol::error_codes::KAFKA_STORAGE_ERROR;
-    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-    pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
-    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
-    pub const INVALID_PARTITIONS: i16 = 37;
-    pub const INVALID_REPLICATION_FACTOR: i16 = 38;
-    pub const INVALID_CONFIG: i16 = 40;
-    pub const INVALID_REQUEST: i16 = 42;
-    pub const POLICY_VIOLATION: i16 = 44;
-    pub const TOPIC_DELETION_DISABLED: i16 = 73;
-    pub const UNKNOWN_TOPIC_ID: i16 = 100;
-}
+use skiff_protocol::{ErrorCode, KafkaError, Uuid};
 
 /// Everything that can go wrong in `skiff-meta`.
 ///
@@ -76,39 +60,46 @@ pub type Result<T, E = MetaError> = std::result::Result<T, E>;
 
 impl MetaError {
     /// The Kafka error code a response should carry for this error.
-    pub fn kafka_error_code(&self) -> i16 {
-        use codes::*;
+    pub fn kafka_error_code(&self) -> ErrorCode {
         match self {
-            MetaError::TopicAlreadyExists(_) => TOPIC_ALREADY_EXISTS,
-            MetaError::InvalidTopic { .. } => INVALID_TOPIC_EXCEPTION,
-            MetaError::UnknownTopic(_) => UNKNOWN_TOPIC_OR_PARTITION,
-            MetaError::UnknownTopicId(_) => UNKNOWN_TOPIC_ID,
-            MetaError::InvalidPartitions(_) => INVALID_PARTITIONS,
-            MetaError::InvalidReplicationFactor(_) => INVALID_REPLICATION_FACTOR,
-            MetaError::InvalidConfig(_) => INVALID_CONFIG,
-            MetaError::InvalidRequest(_) => INVALID_REQUEST,
-            MetaError::PolicyViolation(_) => POLICY_VIOLATION,
-            MetaError::TopicDeletionDisabled => TOPIC_DELETION_DISABLED,
+            MetaError::TopicAlreadyExists(_) => ErrorCode::TOPIC_ALREADY_EXISTS,
+            MetaError::InvalidTopic { .. } => ErrorCode::INVALID_TOPIC_EXCEPTION,
+            MetaError::UnknownTopic(_) => ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            MetaError::UnknownTopicId(_) => ErrorCode::UNKNOWN_TOPIC_ID,
+            MetaError::InvalidPartitions(_) => ErrorCode::INVALID_PARTITIONS,
+            MetaError::InvalidReplicationFactor(_) => ErrorCode::INVALID_REPLICATION_FACTOR,
+            MetaError::InvalidConfig(_) => ErrorCode::INVALID_CONFIG,
+            MetaError::InvalidRequest(_) => ErrorCode::INVALID_REQUEST,
+            MetaError::PolicyViolation(_) => ErrorCode::POLICY_VIOLATION,
+            MetaError::TopicDeletionDisabled => ErrorCode::TOPIC_DELETION_DISABLED,
             // The metadata could not be written (a full disk, a read-only file system): Kafka's
             // answer, with a message saying what failed.
-            MetaError::Io { .. } => KAFKA_STORAGE_ERROR,
+            MetaError::Io { .. } => ErrorCode::KAFKA_STORAGE_ERROR,
             MetaError::Corrupt { .. }
             | MetaError::UnsupportedVersion { .. }
             | MetaError::Locked(_)
             | MetaError::Random(_)
-            | MetaError::InvalidStaticConfig(_) => UNKNOWN_SERVER_ERROR,
+            | MetaError::InvalidStaticConfig(_) => ErrorCode::UNKNOWN_SERVER_ERROR,
         }
     }
 
     /// The message a Kafka response's `error_message` should carry (`None` for server faults,
     /// whose details belong in the broker's log rather than on the wire).
     pub fn client_message(&self) -> Option<String> {
-        if self.kafka_error_code() == codes::UNKNOWN_SERVER_ERROR {
+        if self.kafka_error_code() == ErrorCode::UNKNOWN_SERVER_ERROR {
             None
         } else if let MetaError::Io { context, source } = self {
             Some(format!("storage error while {context}: {source}"))
         } else {
             Some(self.to_string())
+        }
+    }
+
+    /// The code and message a Kafka response carries for this error.
+    pub fn to_kafka_error(&self) -> KafkaError {
+        KafkaError {
+            code: self.kafka_error_code(),
+            message: self.client_message(),
         }
     }
 
@@ -118,6 +109,17 @@ impl MetaError {
             context: context.into(),
             source,
         }
+    }
+}
+
+impl From<MetaError> for KafkaError {
+    /// The answer a response carries; a server fault (no client message) is logged here, since
+    /// its details stay off the wire.
+    fn from(e: MetaError) -> KafkaError {
+        if e.kafka_error_code() == ErrorCode::UNKNOWN_SERVER_ERROR {
+            tracing::error!(error = %e, "metadata request failed");
+        }
+        e.to_kafka_error()
     }
 }
 
@@ -147,7 +149,7 @@ mod tests {
             (MetaError::Locked(PathBuf::from("/x")), -1),
         ];
         for (error, code) in cases {
-            assert_eq!(error.kafka_error_code(), code, "{error}");
+            assert_eq!(error.kafka_error_code().code(), code, "{error}");
         }
         assert!(
             MetaError::Locked(PathBuf::from("/x"))

@@ -39,7 +39,7 @@ pub use config::{
     AlterConfigOp, AlterConfigOpType, BrokerConfigScope, CleanupPolicy, CompressionType,
     ConfigEntry, ConfigSource, ConfigSynonym, ConfigType, EffectiveTopicConfig, TimestampType,
 };
-pub use error::{MetaError, Result, codes};
+pub use error::{MetaError, Result};
 pub use store::{
     LOCK_FILE, MAX_PARTITIONS_PER_TOPIC, METADATA_FILE, MetadataStore, NewTopic, TopicInfo,
     TopicRef,

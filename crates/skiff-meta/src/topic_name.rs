@@ -83,7 +83,7 @@ mod tests {
             let result = validate_topic_name(name);
             assert_eq!(result.is_ok(), *ok, "{name:?}: {result:?}");
             if let Err(error) = result {
-                assert_eq!(error.kafka_error_code(), 17);
+                assert_eq!(error.kafka_error_code().code(), 17);
             }
         }
     }

@@ -13,7 +13,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use skiff_meta::{AlterConfigOp, AlterConfigOpType, BrokerConfigScope, ConfigEntry, MetaError};
+use skiff_meta::{AlterConfigOp, AlterConfigOpType, BrokerConfigScope, ConfigEntry};
 use skiff_protocol::generated::describe_configs_request::DescribeConfigsResource;
 use skiff_protocol::generated::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResponse, DescribeConfigsResult,
@@ -24,7 +24,7 @@ use skiff_protocol::generated::incremental_alter_configs_response::{
     AlterConfigsResourceResponse, IncrementalAlterConfigsResponse,
 };
 use skiff_protocol::generated::{DescribeConfigsRequest, IncrementalAlterConfigsRequest};
-use skiff_protocol::{ByteString, Response, error_codes};
+use skiff_protocol::{ByteString, ErrorCode, KafkaError, Response, error_codes};
 
 use super::topics::admin_lock;
 use super::{RequestContext, bs};
@@ -33,41 +33,18 @@ use crate::state::Broker;
 use super::resources::{RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_TOPIC};
 use super::resources::{RESOURCE_CLIENT_METRICS, RESOURCE_GROUP};
 
-/// An error code and message for one resource.
-struct ResourceError {
-    code: i16,
-    message: Option<String>,
-}
-
-impl ResourceError {
-    fn invalid_request(message: impl Into<String>) -> Self {
-        ResourceError {
-            code: error_codes::INVALID_REQUEST,
-            message: Some(message.into()),
-        }
-    }
-}
-
-impl From<MetaError> for ResourceError {
-    fn from(e: MetaError) -> Self {
-        if e.kafka_error_code() == error_codes::UNKNOWN_SERVER_ERROR {
-            tracing::error!(error = %e, "config request failed");
-        }
-        ResourceError {
-            code: e.kafka_error_code(),
-            message: e.client_message(),
-        }
-    }
+fn invalid_request(message: impl Into<String>) -> KafkaError {
+    KafkaError::new(error_codes::INVALID_REQUEST, message)
 }
 
 /// Kafka's check that a BROKER / BROKER_LOGGER resource names this node.
-fn check_node_id(broker: &Broker, name: &str, or_empty: bool) -> Result<(), ResourceError> {
-    let id: i32 = name.parse().map_err(|_| {
-        ResourceError::invalid_request(format!("Broker id must be an integer, but it is: {name}"))
-    })?;
+fn check_node_id(broker: &Broker, name: &str, or_empty: bool) -> Result<(), KafkaError> {
+    let id: i32 = name
+        .parse()
+        .map_err(|_| invalid_request(format!("Broker id must be an integer, but it is: {name}")))?;
     if id != broker.node_id() {
         let also = if or_empty { " or empty string" } else { "" };
-        return Err(ResourceError::invalid_request(format!(
+        return Err(invalid_request(format!(
             "Unexpected broker id, expected {}{also}, but received {name}",
             broker.node_id()
         )));
@@ -87,7 +64,7 @@ pub fn handle_describe(ctx: &RequestContext, request: DescribeConfigsRequest) ->
             let (error_code, error_message, configs) =
                 match describe_resource(&ctx.broker, &resource, request.include_synonyms) {
                     Ok(configs) => (error_codes::NONE, None, configs),
-                    Err(e) => (e.code, e.message.map(bs), Vec::new()),
+                    Err(e) => (e.error_code(), e.message.map(bs), Vec::new()),
                 };
             DescribeConfigsResult {
                 error_code,
@@ -109,7 +86,7 @@ fn describe_resource(
     broker: &Broker,
     resource: &DescribeConfigsResource,
     include_synonyms: bool,
-) -> Result<Vec<DescribeConfigsResourceResult>, ResourceError> {
+) -> Result<Vec<DescribeConfigsResourceResult>, KafkaError> {
     let name: &str = &resource.resource_name;
     let entries = match resource.resource_type {
         RESOURCE_TOPIC => {
@@ -127,21 +104,15 @@ fn describe_resource(
         }
         RESOURCE_BROKER_LOGGER => {
             if name.is_empty() {
-                return Err(ResourceError::invalid_request(
-                    "Broker id must not be empty",
-                ));
+                return Err(invalid_request("Broker id must not be empty"));
             }
             check_node_id(broker, name, false)?;
             // No Log4j loggers here: the list is empty.
             Vec::new()
         }
         RESOURCE_CLIENT_METRICS => {
-            let entries = super::telemetry::describe_subscription(broker, name).map_err(
-                |(code, message)| ResourceError {
-                    code,
-                    message: Some(message),
-                },
-            )?;
+            let entries = super::telemetry::describe_subscription(broker, name)
+                .map_err(|(code, message)| KafkaError::new(code, message))?;
             let wanted: Option<HashSet<&str>> = resource
                 .configuration_keys
                 .as_ref()
@@ -163,13 +134,8 @@ fn describe_resource(
                 .collect());
         }
         RESOURCE_GROUP => {
-            let entries =
-                super::group_configs::describe(broker, name).map_err(|(code, message)| {
-                    ResourceError {
-                        code,
-                        message: Some(message),
-                    }
-                })?;
+            let entries = super::group_configs::describe(broker, name)
+                .map_err(|(code, message)| KafkaError::new(code, message))?;
             let wanted: Option<HashSet<&str>> = resource
                 .configuration_keys
                 .as_ref()
@@ -203,7 +169,7 @@ fn describe_resource(
                 .collect());
         }
         other => {
-            return Err(ResourceError::invalid_request(format!(
+            return Err(invalid_request(format!(
                 "Unsupported resource type: {other}"
             )));
         }
@@ -274,15 +240,13 @@ pub fn handle_incremental_alter(
         .map(|resource| {
             let key = (resource.resource_type, resource.resource_name.clone());
             let outcome = if counts.get(&key).copied().unwrap_or(0) > 1 {
-                Err(ResourceError::invalid_request(
-                    "Each resource must appear at most once.",
-                ))
+                Err(invalid_request("Each resource must appear at most once."))
             } else {
                 alter_resource(&ctx.broker, &resource, request.validate_only)
             };
             let (error_code, error_message) = match outcome {
                 Ok(()) => (error_codes::NONE, None),
-                Err(e) => (e.code, e.message.map(bs)),
+                Err(e) => (e.error_code(), e.message.map(bs)),
             };
             AlterConfigsResourceResponse {
                 error_code,
@@ -300,18 +264,16 @@ pub fn handle_incremental_alter(
 }
 
 /// The request's operations, checked as Kafka's `ConfigAdminManager.preprocess` does.
-fn operations(resource: &AlterConfigsResource) -> Result<Vec<AlterConfigOp>, ResourceError> {
+fn operations(resource: &AlterConfigsResource) -> Result<Vec<AlterConfigOp>, KafkaError> {
     let mut names = HashSet::new();
     if !resource.configs.iter().all(|c| names.insert(&c.name)) {
-        return Err(ResourceError::invalid_request(
-            "Error due to duplicate config keys",
-        ));
+        return Err(invalid_request("Error due to duplicate config keys"));
     }
     let mut ops = Vec::with_capacity(resource.configs.len());
     let mut null_updates = Vec::new();
     for config in &resource.configs {
         let Some(op) = AlterConfigOpType::from_code(config.config_operation) else {
-            return Err(ResourceError::invalid_request(format!(
+            return Err(invalid_request(format!(
                 "Unknown config operation {} for {}",
                 config.config_operation, config.name
             )));
@@ -326,7 +288,7 @@ fn operations(resource: &AlterConfigsResource) -> Result<Vec<AlterConfigOp>, Res
         });
     }
     if !null_updates.is_empty() {
-        return Err(ResourceError::invalid_request(format!(
+        return Err(invalid_request(format!(
             "Null value not supported for : {}",
             null_updates.join(", ")
         )));
@@ -338,7 +300,7 @@ fn alter_resource(
     broker: &Broker,
     resource: &AlterConfigsResource,
     validate_only: bool,
-) -> Result<(), ResourceError> {
+) -> Result<(), KafkaError> {
     if resource.resource_type == RESOURCE_CLIENT_METRICS {
         let ops: Vec<(String, i8, Option<String>)> = resource
             .configs
@@ -357,10 +319,7 @@ fn alter_resource(
             &ops,
             validate_only,
         )
-        .map_err(|(code, message)| ResourceError {
-            code,
-            message: Some(message),
-        });
+        .map_err(|(code, message)| KafkaError::new(code, message));
     }
     let ops = operations(resource)?;
     let name: &str = &resource.resource_name;
@@ -372,8 +331,8 @@ fn alter_resource(
                 .incremental_alter_topic_configs(name, &ops, validate_only)?;
             if !validate_only && let Err(e) = broker.reconfigure_topic(name) {
                 tracing::error!(topic = %name, error = %format!("{e:#}"), "applying topic config failed");
-                return Err(ResourceError {
-                    code: error_codes::UNKNOWN_SERVER_ERROR,
+                return Err(KafkaError {
+                    code: ErrorCode::UNKNOWN_SERVER_ERROR,
                     message: None,
                 });
             }
@@ -392,8 +351,8 @@ fn alter_resource(
                 .incremental_alter_broker_configs(scope, &ops, validate_only)?;
             if !validate_only && let Err(e) = broker.reconfigure_all_topics() {
                 tracing::error!(error = %format!("{e:#}"), "applying broker config failed");
-                return Err(ResourceError {
-                    code: error_codes::UNKNOWN_SERVER_ERROR,
+                return Err(KafkaError {
+                    code: ErrorCode::UNKNOWN_SERVER_ERROR,
                     message: None,
                 });
             }
@@ -401,15 +360,13 @@ fn alter_resource(
         }
         RESOURCE_BROKER_LOGGER => {
             if name.is_empty() {
-                return Err(ResourceError::invalid_request(
-                    "Broker id must not be empty",
-                ));
+                return Err(invalid_request("Broker id must not be empty"));
             }
             check_node_id(broker, name, false)?;
             match ops.first() {
                 // Kafka's RuntimeLoggerManager: an unknown logger is INVALID_CONFIG.
-                Some(op) => Err(ResourceError {
-                    code: error_codes::INVALID_CONFIG,
+                Some(op) => Err(KafkaError {
+                    code: ErrorCode::INVALID_CONFIG,
                     message: Some(format!(
                         "Logger {} does not exist! (Skiff's log levels are set with RUST_LOG)",
                         op.name
@@ -418,14 +375,8 @@ fn alter_resource(
                 None => Ok(()),
             }
         }
-        RESOURCE_GROUP => super::group_configs::alter(broker, name, &ops, validate_only).map_err(
-            |(code, message)| ResourceError {
-                code,
-                message: Some(message),
-            },
-        ),
-        other => Err(ResourceError::invalid_request(format!(
-            "Unknown resource type {other}"
-        ))),
+        RESOURCE_GROUP => super::group_configs::alter(broker, name, &ops, validate_only)
+            .map_err(|(code, message)| KafkaError::new(code, message)),
+        other => Err(invalid_request(format!("Unknown resource type {other}"))),
     }
 }

@@ -9,7 +9,7 @@ use skiff_protocol::generated::metadata_request::MetadataRequestTopic;
 use skiff_protocol::generated::metadata_response::{
     MetadataResponse, MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
-use skiff_protocol::{ByteString, Response, Uuid, error_codes};
+use skiff_protocol::{ByteString, ErrorCode, Response, Uuid, error_codes};
 
 use super::RequestContext;
 use crate::partition::Topic;
@@ -156,7 +156,7 @@ fn create_missing(broker: &Broker, list: &[MetadataRequestTopic]) -> Created {
                 tracing::info!(topic = %new.name, partitions = topic.info.partitions, "auto-created topic");
                 outcomes.insert(new.name.clone(), Ok(topic));
             }
-            Err(e) if e.kafka_error_code() == error_codes::TOPIC_ALREADY_EXISTS => {}
+            Err(e) if e.kafka_error_code() == ErrorCode::TOPIC_ALREADY_EXISTS => {}
             Err(e) => {
                 outcomes.insert(new.name.clone(), Err(e.kafka_error_code()));
             }
@@ -166,7 +166,7 @@ fn create_missing(broker: &Broker, list: &[MetadataRequestTopic]) -> Created {
 }
 
 /// What auto-creation did with each name it tried: the topic, or the error code.
-type Created = HashMap<String, Result<std::sync::Arc<Topic>, i16>>;
+type Created = HashMap<String, Result<std::sync::Arc<Topic>, ErrorCode>>;
 
 fn requested_topic(
     broker: &Broker,
@@ -188,7 +188,7 @@ fn requested_topic(
                 return describe(broker, &topic, include_ops);
             }
             if let Err(e) = skiff_meta::validate_topic_name(&name) {
-                return error(e.kafka_error_code(), Some(name), Uuid::ZERO);
+                return error(e.kafka_error_code().code(), Some(name), Uuid::ZERO);
             }
             if !(auto_create && broker.meta().auto_create_topics_enable()) {
                 return error(
@@ -212,7 +212,7 @@ fn requested_topic(
             };
             match outcome {
                 Some(Ok(topic)) => describe(broker, &topic, include_ops),
-                Some(Err(code)) => error(code, Some(name), Uuid::ZERO),
+                Some(Err(code)) => error(code.code(), Some(name), Uuid::ZERO),
                 // Another request created it in the meantime.
                 None => match broker.topic_by_name(&name) {
                     Some(topic) => describe(broker, &topic, include_ops),

@@ -25,7 +25,7 @@ use skiff_protocol::generated::delete_topics_response::{
 use skiff_protocol::generated::{
     CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
 };
-use skiff_protocol::{ByteString, Response, Uuid, error_codes};
+use skiff_protocol::{ByteString, KafkaError, Response, Uuid, error_codes};
 
 use super::{RequestContext, bs};
 use crate::state::Broker;
@@ -41,33 +41,6 @@ pub(crate) fn admin_lock() -> MutexGuard<'static, ()> {
     ADMIN_LOCK.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// An error code and message for one topic of a response.
-struct TopicError {
-    code: i16,
-    message: Option<String>,
-}
-
-impl TopicError {
-    fn new(code: i16, message: impl Into<String>) -> Self {
-        TopicError {
-            code,
-            message: Some(message.into()),
-        }
-    }
-}
-
-impl From<MetaError> for TopicError {
-    fn from(e: MetaError) -> Self {
-        if e.kafka_error_code() == error_codes::UNKNOWN_SERVER_ERROR {
-            tracing::error!(error = %e, "admin request failed");
-        }
-        TopicError {
-            code: e.kafka_error_code(),
-            message: e.client_message(),
-        }
-    }
-}
-
 // ----- CreateTopics --------------------------------------------------------------------------
 
 pub fn handle_create_topics(ctx: &RequestContext, request: CreateTopicsRequest) -> Response {
@@ -79,14 +52,14 @@ pub fn handle_create_topics(ctx: &RequestContext, request: CreateTopicsRequest) 
     let mut reported_duplicates = HashSet::new();
     // Each topic is checked first; the valid ones are then created with one metadata write (a
     // request for thousands of topics must not rewrite the metadata thousands of times).
-    let mut checked: Vec<(ByteString, Result<NewTopic, TopicError>)> = Vec::new();
+    let mut checked: Vec<(ByteString, Result<NewTopic, KafkaError>)> = Vec::new();
     for topic in request.topics {
         if counts.get(&topic.name).copied().unwrap_or(0) > 1 {
             // Kafka answers once per duplicated name.
             if reported_duplicates.insert(topic.name.clone()) {
                 checked.push((
                     topic.name,
-                    Err(TopicError::new(
+                    Err(KafkaError::new(
                         error_codes::INVALID_REQUEST,
                         "Duplicate topic name.",
                     )),
@@ -130,11 +103,11 @@ pub fn handle_create_topics(ctx: &RequestContext, request: CreateTopicsRequest) 
     })
 }
 
-fn failed_creation(name: ByteString, error: TopicError) -> CreatableTopicResult {
+fn failed_creation(name: ByteString, error: KafkaError) -> CreatableTopicResult {
     CreatableTopicResult {
         name,
         topic_id: Uuid::ZERO,
-        error_code: error.code,
+        error_code: error.error_code(),
         error_message: error.message.map(bs),
         num_partitions: -1,
         replication_factor: -1,
@@ -145,10 +118,10 @@ fn failed_creation(name: ByteString, error: TopicError) -> CreatableTopicResult 
 
 /// Checks one topic of a CreateTopics request (name, existence, configs, partitions, replicas)
 /// and returns what to create.
-fn check_one(broker: &Broker, topic: CreatableTopic) -> Result<NewTopic, TopicError> {
+fn check_one(broker: &Broker, topic: CreatableTopic) -> Result<NewTopic, KafkaError> {
     // Kafka's order: the name, then existence, then configs, then partitions and replicas.
     if &*topic.name == CLUSTER_METADATA_TOPIC {
-        return Err(TopicError::new(
+        return Err(KafkaError::new(
             error_codes::INVALID_REQUEST,
             format!("Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited."),
         ));
@@ -164,7 +137,7 @@ fn check_one(broker: &Broker, topic: CreatableTopic) -> Result<NewTopic, TopicEr
         .map(|c| &*c.name)
         .collect();
     if !null_configs.is_empty() {
-        return Err(TopicError::new(
+        return Err(KafkaError::new(
             error_codes::INVALID_CONFIG,
             format!(
                 "Null value not supported for topic configs: {}",
@@ -182,13 +155,13 @@ fn check_one(broker: &Broker, topic: CreatableTopic) -> Result<NewTopic, TopicEr
         topic.num_partitions
     } else {
         if topic.replication_factor != -1 {
-            return Err(TopicError::new(
+            return Err(KafkaError::new(
                 error_codes::INVALID_REQUEST,
                 "A manual partition assignment was specified, but replication factor was not set to -1.",
             ));
         }
         if topic.num_partitions != -1 {
-            return Err(TopicError::new(
+            return Err(KafkaError::new(
                 error_codes::INVALID_REQUEST,
                 "A manual partition assignment was specified, but numPartitions was not set to -1.",
             ));
@@ -197,13 +170,13 @@ fn check_one(broker: &Broker, topic: CreatableTopic) -> Result<NewTopic, TopicEr
     };
     if topic.assignments.is_empty() {
         if topic.replication_factor < -1 || topic.replication_factor == 0 {
-            return Err(TopicError::new(
+            return Err(KafkaError::new(
                 error_codes::INVALID_REPLICATION_FACTOR,
                 "Replication factor must be larger than 0, or -1 to use the default value.",
             ));
         }
         if topic.num_partitions < -1 || topic.num_partitions == 0 {
-            return Err(TopicError::new(
+            return Err(KafkaError::new(
                 error_codes::INVALID_PARTITIONS,
                 "Number of partitions was set to an invalid non-positive value.",
             ));
@@ -224,7 +197,7 @@ fn describe_created(
     new: &NewTopic,
     created: &crate::partition::Topic,
     validate_only: bool,
-) -> Result<CreatableTopicResult, TopicError> {
+) -> Result<CreatableTopicResult, KafkaError> {
     let described = if validate_only {
         broker.meta().preview_topic_configs(&new.configs)?
     } else {
@@ -260,15 +233,15 @@ fn creatable_config(entry: &ConfigEntry) -> CreatableTopicConfigs {
 
 /// Checks one replica list of a manual assignment the way Kafka's
 /// `validateManualPartitionAssignment` does; on one node the only valid list is `[node]`.
-fn check_replicas(node: i32, replicas: &[i32]) -> Result<(), TopicError> {
+fn check_replicas(node: i32, replicas: &[i32]) -> Result<(), KafkaError> {
     if replicas.is_empty() {
-        return Err(TopicError::new(
+        return Err(KafkaError::new(
             INVALID_REPLICA_ASSIGNMENT,
             "The manual partition assignment includes an empty replica list.",
         ));
     }
     if let Some(other) = replicas.iter().find(|&&id| id != node) {
-        return Err(TopicError::new(
+        return Err(KafkaError::new(
             INVALID_REPLICA_ASSIGNMENT,
             format!(
                 "The manual partition assignment includes broker {other}, but no such broker is registered."
@@ -276,7 +249,7 @@ fn check_replicas(node: i32, replicas: &[i32]) -> Result<(), TopicError> {
         ));
     }
     if replicas.len() > 1 {
-        return Err(TopicError::new(
+        return Err(KafkaError::new(
             INVALID_REPLICA_ASSIGNMENT,
             format!("The manual partition assignment includes the broker {node} more than once."),
         ));
@@ -288,11 +261,11 @@ fn check_replicas(node: i32, replicas: &[i32]) -> Result<(), TopicError> {
 fn check_creation_assignments(
     node: i32,
     assignments: &[CreatableReplicaAssignment],
-) -> Result<i32, TopicError> {
+) -> Result<i32, KafkaError> {
     let mut seen = HashSet::new();
     for assignment in assignments {
         if !seen.insert(assignment.partition_index) {
-            return Err(TopicError::new(
+            return Err(KafkaError::new(
                 INVALID_REPLICA_ASSIGNMENT,
                 format!(
                     "Found multiple manual partition assignments for partition {}",
@@ -304,7 +277,7 @@ fn check_creation_assignments(
     }
     let count = i32::try_from(seen.len()).unwrap_or(i32::MAX);
     if (0..count).any(|i| !seen.contains(&i)) {
-        return Err(TopicError::new(
+        return Err(KafkaError::new(
             INVALID_REPLICA_ASSIGNMENT,
             "partitions should be a consecutive 0-based integer sequence",
         ));
@@ -331,7 +304,7 @@ pub fn handle_delete_topics(ctx: &RequestContext, request: DeleteTopicsRequest) 
                 (None, true) => Target::Rejected(deletion_error(
                     None,
                     Uuid::ZERO,
-                    TopicError::new(
+                    KafkaError::new(
                         error_codes::INVALID_REQUEST,
                         "Neither topic name nor id were specified.",
                     ),
@@ -341,7 +314,7 @@ pub fn handle_delete_topics(ctx: &RequestContext, request: DeleteTopicsRequest) 
                 (Some(name), false) => Target::Rejected(deletion_error(
                     Some(name),
                     topic.topic_id,
-                    TopicError::new(
+                    KafkaError::new(
                         error_codes::INVALID_REQUEST,
                         "You may not specify both topic name and topic id.",
                     ),
@@ -375,7 +348,7 @@ pub fn handle_delete_topics(ctx: &RequestContext, request: DeleteTopicsRequest) 
                 deletion_error(
                     Some(name),
                     Uuid::ZERO,
-                    TopicError::new(error_codes::INVALID_REQUEST, "Duplicate topic name."),
+                    KafkaError::new(error_codes::INVALID_REQUEST, "Duplicate topic name."),
                 )
             }
             Target::Id(id) if id_counts.get(&id).copied().unwrap_or(0) > 1 => {
@@ -385,7 +358,7 @@ pub fn handle_delete_topics(ctx: &RequestContext, request: DeleteTopicsRequest) 
                 deletion_error(
                     None,
                     id,
-                    TopicError::new(error_codes::INVALID_REQUEST, "Duplicate topic id."),
+                    KafkaError::new(error_codes::INVALID_REQUEST, "Duplicate topic id."),
                 )
             }
             Target::Name(name) => match delete_one(broker, TopicRef::Name(&name), version) {
@@ -418,12 +391,12 @@ fn deleted(name: Option<ByteString>, topic_id: Uuid) -> DeletableTopicResult {
 fn deletion_error(
     name: Option<ByteString>,
     topic_id: Uuid,
-    error: TopicError,
+    error: KafkaError,
 ) -> DeletableTopicResult {
     DeletableTopicResult {
         name,
         topic_id,
-        error_code: error.code,
+        error_code: error.error_code(),
         error_message: error.message.map(bs),
         ..Default::default()
     }
@@ -434,14 +407,14 @@ fn delete_one(
     broker: &Broker,
     topic: TopicRef<'_>,
     version: i16,
-) -> Result<(String, Uuid), TopicError> {
+) -> Result<(String, Uuid), KafkaError> {
     let _admin = admin_lock();
     let removed = broker.meta_mut().delete_topic(topic).map_err(|e| {
         // Before v3 a disabled deletion is INVALID_REQUEST (TOPIC_DELETION_DISABLED is v3+).
         if matches!(e, MetaError::TopicDeletionDisabled) && version < 3 {
-            TopicError::new(error_codes::INVALID_REQUEST, "Topic deletion is disabled.")
+            KafkaError::new(error_codes::INVALID_REQUEST, "Topic deletion is disabled.")
         } else {
-            TopicError::from(e)
+            KafkaError::from(e)
         }
     })?;
     if let Err(e) = broker.remove_topic(removed.id) {
@@ -469,7 +442,7 @@ pub fn handle_create_partitions(
             if !reported.insert(topic.name.clone()) {
                 continue;
             }
-            Err(TopicError::new(
+            Err(KafkaError::new(
                 error_codes::INVALID_REQUEST,
                 "Duplicate topic name.",
             ))
@@ -484,7 +457,7 @@ pub fn handle_create_partitions(
         };
         let (error_code, error_message) = match outcome {
             Ok(()) => (error_codes::NONE, None),
-            Err(e) => (e.code, e.message.map(bs)),
+            Err(e) => (e.error_code(), e.message.map(bs)),
         };
         results.push(CreatePartitionsTopicResult {
             name: topic.name,
@@ -507,7 +480,7 @@ fn grow_one(
         &[skiff_protocol::generated::create_partitions_request::CreatePartitionsAssignment],
     >,
     validate_only: bool,
-) -> Result<(), TopicError> {
+) -> Result<(), KafkaError> {
     let _admin = admin_lock();
     let info = {
         let mut meta = broker.meta_mut();
@@ -517,7 +490,7 @@ fn grow_one(
             let current = meta.resolve(TopicRef::Name(name))?.partitions;
             let additional = planned.partitions.saturating_sub(current);
             if usize::try_from(additional).ok() != Some(assignments.len()) {
-                return Err(TopicError::new(
+                return Err(KafkaError::new(
                     INVALID_REPLICA_ASSIGNMENT,
                     format!(
                         "Attempted to add {additional} additional partition(s), but only {} assignment(s) were specified.",
@@ -536,7 +509,7 @@ fn grow_one(
     };
     broker.grow_topic(info).map_err(|e| {
         tracing::error!(topic = %name, error = %format!("{e:#}"), "opening new partitions failed");
-        TopicError::new(
+        KafkaError::new(
             error_codes::KAFKA_STORAGE_ERROR,
             format!("storage error while opening the new partitions: {e:#}"),
         )

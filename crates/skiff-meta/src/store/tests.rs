@@ -34,7 +34,7 @@ fn create(store: &mut MetadataStore, name: &str, partitions: i32) -> TopicInfo {
 fn code<T: std::fmt::Debug>(result: Result<T>) -> i16 {
     match result {
         Ok(value) => panic!("expected an error, got {value:?}"),
-        Err(e) => e.kafka_error_code(),
+        Err(e) => e.kafka_error_code().code(),
     }
 }
 
@@ -131,7 +131,10 @@ fn many_topics_are_created_with_one_write() {
     let results = store.create_topics(&news);
     let codes: Vec<i16> = results
         .iter()
-        .map(|r| r.as_ref().map_or_else(|e| e.kafka_error_code(), |_| 0))
+        .map(|r| {
+            r.as_ref()
+                .map_or_else(|e| e.kafka_error_code().code(), |_| 0)
+        })
         .collect();
     assert_eq!(codes, [0, 36, 17, 0, 36]);
     let ids: Vec<Uuid> = results.iter().flatten().map(|t| t.id).collect();
@@ -999,7 +1002,10 @@ fn a_failed_write_changes_nothing() {
     assert!(matches!(result, Err(MetaError::Io { .. })), "{result:?}");
     // KAFKA_STORAGE_ERROR, with a message saying what failed.
     let error = result.err();
-    assert_eq!(error.as_ref().map(MetaError::kafka_error_code), Some(56));
+    assert_eq!(
+        error.as_ref().map(|e| e.kafka_error_code().code()),
+        Some(56)
+    );
     let message = error.and_then(|e| e.client_message()).unwrap_or_default();
     assert!(
         message.starts_with("storage error while creating"),
