@@ -24,7 +24,7 @@ use indexmap::IndexMap;
 
 use skiff_protocol::generated::FetchRequest;
 use skiff_protocol::generated::fetch_response::FetchResponse;
-use skiff_protocol::{ByteString, Uuid, error_codes};
+use skiff_protocol::{ByteString, ErrorCode, Uuid, error_codes};
 
 /// A session epoch that closes the session (and asks for a sessionless full fetch).
 pub const FINAL_EPOCH: i32 = -1;
@@ -41,9 +41,9 @@ pub const MAX_TOTAL_PARTITIONS: usize = 200_000;
 /// A session unused for this long may be evicted to make room for a new one.
 pub const EVICTION_IDLE_MS: i64 = 120_000;
 
-pub use error_codes::{
-    FETCH_SESSION_ID_NOT_FOUND, FETCH_SESSION_TOPIC_ID_ERROR, INVALID_FETCH_SESSION_EPOCH,
-};
+pub const FETCH_SESSION_ID_NOT_FOUND: ErrorCode = ErrorCode::FETCH_SESSION_ID_NOT_FOUND;
+pub const FETCH_SESSION_TOPIC_ID_ERROR: ErrorCode = ErrorCode::FETCH_SESSION_TOPIC_ID_ERROR;
+pub const INVALID_FETCH_SESSION_EPOCH: ErrorCode = ErrorCode::INVALID_FETCH_SESSION_EPOCH;
 
 /// How a session names topics: by name (Fetch v7-12) or by ID (v13+).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -169,7 +169,7 @@ impl FetchSessions {
         version: i16,
         now_ms: i64,
         mut new_id: impl FnMut() -> i32,
-    ) -> Result<FetchContext, i16> {
+    ) -> Result<FetchContext, ErrorCode> {
         let by_id = version >= 13;
         let (id, epoch) = (request.session_id, request.session_epoch);
         if is_sessionless(request, version) {

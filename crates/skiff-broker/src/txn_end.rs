@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use skiff_group::{CommittedOffset, OffsetKey};
-use skiff_protocol::error_codes;
+use skiff_protocol::ErrorCode;
 use skiff_txn::EndPlan;
 
 use crate::clock::now_ms;
@@ -21,7 +21,7 @@ use crate::state::Broker;
 
 /// Carries out `plan` (already persisted as preparing): markers, offsets, completion. Runs as
 /// its own task; the returned error code is what EndTxn answers when it fails.
-pub async fn finish(broker: Arc<Broker>, plan: EndPlan) -> Result<(), i16> {
+pub async fn finish(broker: Arc<Broker>, plan: EndPlan) -> Result<(), ErrorCode> {
     let now = now_ms();
     let mut syncs = Vec::new();
     for (topic, index) in &plan.partitions {
@@ -37,7 +37,7 @@ pub async fn finish(broker: Arc<Broker>, plan: EndPlan) -> Result<(), i16> {
             Ok(None) => {}
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), transactional_id = %plan.transactional_id, "writing transaction markers failed; the end is retried at the next start");
-                return Err(error_codes::KAFKA_STORAGE_ERROR);
+                return Err(ErrorCode::KAFKA_STORAGE_ERROR);
             }
         }
     }
@@ -72,14 +72,14 @@ pub async fn finish(broker: Arc<Broker>, plan: EndPlan) -> Result<(), i16> {
             };
             if let Err(e) = synced {
                 tracing::error!(error = %format!("{e:#}"), group = %group, "storing transactional offsets failed");
-                return Err(error_codes::KAFKA_STORAGE_ERROR);
+                return Err(ErrorCode::KAFKA_STORAGE_ERROR);
             }
         }
     }
     for (partition, end) in syncs {
         if let Err(e) = partition.wait_durable(end).await {
             tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "syncing transaction markers failed");
-            return Err(error_codes::KAFKA_STORAGE_ERROR);
+            return Err(ErrorCode::KAFKA_STORAGE_ERROR);
         }
     }
     let end = {
@@ -95,12 +95,12 @@ pub async fn finish(broker: Arc<Broker>, plan: EndPlan) -> Result<(), i16> {
 
 /// Runs [`finish`] as its own task (it completes even if the requester goes away) and waits for
 /// it.
-pub async fn finish_detached(broker: Arc<Broker>, plan: EndPlan) -> Result<(), i16> {
+pub async fn finish_detached(broker: Arc<Broker>, plan: EndPlan) -> Result<(), ErrorCode> {
     match tokio::spawn(finish(broker, plan)).await {
         Ok(result) => result,
         Err(e) => {
             tracing::error!(error = %e, "a transaction end task failed");
-            Err(error_codes::UNKNOWN_SERVER_ERROR)
+            Err(ErrorCode::UNKNOWN_SERVER_ERROR)
         }
     }
 }
@@ -115,7 +115,7 @@ pub async fn tick(broker: &Arc<Broker>) {
         for plan in &plans {
             tracing::info!(transactional_id = %plan.transactional_id, producer_id = plan.producer_id, "aborting a transaction past its timeout");
             if let Err(code) = inner.persist(&plan.transactional_id) {
-                tracing::error!(code, "cannot persist a timed-out transaction's abort");
+                tracing::error!(%code, "cannot persist a timed-out transaction's abort");
             }
         }
         let expired = inner.state.expire_ids(now);

@@ -20,7 +20,7 @@ use skiff_protocol::generated::describe_transactions_response::{
 use skiff_protocol::generated::list_transactions_response::{
     ListTransactionsResponse, TransactionState as ListedTransaction,
 };
-use skiff_protocol::{ByteString, error_codes};
+use skiff_protocol::{ByteString, ErrorCode, error_codes};
 use skiff_txn::{
     Change, EndOutcome, EndPlan, InitOutcome, PendingOffset, TopicPartition, Transaction,
     TxnConfig, TxnCoordinator, TxnState,
@@ -84,10 +84,10 @@ impl TransactionCoordinator {
     }
 
     /// Waits until the transaction log is durable up to `end` (with `flush = always`).
-    pub async fn wait_durable(&self, end: i64) -> Result<(), i16> {
+    pub async fn wait_durable(&self, end: i64) -> Result<(), ErrorCode> {
         Opened::wait(self.durable.as_ref(), end).await.map_err(|e| {
             tracing::error!(error = %e, "syncing the transaction log failed");
-            error_codes::KAFKA_STORAGE_ERROR
+            ErrorCode::KAFKA_STORAGE_ERROR
         })
     }
 }
@@ -95,25 +95,25 @@ impl TransactionCoordinator {
 impl Inner {
     /// Persists the current state of `transactional_id` (or its deletion); returns the log end
     /// offset to wait for.
-    pub fn persist(&mut self, transactional_id: &str) -> Result<i64, i16> {
+    pub fn persist(&mut self, transactional_id: &str) -> Result<i64, ErrorCode> {
         let value = match self.state.get(transactional_id) {
             Some(txn) => Some(Bytes::from(serde_json::to_vec(txn).map_err(|e| {
                 tracing::error!(error = %e, "serialising a transaction");
-                error_codes::UNKNOWN_SERVER_ERROR
+                ErrorCode::UNKNOWN_SERVER_ERROR
             })?)),
             None => None,
         };
         let key = Bytes::copy_from_slice(transactional_id.as_bytes());
         let end = self.kv.append(&[(key, value)]).map_err(|e| {
             tracing::error!(error = %format!("{e:#}"), "cannot persist a transaction");
-            error_codes::KAFKA_STORAGE_ERROR
+            ErrorCode::KAFKA_STORAGE_ERROR
         })?;
         self.maybe_compact();
         Ok(end)
     }
 
     /// Persists `transactional_id` if `change` says it changed.
-    pub fn persist_if(&mut self, change: Change, transactional_id: &str) -> Result<i64, i16> {
+    pub fn persist_if(&mut self, change: Change, transactional_id: &str) -> Result<i64, ErrorCode> {
         match change {
             Change::Changed => self.persist(transactional_id),
             Change::Unchanged => Ok(-1),
@@ -164,7 +164,7 @@ impl TransactionCoordinator {
         expected: Option<(i64, i16)>,
         now: i64,
         allocate: &mut dyn FnMut() -> Result<i64, i16>,
-    ) -> Result<(InitOutcome, Persisted), i16> {
+    ) -> Result<(InitOutcome, Persisted), ErrorCode> {
         let mut inner = self.lock();
         let outcome =
             inner
@@ -182,7 +182,7 @@ impl TransactionCoordinator {
         epoch: i16,
         partitions: &[TopicPartition],
         now: i64,
-    ) -> Result<Persisted, i16> {
+    ) -> Result<Persisted, ErrorCode> {
         let mut inner = self.lock();
         let change =
             inner
@@ -199,7 +199,7 @@ impl TransactionCoordinator {
         epoch: i16,
         group_id: &str,
         now: i64,
-    ) -> Result<Persisted, i16> {
+    ) -> Result<Persisted, ErrorCode> {
         let mut inner = self.lock();
         let change =
             inner
@@ -217,7 +217,7 @@ impl TransactionCoordinator {
         group_id: &str,
         offsets: Vec<PendingOffset>,
         now: i64,
-    ) -> Result<Persisted, i16> {
+    ) -> Result<Persisted, ErrorCode> {
         let mut inner = self.lock();
         let change = inner.state.commit_offsets(
             transactional_id,
@@ -239,7 +239,7 @@ impl TransactionCoordinator {
         epoch: i16,
         commit: bool,
         now: i64,
-    ) -> Result<Option<(EndPlan, Persisted)>, i16> {
+    ) -> Result<Option<(EndPlan, Persisted)>, ErrorCode> {
         let mut inner = self.lock();
         match inner
             .state
@@ -348,9 +348,16 @@ fn topic_data(partitions: &BTreeSet<TopicPartition>) -> Vec<TopicData> {
 }
 
 impl TxnVerifier for TransactionCoordinator {
-    fn verify(&self, producer_id: i64, epoch: i16, topic: &str, partition: i32) -> Result<(), i16> {
+    fn verify(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), ErrorCode> {
         self.lock()
             .state
             .verify_produce(producer_id, epoch, (topic, partition))
+            .map_err(ErrorCode::from)
     }
 }

@@ -72,6 +72,19 @@ impl From<i16> for ErrorCode {
     }
 }
 
+/// A message's `error_code` field compares with a code directly.
+impl PartialEq<ErrorCode> for i16 {
+    fn eq(&self, other: &ErrorCode) -> bool {
+        *self == other.0
+    }
+}
+
+impl PartialEq<i16> for ErrorCode {
+    fn eq(&self, other: &i16) -> bool {
+        self.0 == *other
+    }
+}
+
 impl fmt::Debug for ErrorCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self, f)

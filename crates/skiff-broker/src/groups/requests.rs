@@ -29,7 +29,7 @@ use skiff_protocol::generated::{
     JoinGroupRequest, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest,
     OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, SyncGroupRequest,
 };
-use skiff_protocol::{ByteString, Uuid, error_codes};
+use skiff_protocol::{ByteString, ErrorCode, Uuid, error_codes};
 use tokio::sync::oneshot;
 
 use skiff_group::GroupConfig;
@@ -110,7 +110,7 @@ impl GroupCoordinator {
         generation: i32,
         instance_id: Option<&str>,
         now: i64,
-    ) -> Result<(), i16> {
+    ) -> Result<(), ErrorCode> {
         let mut inner = self.lock(topics_source, now);
         validate_txn_commit(
             &mut inner,
@@ -230,19 +230,19 @@ impl GroupCoordinator {
         version: i16,
         joiner: Joiner<'_>,
         now: i64,
-    ) -> Result<oneshot::Receiver<ClassicResponse>, i16> {
+    ) -> Result<oneshot::Receiver<ClassicResponse>, ErrorCode> {
         let group_id = request.group_id.to_string();
         if group_id.is_empty() {
-            return Err(error_codes::INVALID_GROUP_ID);
+            return Err(ErrorCode::INVALID_GROUP_ID);
         }
         let mut guard = self.lock(topics_source, now);
         let inner = &mut *guard;
         match inner.groups.get(&group_id) {
             Some(Group::Classic(_)) => {}
             Some(Group::Consumer(g)) if !g.is_empty() => {
-                return Err(error_codes::INCONSISTENT_GROUP_PROTOCOL);
+                return Err(ErrorCode::INCONSISTENT_GROUP_PROTOCOL);
             }
-            _ if !request.member_id.is_empty() => return Err(error_codes::UNKNOWN_MEMBER_ID),
+            _ if !request.member_id.is_empty() => return Err(ErrorCode::UNKNOWN_MEMBER_ID),
             _ => {
                 inner.groups.insert(
                     group_id.clone(),
@@ -276,12 +276,12 @@ impl GroupCoordinator {
         request: &SyncGroupRequest,
         version: i16,
         now: i64,
-    ) -> Result<oneshot::Receiver<ClassicResponse>, i16> {
+    ) -> Result<oneshot::Receiver<ClassicResponse>, ErrorCode> {
         let group_id = request.group_id.to_string();
         let mut guard = self.lock(topics_source, now);
         let inner = &mut *guard;
         if !matches!(inner.groups.get(&group_id), Some(Group::Classic(_))) {
-            return Err(error_codes::UNKNOWN_MEMBER_ID);
+            return Err(ErrorCode::UNKNOWN_MEMBER_ID);
         }
         let token = self.next_token();
         let receiver = self.park(inner, token);
@@ -323,7 +323,7 @@ impl GroupCoordinator {
         request: &LeaveGroupRequest,
         version: i16,
         now: i64,
-    ) -> Result<LeaveGroupResponse, i16> {
+    ) -> Result<LeaveGroupResponse, ErrorCode> {
         let group_id = request.group_id.to_string();
         let mut guard = self.lock(topics_source, now);
         let inner = &mut *guard;
@@ -333,7 +333,7 @@ impl GroupCoordinator {
                 self.deliver(inner, completions);
                 Ok(response)
             }
-            _ => Err(error_codes::UNKNOWN_MEMBER_ID),
+            _ => Err(ErrorCode::UNKNOWN_MEMBER_ID),
         };
         self.after_change(inner, &group_id);
         response
@@ -353,7 +353,7 @@ impl GroupCoordinator {
         let mut guard = self.lock(topics_source, now);
         let inner = &mut *guard;
         let group_error = if group_id.is_empty() {
-            Err(error_codes::INVALID_GROUP_ID)
+            Err(ErrorCode::INVALID_GROUP_ID)
         } else {
             validate_commit(inner, &group_id, request, version, now)
         };
@@ -379,7 +379,7 @@ impl GroupCoordinator {
                     .iter()
                     .map(|p| {
                         let code = match (&group_error, &name) {
-                            (Err(code), _) => *code,
+                            (Err(code), _) => code.code(),
                             (Ok(()), None) if by_id => error_codes::UNKNOWN_TOPIC_ID,
                             (Ok(()), None) => error_codes::UNKNOWN_TOPIC_OR_PARTITION,
                             (Ok(()), Some(_))
@@ -438,7 +438,7 @@ impl GroupCoordinator {
             Ok(end) => (response, end),
             Err(e) => {
                 tracing::error!(group = %group_id, error = %e, "cannot store offsets");
-                set_commit_errors(&mut response, error_codes::KAFKA_STORAGE_ERROR);
+                set_commit_errors(&mut response, ErrorCode::KAFKA_STORAGE_ERROR);
                 (response, None)
             }
         }
@@ -492,7 +492,7 @@ impl GroupCoordinator {
             };
             return OffsetFetchResponse {
                 topics,
-                error_code: error.unwrap_or(error_codes::NONE),
+                error_code: error.map_or(error_codes::NONE, ErrorCode::code),
                 ..Default::default()
             };
         }
@@ -578,7 +578,7 @@ impl GroupCoordinator {
                 OffsetFetchResponseGroup {
                     group_id: g.group_id.clone(),
                     topics,
-                    error_code: error.unwrap_or(error_codes::NONE),
+                    error_code: error.map_or(error_codes::NONE, ErrorCode::code),
                     ..Default::default()
                 }
             })
@@ -803,17 +803,17 @@ fn validate_commit(
     request: &OffsetCommitRequest,
     version: i16,
     now: i64,
-) -> Result<(), i16> {
+) -> Result<(), ErrorCode> {
     let generation = request.generation_id_or_member_epoch;
     let member = request.member_id.as_ref();
     match inner.groups.get_mut(group_id) {
         Some(Group::Consumer(g)) => g
             .validate_offset_commit(member, generation, version)
-            .map_err(|e| e.code),
+            .map_err(|e| ErrorCode::from(e.code)),
         Some(Group::Classic(g)) => {
             let instance = request.group_instance_id.as_deref();
             g.validate_offset_commit(member, generation, instance)
-                .map_err(|e| e.code)?;
+                .map_err(|e| ErrorCode::from(e.code))?;
             g.on_offset_commit(member, now);
             Ok(())
         }
@@ -824,8 +824,8 @@ fn validate_commit(
             );
             Ok(())
         }
-        None if version >= 9 => Err(error_codes::GROUP_ID_NOT_FOUND),
-        None => Err(error_codes::ILLEGAL_GENERATION),
+        None if version >= 9 => Err(ErrorCode::GROUP_ID_NOT_FOUND),
+        None => Err(ErrorCode::ILLEGAL_GENERATION),
     }
 }
 
@@ -840,21 +840,21 @@ pub(crate) fn validate_txn_commit(
     generation: i32,
     instance_id: Option<&str>,
     now: i64,
-) -> Result<(), i16> {
+) -> Result<(), ErrorCode> {
     let anonymous = member_id.is_empty() && generation < 0;
     match inner.groups.get_mut(group_id) {
         Some(Group::Classic(_)) if anonymous => Ok(()),
         Some(Group::Classic(g)) => {
             g.validate_offset_commit(member_id, generation, instance_id)
-                .map_err(|e| e.code)?;
+                .map_err(|e| ErrorCode::from(e.code))?;
             g.on_offset_commit(member_id, now);
             Ok(())
         }
         Some(Group::Consumer(g)) => {
             g.validate_offset_commit(member_id, generation, 9)
-                .map_err(|e| match e.code {
+                .map_err(|e| match ErrorCode::from(e.code) {
                     // A transactional commit wants the exact epoch (Kafka: ILLEGAL_GENERATION).
-                    error_codes::STALE_MEMBER_EPOCH => error_codes::ILLEGAL_GENERATION,
+                    ErrorCode::STALE_MEMBER_EPOCH => ErrorCode::ILLEGAL_GENERATION,
                     code => code,
                 })
         }
@@ -868,11 +868,11 @@ pub(crate) fn validate_txn_commit(
     }
 }
 
-pub(crate) fn set_commit_errors(response: &mut OffsetCommitResponse, code: i16) {
+pub(crate) fn set_commit_errors(response: &mut OffsetCommitResponse, code: ErrorCode) {
     for topic in &mut response.topics {
         for p in &mut topic.partitions {
             if p.error_code == error_codes::NONE {
-                p.error_code = code;
+                p.error_code = code.code();
             }
         }
     }
@@ -963,10 +963,14 @@ fn validate_fetch(
     group_id: &str,
     member: Option<&str>,
     epoch: i32,
-) -> Result<(), i16> {
+) -> Result<(), ErrorCode> {
     match inner.groups.get(group_id) {
-        Some(Group::Consumer(g)) => g.validate_offset_fetch(member, epoch).map_err(|e| e.code),
-        Some(Group::Classic(g)) => g.validate_offset_fetch().map_err(|e| e.code),
+        Some(Group::Consumer(g)) => g
+            .validate_offset_fetch(member, epoch)
+            .map_err(|e| ErrorCode::from(e.code)),
+        Some(Group::Classic(g)) => g
+            .validate_offset_fetch()
+            .map_err(|e| ErrorCode::from(e.code)),
         None => Ok(()),
     }
 }

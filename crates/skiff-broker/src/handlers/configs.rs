@@ -111,8 +111,7 @@ fn describe_resource(
             Vec::new()
         }
         RESOURCE_CLIENT_METRICS => {
-            let entries = super::telemetry::describe_subscription(broker, name)
-                .map_err(|(code, message)| KafkaError::new(code, message))?;
+            let entries = super::telemetry::describe_subscription(broker, name)?;
             let wanted: Option<HashSet<&str>> = resource
                 .configuration_keys
                 .as_ref()
@@ -134,8 +133,7 @@ fn describe_resource(
                 .collect());
         }
         RESOURCE_GROUP => {
-            let entries = super::group_configs::describe(broker, name)
-                .map_err(|(code, message)| KafkaError::new(code, message))?;
+            let entries = super::group_configs::describe(broker, name)?;
             let wanted: Option<HashSet<&str>> = resource
                 .configuration_keys
                 .as_ref()
@@ -318,8 +316,7 @@ fn alter_resource(
             &resource.resource_name,
             &ops,
             validate_only,
-        )
-        .map_err(|(code, message)| KafkaError::new(code, message));
+        );
     }
     let ops = operations(resource)?;
     let name: &str = &resource.resource_name;
@@ -375,8 +372,7 @@ fn alter_resource(
                 None => Ok(()),
             }
         }
-        RESOURCE_GROUP => super::group_configs::alter(broker, name, &ops, validate_only)
-            .map_err(|(code, message)| KafkaError::new(code, message)),
+        RESOURCE_GROUP => super::group_configs::alter(broker, name, &ops, validate_only),
         other => Err(invalid_request(format!("Unknown resource type {other}"))),
     }
 }

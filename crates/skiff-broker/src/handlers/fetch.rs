@@ -15,7 +15,7 @@ use skiff_protocol::generated::fetch_request::{FetchPartition, FetchTopic};
 use skiff_protocol::generated::fetch_response::{
     AbortedTransaction, FetchResponse, FetchableTopicResponse, PartitionData,
 };
-use skiff_protocol::{ByteString, Response, Uuid, error_codes};
+use skiff_protocol::{ByteString, ErrorCode, Response, Uuid, error_codes};
 use tokio::sync::watch;
 
 use super::{Reply, RequestContext};
@@ -30,7 +30,7 @@ const MAX_WAIT: Duration = Duration::from_secs(30);
 /// One requested partition, resolved once.
 struct Target {
     topic: usize,
-    partition: Result<Arc<Partition>, i16>,
+    partition: Result<Arc<Partition>, ErrorCode>,
     index: i32,
     fetch_offset: i64,
     max_bytes: usize,
@@ -66,7 +66,7 @@ pub fn handle(ctx: &RequestContext, mut request: FetchRequest) -> Reply {
         Ok(session) => session,
         Err(code) => {
             return Reply::Now(Response::Fetch(FetchResponse {
-                error_code: code,
+                error_code: code.code(),
                 session_id: 0,
                 ..Default::default()
             }));
@@ -180,9 +180,9 @@ fn plan(
         };
         topics.push((fetch_topic.topic.clone(), fetch_topic.topic_id));
         let missing = if by_id {
-            error_codes::UNKNOWN_TOPIC_ID
+            ErrorCode::UNKNOWN_TOPIC_ID
         } else {
-            error_codes::UNKNOWN_TOPIC_OR_PARTITION
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
         };
         for p in &fetch_topic.partitions {
             let partition = match &topic {
@@ -190,7 +190,7 @@ fn plan(
                 Some(topic) => topic
                     .partition(p.partition)
                     .cloned()
-                    .ok_or(error_codes::UNKNOWN_TOPIC_OR_PARTITION),
+                    .ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
             };
             targets.push(Target {
                 topic: t,
@@ -248,7 +248,7 @@ fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
         };
         match &target.partition {
             Err(code) => {
-                data.error_code = *code;
+                data.error_code = code.code();
                 any_error = true;
             }
             Ok(_) if target.leader_epoch > 0 => {
@@ -282,7 +282,7 @@ fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
                         data.records = Some(records);
                     }
                     Err(code) => {
-                        data.error_code = code;
+                        data.error_code = code.code();
                         any_error = true;
                     }
                 }

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use skiff_group::GroupConfig;
 use skiff_meta::{AlterConfigOp, AlterConfigOpType};
-use skiff_protocol::error_codes;
+use skiff_protocol::{ErrorCode, KafkaError};
 
 use crate::clock::now_ms;
 use crate::groups::GroupOverrides;
@@ -92,17 +92,17 @@ fn default_value(broker: &Broker, key: &str) -> String {
     }
 }
 
-type Error = (i16, String);
+type Error = KafkaError;
 
 fn invalid_config(message: impl Into<String>) -> Error {
-    (error_codes::INVALID_CONFIG, message.into())
+    KafkaError::new(ErrorCode::INVALID_CONFIG, message)
 }
 
 fn check_name(name: &str) -> Result<(), Error> {
     if name.is_empty() {
-        return Err((
-            error_codes::INVALID_REQUEST,
-            "Group name must not be empty".into(),
+        return Err(KafkaError::new(
+            ErrorCode::INVALID_REQUEST,
+            "Group name must not be empty",
         ));
     }
     Ok(())
@@ -181,9 +181,9 @@ pub fn alter(
         .groups
         .alter_group_overrides(broker, name, now_ms(), edit, |e| {
             tracing::error!(group = %name, error = %format!("{e:#}"), "cannot persist group configs");
-            (
-                error_codes::UNKNOWN_SERVER_ERROR,
-                "the group configs could not be saved".to_string(),
+            KafkaError::new(
+                ErrorCode::UNKNOWN_SERVER_ERROR,
+                "the group configs could not be saved",
             )
         })
 }
@@ -436,7 +436,8 @@ mod tests {
         };
         assert!(validate(&broker, &set(&[])).is_ok());
         assert!(validate(&broker, &set(&[(CONSUMER_HEARTBEAT, "6000")])).is_ok());
-        let err = |pairs: &[(&str, &str)]| validate(&broker, &set(pairs)).err().map(|e| e.1);
+        let err =
+            |pairs: &[(&str, &str)]| validate(&broker, &set(pairs)).err().and_then(|e| e.message);
         assert_eq!(
             err(&[("nope", "1")]),
             Some("Unknown group config name: nope".into())
@@ -468,7 +469,7 @@ mod tests {
                 &set(&[(CONSUMER_SESSION, "2000"), (CONSUMER_HEARTBEAT, "2000")])
             )
             .err()
-            .map(|e| e.1),
+            .and_then(|e| e.message),
             Some(
                 "consumer.session.timeout.ms must be greater than consumer.heartbeat.interval.ms"
                     .into()

@@ -21,7 +21,7 @@ use skiff_protocol::generated::{
     JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, OffsetCommitRequest,
     OffsetDeleteRequest, OffsetFetchRequest, SyncGroupRequest,
 };
-use skiff_protocol::{ByteString, Request, Response, error_codes};
+use skiff_protocol::{ByteString, ErrorCode, Request, Response, error_codes};
 
 use super::{Reply, RequestContext, bs};
 use crate::clock::now_ms;
@@ -192,11 +192,11 @@ fn parked(
     }))
 }
 
-fn classic_error(ctx: &RequestContext, request: &Request, code: i16) -> Reply {
+fn classic_error(ctx: &RequestContext, request: &Request, code: ErrorCode) -> Reply {
     Reply::Now(skiff_protocol::error_response::error_response(
         request,
         ctx.version,
-        code,
+        code.code(),
         None,
     ))
 }
@@ -253,7 +253,7 @@ pub fn leave_group(ctx: &RequestContext, request: LeaveGroupRequest) -> Response
         Err(code) => skiff_protocol::error_response::error_response(
             &Request::LeaveGroup(request),
             ctx.version,
-            code,
+            code.code(),
             None,
         ),
     }
@@ -276,7 +276,7 @@ pub fn offset_commit(ctx: &RequestContext, request: OffsetCommitRequest) -> Repl
             tracing::error!(error = %e, "group log sync failed");
             crate::groups::requests::set_commit_errors(
                 &mut response,
-                error_codes::KAFKA_STORAGE_ERROR,
+                ErrorCode::KAFKA_STORAGE_ERROR,
             );
         }
         Response::OffsetCommit(response)

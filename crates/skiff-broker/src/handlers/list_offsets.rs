@@ -5,7 +5,7 @@ use skiff_protocol::generated::ListOffsetsRequest;
 use skiff_protocol::generated::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsResponse, ListOffsetsTopicResponse,
 };
-use skiff_protocol::{Response, error_codes};
+use skiff_protocol::{ErrorCode, Response, error_codes};
 
 use super::RequestContext;
 use crate::partition::{Isolation, Partition};
@@ -47,7 +47,7 @@ pub fn handle(ctx: &RequestContext, request: ListOffsetsRequest) -> Response {
                                 response.offset = offset;
                                 response.leader_epoch = if offset >= 0 { 0 } else { -1 };
                             }
-                            Err(code) => response.error_code = code,
+                            Err(code) => response.error_code = code.code(),
                         },
                     }
                     response
@@ -68,7 +68,11 @@ pub fn handle(ctx: &RequestContext, request: ListOffsetsRequest) -> Response {
 
 /// (timestamp, offset) for one partition; -1/-1 when there is no such record (or, for
 /// read_committed, none below the last stable offset).
-fn lookup(partition: &Partition, timestamp: i64, read_committed: bool) -> Result<(i64, i64), i16> {
+fn lookup(
+    partition: &Partition,
+    timestamp: i64,
+    read_committed: bool,
+) -> Result<(i64, i64), ErrorCode> {
     let fetchable_end = partition.fetchable_end(if read_committed {
         Isolation::ReadCommitted
     } else {
@@ -81,7 +85,7 @@ fn lookup(partition: &Partition, timestamp: i64, read_committed: bool) -> Result
     };
     let storage = |e: skiff_log::LogError| {
         tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "offset lookup failed");
-        error_codes::KAFKA_STORAGE_ERROR
+        ErrorCode::KAFKA_STORAGE_ERROR
     };
     match timestamp {
         LATEST => Ok((-1, fetchable_end)),
@@ -93,6 +97,6 @@ fn lookup(partition: &Partition, timestamp: i64, read_committed: bool) -> Result
         ts if ts >= 0 => Ok(fetchable(
             partition.offset_for_timestamp(ts).map_err(storage)?,
         )),
-        _ => Err(error_codes::INVALID_REQUEST),
+        _ => Err(ErrorCode::INVALID_REQUEST),
     }
 }

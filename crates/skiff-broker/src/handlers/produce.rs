@@ -7,7 +7,7 @@ use skiff_protocol::generated::ProduceRequest;
 use skiff_protocol::generated::produce_response::{
     PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
 };
-use skiff_protocol::{ByteString, Response, error_codes};
+use skiff_protocol::{ByteString, ErrorCode, KafkaError, Response, error_codes};
 
 use super::{Reply, RequestContext};
 use crate::clock::now_ms;
@@ -30,8 +30,8 @@ pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
     let mut responses = Vec::with_capacity(request.topic_data.len());
 
     let request_error = if !matches!(acks, -1..=1) {
-        Some((
-            error_codes::INVALID_REQUIRED_ACKS,
+        Some(KafkaError::new(
+            ErrorCode::INVALID_REQUIRED_ACKS,
             "acks must be 0, 1 or -1",
         ))
     } else {
@@ -50,16 +50,15 @@ pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
                 ..Default::default()
             };
             let partition = topic.as_ref().and_then(|t| t.partition(data.index));
-            let outcome = match (request_error, partition) {
-                (Some((code, message)), _) => Err((code, message.to_string())),
-                (None, None) => Err((
-                    error_codes::UNKNOWN_TOPIC_OR_PARTITION,
-                    "this server does not host this topic-partition".to_string(),
+            let outcome = match (&request_error, partition) {
+                (Some(refused), _) => Err(refused.clone()),
+                (None, None) => Err(KafkaError::new(
+                    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                    "this server does not host this topic-partition",
                 )),
                 (None, Some(partition)) => partition
                     .append(data.records.unwrap_or_default(), now, &ctx.broker.txns)
-                    .map(|appended| (Arc::clone(partition), appended))
-                    .map_err(|e| (e.code, e.message)),
+                    .map(|appended| (Arc::clone(partition), appended)),
             };
             match outcome {
                 Ok((partition, appended)) => {
@@ -74,10 +73,10 @@ pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
                         partition.request_sync();
                     }
                 }
-                Err((code, message)) => {
-                    tracing::debug!(topic = %topic_data.name, partition = data.index, code, %message, "produce rejected");
-                    response.error_code = code;
-                    response.error_message = Some(ByteString::from(message));
+                Err(refused) => {
+                    tracing::debug!(topic = %topic_data.name, partition = data.index, error = %refused, "produce rejected");
+                    response.error_code = refused.error_code();
+                    response.error_message = refused.message.map(ByteString::from);
                 }
             }
             partitions.push(response);

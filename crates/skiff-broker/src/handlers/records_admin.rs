@@ -7,7 +7,7 @@ use skiff_protocol::generated::DeleteRecordsRequest;
 use skiff_protocol::generated::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsResponse, DeleteRecordsTopicResult,
 };
-use skiff_protocol::{Response, error_codes};
+use skiff_protocol::{ErrorCode, Response, error_codes};
 
 use super::RequestContext;
 use crate::partition::Partition;
@@ -32,13 +32,13 @@ pub fn handle(ctx: &RequestContext, request: DeleteRecordsRequest) -> Response {
                 .map(|p| {
                     let outcome = match found.as_ref().and_then(|t| t.partition(p.partition_index))
                     {
-                        None => Err(error_codes::UNKNOWN_TOPIC_OR_PARTITION),
-                        Some(_) if compact_only => Err(error_codes::POLICY_VIOLATION),
+                        None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+                        Some(_) if compact_only => Err(ErrorCode::POLICY_VIOLATION),
                         Some(partition) => delete_before(partition, p.offset),
                     };
                     let (low_watermark, error_code) = match outcome {
                         Ok(low) => (low, error_codes::NONE),
-                        Err(code) => (-1, code),
+                        Err(code) => (-1, code.code()),
                     };
                     DeleteRecordsPartitionResult {
                         partition_index: p.partition_index,
@@ -69,6 +69,6 @@ fn is_compact_only(broker: &Broker, topic: &str) -> bool {
 }
 
 /// Advances the log start to `offset`; returns the new low watermark or an error code.
-fn delete_before(partition: &Partition, offset: i64) -> Result<i64, i16> {
+fn delete_before(partition: &Partition, offset: i64) -> Result<i64, ErrorCode> {
     partition.delete_records_before(if offset == HIGH_WATERMARK { -1 } else { offset })
 }

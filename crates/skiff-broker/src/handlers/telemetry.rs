@@ -8,7 +8,7 @@ use skiff_protocol::generated::list_config_resources_response::{
 use skiff_protocol::generated::{
     GetTelemetrySubscriptionsRequest, ListConfigResourcesRequest, PushTelemetryRequest,
 };
-use skiff_protocol::{ByteString, Response};
+use skiff_protocol::{ByteString, ErrorCode, KafkaError, Response};
 use skiff_telemetry::subscriptions::{AlterOp, AlterOpType, ClientSelectors, SubscriptionError};
 
 use super::RequestContext;
@@ -117,15 +117,17 @@ pub type SubscriptionEntries = Vec<(String, String, bool)>;
 pub fn describe_subscription(
     ctx_broker: &crate::state::Broker,
     name: &str,
-) -> Result<SubscriptionEntries, (i16, String)> {
+) -> Result<SubscriptionEntries, KafkaError> {
     ctx_broker
         .lock_telemetry()
         .subscriptions()
         .describe(name)
-        .ok_or((
-            skiff_protocol::error_codes::RESOURCE_NOT_FOUND,
-            format!("Client metrics subscription {name} not found"),
-        ))
+        .ok_or_else(|| {
+            KafkaError::new(
+                ErrorCode::RESOURCE_NOT_FOUND,
+                format!("Client metrics subscription {name} not found"),
+            )
+        })
 }
 
 /// IncrementalAlterConfigs of one CLIENT_METRICS resource; persisted when applied.
@@ -134,12 +136,12 @@ pub fn alter_subscription(
     name: &str,
     ops: &[(String, i8, Option<String>)],
     validate_only: bool,
-) -> Result<(), (i16, String)> {
+) -> Result<(), KafkaError> {
     let mut parsed = Vec::with_capacity(ops.len());
     for (key, op, value) in ops {
         let Some(op_type) = AlterOpType::from_i8(*op) else {
-            return Err((
-                skiff_protocol::error_codes::INVALID_REQUEST,
+            return Err(KafkaError::new(
+                ErrorCode::INVALID_REQUEST,
                 format!("Unknown config operation {op} for {key}"),
             ));
         };
@@ -149,7 +151,7 @@ pub fn alter_subscription(
             value: value.clone(),
         });
     }
-    let error = |e: SubscriptionError| (e.error_code(), e.to_string());
+    let error = |e: SubscriptionError| KafkaError::new(e.error_code(), e.to_string());
     let mut telemetry = broker.lock_telemetry();
     if validate_only {
         return telemetry
@@ -165,9 +167,9 @@ pub fn alter_subscription(
     drop(telemetry);
     broker.persist_subscriptions(&snapshot).map_err(|e| {
         tracing::error!(error = %format!("{e:#}"), "cannot persist client metrics subscriptions");
-        (
-            skiff_protocol::error_codes::UNKNOWN_SERVER_ERROR,
-            "the subscription could not be saved".to_string(),
+        KafkaError::new(
+            ErrorCode::UNKNOWN_SERVER_ERROR,
+            "the subscription could not be saved",
         )
     })
 }

@@ -26,7 +26,7 @@ use skiff_protocol::generated::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeProducersRequest,
     DescribeTransactionsRequest, EndTxnRequest, ListTransactionsRequest, TxnOffsetCommitRequest,
 };
-use skiff_protocol::{Response, error_codes};
+use skiff_protocol::{ErrorCode, Response, error_codes};
 use skiff_txn::{InitOutcome, PendingOffset, TopicPartition};
 
 use super::{Reply, RequestContext, bs};
@@ -38,11 +38,11 @@ use crate::txns::Persisted;
 
 /// PRODUCER_FENCED for the versions that know it, INVALID_PRODUCER_EPOCH for older ones (as
 /// Kafka downgrades it).
-fn fenced(code: i16, knows_fenced: bool) -> i16 {
-    if code == error_codes::PRODUCER_FENCED && !knows_fenced {
+fn fenced(code: ErrorCode, knows_fenced: bool) -> i16 {
+    if code == ErrorCode::PRODUCER_FENCED && !knows_fenced {
         error_codes::INVALID_PRODUCER_EPOCH
     } else {
-        code
+        code.code()
     }
 }
 
@@ -66,7 +66,7 @@ pub fn init_producer_id(
     let knows_fenced = ctx.version >= 4;
     let instance = ctx.instance_id;
     Reply::Later(Box::pin(async move {
-        let failed = |code: i16| {
+        let failed = |code: ErrorCode| {
             Response::InitProducerId(InitProducerIdResponse {
                 error_code: fenced(code, knows_fenced),
                 producer_id: -1,
@@ -120,7 +120,7 @@ pub fn init_producer_id(
             }
         }
         // Another producer raced in; the client retries this code.
-        failed(error_codes::CONCURRENT_TRANSACTIONS)
+        failed(ErrorCode::CONCURRENT_TRANSACTIONS)
     }))
 }
 
@@ -128,12 +128,12 @@ pub fn init_producer_id(
 /// up to `persisted`'s end (NONE, or the storage error).
 fn when_durable(
     broker: &Arc<Broker>,
-    persisted: Result<Persisted, i16>,
-    respond: impl FnOnce(i16) -> Response + Send + 'static,
+    persisted: Result<Persisted, ErrorCode>,
+    respond: impl FnOnce(ErrorCode) -> Response + Send + 'static,
 ) -> Reply {
     match persisted {
         Err(code) => Reply::Now(respond(code)),
-        Ok(None) => Reply::Now(respond(error_codes::NONE)),
+        Ok(None) => Reply::Now(respond(ErrorCode::NONE)),
         Ok(Some(end)) => {
             let broker = Arc::clone(broker);
             Reply::Later(Box::pin(async move {
@@ -143,7 +143,7 @@ fn when_durable(
                         .wait_durable(end)
                         .await
                         .err()
-                        .unwrap_or(error_codes::NONE),
+                        .unwrap_or(ErrorCode::NONE),
                 )
             }))
         }
@@ -244,7 +244,7 @@ pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) 
     let now = now_ms();
     let group_id = request.group_id.to_string();
     let group_check = if group_id.is_empty() {
-        Err(error_codes::INVALID_GROUP_ID)
+        Err(ErrorCode::INVALID_GROUP_ID)
     } else {
         broker.groups.validate_txn_commit(
             broker,
@@ -301,7 +301,7 @@ pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) 
         )
     });
     let topics = request.topics;
-    let respond = move |group_code: i16| {
+    let respond = move |group_code: ErrorCode| {
         Response::TxnOffsetCommit(TxnOffsetCommitResponse {
             topics: topics
                 .iter()
@@ -314,8 +314,8 @@ pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) 
                         .zip(codes)
                         .map(|(p, code)| TxnOffsetCommitResponsePartition {
                             partition_index: p.partition_index,
-                            error_code: if group_code != error_codes::NONE {
-                                group_code
+                            error_code: if !group_code.is_none() {
+                                group_code.code()
                             } else {
                                 *code
                             },
@@ -333,7 +333,7 @@ pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) 
 
 pub fn end_txn(ctx: &RequestContext, request: EndTxnRequest) -> Reply {
     let knows_fenced = ctx.version >= 2;
-    let respond = move |code: i16| {
+    let respond = move |code: ErrorCode| {
         Response::EndTxn(EndTxnResponse {
             error_code: fenced(code, knows_fenced),
             producer_id: -1,
@@ -350,7 +350,7 @@ pub fn end_txn(ctx: &RequestContext, request: EndTxnRequest) -> Reply {
     );
     match outcome {
         Err(code) => Reply::Now(respond(code)),
-        Ok(None) => Reply::Now(respond(error_codes::NONE)),
+        Ok(None) => Reply::Now(respond(ErrorCode::NONE)),
         Ok(Some((plan, end))) => {
             let broker = Arc::clone(&ctx.broker);
             Reply::Later(Box::pin(async move {
@@ -363,7 +363,7 @@ pub fn end_txn(ctx: &RequestContext, request: EndTxnRequest) -> Reply {
                     finish_detached(broker, plan)
                         .await
                         .err()
-                        .unwrap_or(error_codes::NONE),
+                        .unwrap_or(ErrorCode::NONE),
                 )
             }))
         }

@@ -23,29 +23,13 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use skiff_log::{GroupCommitter, LogConfig, LogError, TimestampOffset};
 use skiff_meta::TopicInfo;
-use skiff_protocol::{Uuid, error_codes};
+use skiff_protocol::{ErrorCode, KafkaError, Uuid};
 use skiff_records::{BatchHeader, ControlRecordType, RecordBatches, RecordsError};
 use tokio::sync::watch;
 
 use producer::SequenceCheck;
 pub use producer::{ProducerStates, ProducerSummary};
 use store::{PartitionStore, StoreCell, TimeQuery};
-
-/// A refused append or read: the Kafka error code and a message for the client.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartitionError {
-    pub code: i16,
-    pub message: String,
-}
-
-impl PartitionError {
-    fn new(code: i16, message: impl Into<String>) -> PartitionError {
-        PartitionError {
-            code,
-            message: message.into(),
-        }
-    }
-}
 
 /// What an append did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +65,7 @@ pub struct PartitionRead {
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
     /// The records (possibly empty), or the error the fetch answers for this partition.
-    pub records: Result<Bytes, i16>,
+    pub records: Result<Bytes, ErrorCode>,
     /// With read_committed: the aborted transactions the records overlap.
     pub aborted: Option<Vec<Aborted>>,
 }
@@ -91,7 +75,13 @@ pub struct PartitionRead {
 pub trait TxnVerifier {
     /// `Ok` when `producer_id`/`epoch` has a transaction in progress that includes
     /// `partition` of `topic`; else the error code to answer.
-    fn verify(&self, producer_id: i64, epoch: i16, topic: &str, partition: i32) -> Result<(), i16>;
+    fn verify(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), ErrorCode>;
 }
 
 /// One partition: its log, its group committer, and a signal of its end offset for long polls.
@@ -170,20 +160,20 @@ impl Partition {
         records: Bytes,
         now: i64,
         txns: &impl TxnVerifier,
-    ) -> Result<AppendResult, PartitionError> {
+    ) -> Result<AppendResult, KafkaError> {
         // Headers only: the log checks every batch's CRC when it appends (one pass over the bytes).
         let batches = RecordBatches::produce_headers(&records)
-            .map_err(|e| PartitionError::new(records_error(&e), e.to_string()))?;
+            .map_err(|e| KafkaError::new(records_error(&e), e.to_string()))?;
         for batch in &batches {
             if batch.is_control() {
-                return Err(PartitionError::new(
-                    error_codes::INVALID_RECORD,
+                return Err(KafkaError::new(
+                    ErrorCode::INVALID_RECORD,
                     "clients may not produce control batches",
                 ));
             }
             if batch.is_transactional() && batch.producer_id < 0 {
-                return Err(PartitionError::new(
-                    error_codes::INVALID_RECORD,
+                return Err(KafkaError::new(
+                    ErrorCode::INVALID_RECORD,
                     "a transactional batch needs a producer ID",
                 ));
             }
@@ -203,7 +193,7 @@ impl Partition {
                 &self.topic,
                 self.index,
             ) {
-                return Err(PartitionError::new(
+                return Err(KafkaError::new(
                     code,
                     format!(
                         "producer {} epoch {} has no transaction in progress with this partition",
@@ -226,13 +216,13 @@ impl Partition {
                     single_duplicate = Some(base_offset);
                 }
                 Ok(SequenceCheck::Duplicate { .. }) => {
-                    return Err(PartitionError::new(
-                        error_codes::DUPLICATE_SEQUENCE_NUMBER,
+                    return Err(KafkaError::new(
+                        ErrorCode::DUPLICATE_SEQUENCE_NUMBER,
                         "a retried batch arrived together with other batches",
                     ));
                 }
                 Err(code) => {
-                    return Err(PartitionError::new(
+                    return Err(KafkaError::new(
                         code,
                         format!(
                             "producer {} epoch {} sequence {} does not follow the last one",
@@ -248,8 +238,8 @@ impl Partition {
         {
             // What was written may not be durable: nothing more is acknowledged (acks=1
             // included) until a restart recovers the log.
-            return Err(PartitionError::new(
-                error_codes::KAFKA_STORAGE_ERROR,
+            return Err(KafkaError::new(
+                ErrorCode::KAFKA_STORAGE_ERROR,
                 "the partition is offline: an fdatasync of its log failed; restart the broker to recover it",
             ));
         }
@@ -257,8 +247,8 @@ impl Partition {
         if self.removed.load(Ordering::Acquire) {
             // Looked up before its topic was deleted (perhaps re-created since under the same
             // name): nothing may be acknowledged into files that are being removed.
-            return Err(PartitionError::new(
-                error_codes::UNKNOWN_TOPIC_OR_PARTITION,
+            return Err(KafkaError::new(
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
                 "the topic was deleted",
             ));
         }
@@ -280,17 +270,17 @@ impl Partition {
             Ok(info) => info,
             Err(e) => {
                 let code = match &e {
-                    LogError::MessageTooLarge { .. } => error_codes::MESSAGE_TOO_LARGE,
-                    LogError::RecordSetTooLarge { .. } => error_codes::RECORD_LIST_TOO_LARGE,
+                    LogError::MessageTooLarge { .. } => ErrorCode::MESSAGE_TOO_LARGE,
+                    LogError::RecordSetTooLarge { .. } => ErrorCode::RECORD_LIST_TOO_LARGE,
                     LogError::InvalidRecords(inner) => records_error(inner),
-                    _ => error_codes::KAFKA_STORAGE_ERROR,
+                    _ => ErrorCode::KAFKA_STORAGE_ERROR,
                 };
-                if code == error_codes::KAFKA_STORAGE_ERROR {
+                if code == ErrorCode::KAFKA_STORAGE_ERROR {
                     tracing::error!(topic = %self.topic, partition = self.index, error = %e, "append failed");
                 }
                 // Nothing was appended: release the hold on read_committed readers.
                 self.publish_txn_state(&producers);
-                return Err(PartitionError::new(code, e.to_string()));
+                return Err(KafkaError::new(code, e.to_string()));
             }
         };
         drop(log);
@@ -465,10 +455,10 @@ impl Partition {
                     Ok(records)
                 }
                 Ok(records) => Ok(records),
-                Err(LogError::OffsetOutOfRange { .. }) => Err(error_codes::OFFSET_OUT_OF_RANGE),
+                Err(LogError::OffsetOutOfRange { .. }) => Err(ErrorCode::OFFSET_OUT_OF_RANGE),
                 Err(e) => {
                     tracing::error!(topic = %self.topic, partition = self.index, error = %e, "read failed");
-                    Err(error_codes::KAFKA_STORAGE_ERROR)
+                    Err(ErrorCode::KAFKA_STORAGE_ERROR)
                 }
             }
         };
@@ -556,16 +546,16 @@ impl Partition {
 
     /// Advances the log start to `target` (DeleteRecords; -1: the high watermark); returns the
     /// new low watermark, or the error code to answer.
-    pub fn delete_records_before(&self, target: i64) -> Result<i64, i16> {
+    pub fn delete_records_before(&self, target: i64) -> Result<i64, ErrorCode> {
         let mut log = self.lock_log();
         let (_, high_watermark) = log.offsets();
         let target = if target == -1 { high_watermark } else { target };
         if target < 0 || target > high_watermark {
-            return Err(error_codes::OFFSET_OUT_OF_RANGE);
+            return Err(ErrorCode::OFFSET_OUT_OF_RANGE);
         }
         let low_watermark = log.delete_before(target).map_err(|e| {
             tracing::error!(topic = %self.topic, partition = self.index, error = %e, "delete records failed");
-            error_codes::KAFKA_STORAGE_ERROR
+            ErrorCode::KAFKA_STORAGE_ERROR
         })?;
         drop(log);
         self.forget_transactions_below(low_watermark);
@@ -701,11 +691,11 @@ fn restore_producers(log: &dyn PartitionStore, now_ms: i64) -> ProducerStates {
 }
 
 /// The Kafka error for records that cannot be appended.
-fn records_error(e: &RecordsError) -> i16 {
+fn records_error(e: &RecordsError) -> ErrorCode {
     match e {
-        RecordsError::UnsupportedMagic { .. } => error_codes::UNSUPPORTED_FOR_MESSAGE_FORMAT,
-        RecordsError::CrcMismatch { .. } => error_codes::CORRUPT_MESSAGE,
-        _ => error_codes::INVALID_RECORD,
+        RecordsError::UnsupportedMagic { .. } => ErrorCode::UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        RecordsError::CrcMismatch { .. } => ErrorCode::CORRUPT_MESSAGE,
+        _ => ErrorCode::INVALID_RECORD,
     }
 }
 
@@ -769,8 +759,8 @@ mod tests {
     struct NoTransactions;
 
     impl TxnVerifier for NoTransactions {
-        fn verify(&self, _: i64, _: i16, _: &str, _: i32) -> Result<(), i16> {
-            Err(error_codes::INVALID_TXN_STATE)
+        fn verify(&self, _: i64, _: i16, _: &str, _: i32) -> Result<(), ErrorCode> {
+            Err(ErrorCode::INVALID_TXN_STATE)
         }
     }
 
@@ -799,7 +789,7 @@ mod tests {
         let refused = partition
             .append(batches(&[(0, 1)]), 2, &NoTransactions)
             .expect_err("refused");
-        assert_eq!(refused.code, error_codes::UNKNOWN_TOPIC_OR_PARTITION);
+        assert_eq!(refused.code, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
         assert_eq!(partition.log_end_offset(), 2);
     }
 
@@ -807,7 +797,7 @@ mod tests {
     struct InProgress;
 
     impl TxnVerifier for InProgress {
-        fn verify(&self, _: i64, _: i16, _: &str, _: i32) -> Result<(), i16> {
+        fn verify(&self, _: i64, _: i16, _: &str, _: i32) -> Result<(), ErrorCode> {
             Ok(())
         }
     }
@@ -856,7 +846,7 @@ mod tests {
         let gap = p
             .append(producer_batch(5, 7, 1, false), 3, &NoTransactions)
             .expect_err("gap");
-        assert_eq!(gap.code, error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER);
+        assert_eq!(gap.code, ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER);
         let next = p
             .append(producer_batch(5, 3, 2, false), 4, &NoTransactions)
             .expect("next");
@@ -867,13 +857,13 @@ mod tests {
         // Offsets outside the log are refused.
         assert_eq!(
             p.read(9, 100, Isolation::ReadUncommitted).records,
-            Err(error_codes::OFFSET_OUT_OF_RANGE)
+            Err(ErrorCode::OFFSET_OUT_OF_RANGE)
         );
         assert_eq!(p.delete_records_before(4), Ok(4));
         assert_eq!(p.log_start_offset(), 4);
         assert_eq!(
             p.delete_records_before(6),
-            Err(error_codes::OFFSET_OUT_OF_RANGE)
+            Err(ErrorCode::OFFSET_OUT_OF_RANGE)
         );
     }
 
@@ -884,7 +874,7 @@ mod tests {
         let refused = p
             .append(producer_batch(1, 0, 2, true), 1, &NoTransactions)
             .expect_err("no txn");
-        assert_eq!(refused.code, error_codes::INVALID_TXN_STATE);
+        assert_eq!(refused.code, ErrorCode::INVALID_TXN_STATE);
         p.append(producer_batch(2, 0, 1, false), 1, &NoTransactions)
             .expect("plain");
         p.append(producer_batch(1, 0, 2, true), 2, &InProgress)

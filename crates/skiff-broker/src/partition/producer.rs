@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use anyhow::Result;
-use skiff_protocol::error_codes;
+use skiff_protocol::ErrorCode;
 
 use super::store::{PartitionStore, TimeQuery};
 
@@ -99,7 +99,7 @@ impl ProducerStates {
         epoch: i16,
         first_seq: i32,
         last_seq: i32,
-    ) -> Result<SequenceCheck, i16> {
+    ) -> Result<SequenceCheck, ErrorCode> {
         if producer_id < 0 {
             return Ok(SequenceCheck::Append);
         }
@@ -107,13 +107,13 @@ impl ProducerStates {
             return Ok(SequenceCheck::Append);
         };
         if epoch < entry.epoch {
-            return Err(error_codes::INVALID_PRODUCER_EPOCH);
+            return Err(ErrorCode::INVALID_PRODUCER_EPOCH);
         }
         if epoch > entry.epoch {
             return if first_seq == 0 {
                 Ok(SequenceCheck::Append)
             } else {
-                Err(error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER)
+                Err(ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER)
             };
         }
         if let Some(dup) = entry
@@ -127,7 +127,7 @@ impl ProducerStates {
         }
         match entry.recent.back() {
             Some(last) if !in_sequence(last.last_seq, first_seq) => {
-                Err(error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER)
+                Err(ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER)
             }
             _ => Ok(SequenceCheck::Append),
         }
@@ -175,9 +175,9 @@ impl ProducerStates {
     }
 
     /// Checks a transaction marker: one from an older epoch than the producer's is fenced.
-    pub fn check_marker(&self, producer_id: i64, epoch: i16) -> Result<(), i16> {
+    pub fn check_marker(&self, producer_id: i64, epoch: i16) -> Result<(), ErrorCode> {
         match self.producers.get(&producer_id) {
-            Some(entry) if epoch < entry.epoch => Err(error_codes::INVALID_PRODUCER_EPOCH),
+            Some(entry) if epoch < entry.epoch => Err(ErrorCode::INVALID_PRODUCER_EPOCH),
             _ => Ok(()),
         }
     }
@@ -425,7 +425,7 @@ mod tests {
         assert_eq!(s.check(7, 0, 5, 9), Ok(SequenceCheck::Append));
         assert_eq!(
             s.check(7, 0, 6, 9),
-            Err(error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER)
+            Err(ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER)
         );
         // A retry of the last batch is a duplicate with its original offset.
         assert_eq!(
@@ -434,13 +434,10 @@ mod tests {
         );
         // Older epoch fenced; newer epoch must start at 0.
         s.record(7, 1, 0, 0, 200, 1);
-        assert_eq!(
-            s.check(7, 0, 1, 1),
-            Err(error_codes::INVALID_PRODUCER_EPOCH)
-        );
+        assert_eq!(s.check(7, 0, 1, 1), Err(ErrorCode::INVALID_PRODUCER_EPOCH));
         assert_eq!(
             s.check(7, 2, 3, 3),
-            Err(error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER)
+            Err(ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER)
         );
         assert_eq!(s.check(7, 2, 0, 0), Ok(SequenceCheck::Append));
         // Non-idempotent batches are never checked.
@@ -455,7 +452,7 @@ mod tests {
         }
         assert_eq!(
             s.check(1, 0, 0, 0),
-            Err(error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER)
+            Err(ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER)
         );
         assert_eq!(
             s.check(1, 0, 1, 1),
@@ -487,7 +484,7 @@ mod tests {
         assert_eq!(states.check(9, 2, 6, 6), Ok(SequenceCheck::Append));
         assert_eq!(
             states.check(9, 2, 7, 7),
-            Err(error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER)
+            Err(ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER)
         );
     }
 
@@ -550,7 +547,7 @@ mod tests {
         // would be refused as out of order)...
         assert_eq!(
             rebuild_from_log(&log, now).check(9, 0, 0, 0),
-            Err(error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER)
+            Err(ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER)
         );
         // ...but the snapshot plus the replay of the batch after it know both its batches.
         let restored = restore(&log, now);
@@ -635,16 +632,13 @@ mod tests {
         // A marker from an older epoch is fenced.
         assert_eq!(
             s.check_marker(1, -1),
-            Err(error_codes::INVALID_PRODUCER_EPOCH)
+            Err(ErrorCode::INVALID_PRODUCER_EPOCH)
         );
         assert_eq!(s.check_marker(1, 1), Ok(()));
         // Producer 1 aborts (with a bumped epoch, as a coordinator's timeout abort does).
         s.record_marker(1, 1, Abort, 14, 2);
         assert_eq!(s.first_unstable_offset(), Some(12));
-        assert_eq!(
-            s.check(1, 0, 3, 3),
-            Err(error_codes::INVALID_PRODUCER_EPOCH)
-        );
+        assert_eq!(s.check(1, 0, 3, 3), Err(ErrorCode::INVALID_PRODUCER_EPOCH));
         assert_eq!(s.check(1, 1, 0, 0), Ok(SequenceCheck::Append));
         s.record_marker(2, 0, Commit, 15, 2);
         assert_eq!(s.first_unstable_offset(), None);

@@ -290,7 +290,7 @@ mod tests {
         );
         assert_eq!(
             back.check(5, 1, 2, 3),
-            Err(skiff_protocol::error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER)
+            Err(skiff_protocol::ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER)
         );
         assert_eq!(back.check(5, 1, 14, 20), Ok(SequenceCheck::Append));
         assert_eq!(
