@@ -163,7 +163,7 @@ impl TransactionCoordinator {
         timeout_ms: i32,
         expected: Option<(i64, i16)>,
         now: i64,
-        allocate: &mut dyn FnMut() -> Result<i64, i16>,
+        allocate: &mut dyn FnMut() -> Result<i64, ErrorCode>,
     ) -> Result<(InitOutcome, Persisted), ErrorCode> {
         let mut inner = self.lock();
         let outcome =
@@ -358,6 +358,5 @@ impl TxnVerifier for TransactionCoordinator {
         self.lock()
             .state
             .verify_produce(producer_id, epoch, (topic, partition))
-            .map_err(ErrorCode::from)
     }
 }

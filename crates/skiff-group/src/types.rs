@@ -128,15 +128,21 @@ impl GroupConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message} (error {code})")]
 pub struct GroupError {
-    pub code: i16,
+    pub code: skiff_protocol::ErrorCode,
     pub message: String,
 }
 
 impl GroupError {
-    pub fn new(code: i16, message: impl Into<String>) -> Self {
+    pub fn new(code: impl Into<skiff_protocol::ErrorCode>, message: impl Into<String>) -> Self {
         GroupError {
-            code,
+            code: code.into(),
             message: message.into(),
         }
+    }
+}
+
+impl From<GroupError> for skiff_protocol::KafkaError {
+    fn from(e: GroupError) -> Self {
+        skiff_protocol::KafkaError::new(e.code, e.message)
     }
 }

@@ -20,10 +20,14 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
-use skiff_protocol::error_codes::{
-    CONCURRENT_TRANSACTIONS, INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING,
-    INVALID_TRANSACTION_TIMEOUT, INVALID_TXN_STATE, PRODUCER_FENCED,
-};
+use skiff_protocol::ErrorCode;
+
+const CONCURRENT_TRANSACTIONS: ErrorCode = ErrorCode::CONCURRENT_TRANSACTIONS;
+const INVALID_PRODUCER_EPOCH: ErrorCode = ErrorCode::INVALID_PRODUCER_EPOCH;
+const INVALID_PRODUCER_ID_MAPPING: ErrorCode = ErrorCode::INVALID_PRODUCER_ID_MAPPING;
+const INVALID_TRANSACTION_TIMEOUT: ErrorCode = ErrorCode::INVALID_TRANSACTION_TIMEOUT;
+const INVALID_TXN_STATE: ErrorCode = ErrorCode::INVALID_TXN_STATE;
+const PRODUCER_FENCED: ErrorCode = ErrorCode::PRODUCER_FENCED;
 
 /// Kafka's `transaction.max.timeout.ms` default: a producer may not ask for a longer timeout.
 pub const DEFAULT_MAX_TIMEOUT_MS: i32 = 900_000;
@@ -240,8 +244,8 @@ impl TxnCoordinator {
         timeout_ms: i32,
         expected: Option<(i64, i16)>,
         now_ms: i64,
-        allocate: &mut dyn FnMut() -> Result<i64, i16>,
-    ) -> Result<InitOutcome, i16> {
+        allocate: &mut dyn FnMut() -> Result<i64, ErrorCode>,
+    ) -> Result<InitOutcome, ErrorCode> {
         if timeout_ms <= 0 || timeout_ms > self.config.max_timeout_ms {
             return Err(INVALID_TRANSACTION_TIMEOUT);
         }
@@ -343,7 +347,7 @@ impl TxnCoordinator {
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
-    ) -> Result<&mut Transaction, i16> {
+    ) -> Result<&mut Transaction, ErrorCode> {
         let txn = self
             .txns
             .get_mut(transactional_id)
@@ -366,7 +370,7 @@ impl TxnCoordinator {
         producer_epoch: i16,
         partitions: &[TopicPartition],
         now_ms: i64,
-    ) -> Result<Change, i16> {
+    ) -> Result<Change, ErrorCode> {
         let txn = self.checked(transactional_id, producer_id, producer_epoch)?;
         if txn.state.is_preparing() {
             return Err(CONCURRENT_TRANSACTIONS);
@@ -388,7 +392,7 @@ impl TxnCoordinator {
         producer_epoch: i16,
         group_id: &str,
         now_ms: i64,
-    ) -> Result<Change, i16> {
+    ) -> Result<Change, ErrorCode> {
         let txn = self.checked(transactional_id, producer_id, producer_epoch)?;
         if txn.state.is_preparing() {
             return Err(CONCURRENT_TRANSACTIONS);
@@ -412,7 +416,7 @@ impl TxnCoordinator {
         group_id: &str,
         offsets: Vec<PendingOffset>,
         now_ms: i64,
-    ) -> Result<Change, i16> {
+    ) -> Result<Change, ErrorCode> {
         let txn = self
             .checked(transactional_id, producer_id, producer_epoch)
             .map_err(|code| {
@@ -446,7 +450,7 @@ impl TxnCoordinator {
         producer_epoch: i16,
         commit: bool,
         now_ms: i64,
-    ) -> Result<EndOutcome, i16> {
+    ) -> Result<EndOutcome, ErrorCode> {
         let txn = self.checked(transactional_id, producer_id, producer_epoch)?;
         match (txn.state, commit) {
             (TxnState::Ongoing, _) => Ok(EndOutcome::End(prepare_end(txn, commit, now_ms))),
@@ -572,7 +576,7 @@ impl TxnCoordinator {
         producer_id: i64,
         producer_epoch: i16,
         partition: (&str, i32),
-    ) -> Result<(), i16> {
+    ) -> Result<(), ErrorCode> {
         let txn = self
             .by_producer
             .get(&producer_id)

@@ -2,7 +2,7 @@ use super::*;
 
 const T0: i64 = 1_000_000;
 
-fn ids() -> impl FnMut() -> Result<i64, i16> {
+fn ids() -> impl FnMut() -> Result<i64, ErrorCode> {
     let mut next = 100;
     move || {
         next += 1;
@@ -10,7 +10,7 @@ fn ids() -> impl FnMut() -> Result<i64, i16> {
     }
 }
 
-fn ready(outcome: Result<InitOutcome, i16>) -> (i64, i16) {
+fn ready(outcome: Result<InitOutcome, ErrorCode>) -> (i64, i16) {
     match outcome {
         Ok(InitOutcome::Ready {
             producer_id,
@@ -24,7 +24,10 @@ fn tp(topic: &str, partition: i32) -> TopicPartition {
     (topic.to_string(), partition)
 }
 
-fn started(c: &mut TxnCoordinator, alloc: &mut dyn FnMut() -> Result<i64, i16>) -> (i64, i16) {
+fn started(
+    c: &mut TxnCoordinator,
+    alloc: &mut dyn FnMut() -> Result<i64, ErrorCode>,
+) -> (i64, i16) {
     let (pid, epoch) = ready(c.init_producer_id("t", 60_000, None, T0, alloc));
     assert_eq!(
         c.add_partitions("t", pid, epoch, &[tp("a", 0), tp("a", 1)], T0 + 1),

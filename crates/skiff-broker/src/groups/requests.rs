@@ -809,11 +809,11 @@ fn validate_commit(
     match inner.groups.get_mut(group_id) {
         Some(Group::Consumer(g)) => g
             .validate_offset_commit(member, generation, version)
-            .map_err(|e| ErrorCode::from(e.code)),
+            .map_err(|e| e.code),
         Some(Group::Classic(g)) => {
             let instance = request.group_instance_id.as_deref();
             g.validate_offset_commit(member, generation, instance)
-                .map_err(|e| ErrorCode::from(e.code))?;
+                .map_err(|e| e.code)?;
             g.on_offset_commit(member, now);
             Ok(())
         }
@@ -846,13 +846,13 @@ pub(crate) fn validate_txn_commit(
         Some(Group::Classic(_)) if anonymous => Ok(()),
         Some(Group::Classic(g)) => {
             g.validate_offset_commit(member_id, generation, instance_id)
-                .map_err(|e| ErrorCode::from(e.code))?;
+                .map_err(|e| e.code)?;
             g.on_offset_commit(member_id, now);
             Ok(())
         }
         Some(Group::Consumer(g)) => {
             g.validate_offset_commit(member_id, generation, 9)
-                .map_err(|e| match ErrorCode::from(e.code) {
+                .map_err(|e| match e.code {
                     // A transactional commit wants the exact epoch (Kafka: ILLEGAL_GENERATION).
                     ErrorCode::STALE_MEMBER_EPOCH => ErrorCode::ILLEGAL_GENERATION,
                     code => code,
@@ -965,12 +965,8 @@ fn validate_fetch(
     epoch: i32,
 ) -> Result<(), ErrorCode> {
     match inner.groups.get(group_id) {
-        Some(Group::Consumer(g)) => g
-            .validate_offset_fetch(member, epoch)
-            .map_err(|e| ErrorCode::from(e.code)),
-        Some(Group::Classic(g)) => g
-            .validate_offset_fetch()
-            .map_err(|e| ErrorCode::from(e.code)),
+        Some(Group::Consumer(g)) => g.validate_offset_fetch(member, epoch).map_err(|e| e.code),
+        Some(Group::Classic(g)) => g.validate_offset_fetch().map_err(|e| e.code),
         None => Ok(()),
     }
 }

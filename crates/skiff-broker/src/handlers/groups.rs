@@ -111,7 +111,7 @@ pub fn find_coordinator(ctx: &RequestContext, request: FindCoordinatorRequest) -
 
 fn heartbeat_error(e: GroupError) -> ConsumerGroupHeartbeatResponse {
     ConsumerGroupHeartbeatResponse {
-        error_code: e.code,
+        error_code: e.code.code(),
         error_message: Some(bs(&e.message)),
         member_epoch: -1,
         ..Default::default()

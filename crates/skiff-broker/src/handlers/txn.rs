@@ -47,10 +47,10 @@ fn fenced(code: ErrorCode, knows_fenced: bool) -> i16 {
 }
 
 /// Hands out a fresh producer ID.
-fn allocate(broker: &Broker) -> Result<i64, i16> {
+fn allocate(broker: &Broker) -> Result<i64, ErrorCode> {
     broker.allocate_producer_id().map_err(|e| {
         tracing::error!(error = %format!("{e:#}"), "producer ID allocation failed");
-        error_codes::UNKNOWN_SERVER_ERROR
+        ErrorCode::UNKNOWN_SERVER_ERROR
     })
 }
 

@@ -15,7 +15,7 @@ fn tp(name: &str, partitions: &[i32]) -> (Uuid, BTreeSet<i32>) {
 fn code(result: Result<ConsumerGroupHeartbeatResponse, GroupError>) -> i16 {
     match result {
         Ok(_) => 0,
-        Err(e) => e.code,
+        Err(e) => e.code.code(),
     }
 }
 
@@ -62,7 +62,7 @@ fn validation_rules_in_kafka_order() {
                 Some((code, message)) => {
                     let err = result.unwrap_err();
                     assert_eq!(
-                        (err.code, err.message.as_str()),
+                        (err.code.code(), err.message.as_str()),
                         (code, message),
                         "{request:?}"
                     );
@@ -932,7 +932,7 @@ fn failed_first_heartbeat_leaves_an_unused_group() {
     assert!(h.group.is_empty() && !h.group.is_unused());
     let err = group_id_not_found("grp");
     assert_eq!(
-        (err.code, err.message.as_str()),
+        (err.code.code(), err.message.as_str()),
         (codes::GROUP_ID_NOT_FOUND, "Consumer group grp not found.")
     );
 }
