@@ -319,9 +319,7 @@ impl Connection {
 
         let ctx = RequestContext {
             broker: Arc::clone(&self.broker),
-            api_key,
             version,
-            correlation_id,
             client_id: frame.header.client_id.as_ref().map(|s| s.to_string()),
             instance_id: self.identity.instance_id(),
             peer: self.peer,

@@ -5,14 +5,14 @@
 //! Start one with [`start`]; stop it with [`RunningBroker::shutdown`].
 
 mod admin;
-pub mod clients;
+mod clients;
 pub mod clock;
 pub mod config;
 mod connection;
 mod coordinator_store;
 pub mod fetch_session;
-pub mod groups;
-pub mod handlers;
+mod groups;
+mod handlers;
 pub mod identity;
 mod kv_log;
 mod node_file;
@@ -22,11 +22,13 @@ mod partition_dirs;
 mod producer_ids;
 mod server;
 mod shutdown;
-pub mod state;
-pub mod txn_end;
-pub mod txns;
+mod state;
+mod txn_end;
+mod txns;
 pub mod versions;
 
 pub use config::{BrokerConfig, FlushMode, Overrides};
+pub use partition::{Partition, Topic};
 pub use server::{RunningBroker, start};
 pub use state::Broker;
+pub use txns::TXN_LOG_DIR;

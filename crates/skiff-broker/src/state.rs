@@ -139,9 +139,9 @@ pub struct Broker {
     /// Bumped whenever a topic is created, grown or deleted (the group coordinator's cue to
     /// refresh its view of the topics).
     topics_generation: AtomicU64,
-    pub groups: crate::groups::GroupCoordinator,
-    pub txns: crate::txns::TransactionCoordinator,
-    pub clients: crate::clients::ClientRegistry,
+    pub(crate) groups: crate::groups::GroupCoordinator,
+    pub(crate) txns: crate::txns::TransactionCoordinator,
+    pub(crate) clients: crate::clients::ClientRegistry,
     /// KIP-714 client metrics: subscriptions, instances, latest values.
     telemetry: Mutex<skiff_telemetry::TelemetryManager>,
     /// Sends accepted pushes to the OTLP collector, when one is configured.
@@ -274,6 +274,22 @@ impl Broker {
 
     fn topics_changed(&self) {
         self.topics_generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Test support: decides and persists the end of a transaction as EndTxn does, without
+    /// carrying it out (as if the broker stopped right after persisting PrepareCommit or
+    /// PrepareAbort); `Ok(true)` when an end is now pending.
+    #[doc(hidden)]
+    pub fn prepare_transaction_end(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+    ) -> Result<bool, skiff_protocol::ErrorCode> {
+        self.txns
+            .end(transactional_id, producer_id, epoch, commit, now_ms())
+            .map(|planned| planned.is_some())
     }
 
     /// Hands out a fresh producer ID (never one handed out before, across restarts).

@@ -7,8 +7,8 @@ mod common;
 use std::sync::atomic::Ordering;
 
 use common::{Client, TestBroker};
-use skiff_broker::handlers::supported_versions;
 use skiff_broker::identity::RejectReason;
+use skiff_broker::versions::supported_versions;
 use skiff_protocol::error_response::response_error_codes;
 use skiff_protocol::generated::{ApiVersionsRequest, MetadataRequest};
 use skiff_protocol::testing::Rng;

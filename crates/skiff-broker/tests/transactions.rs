@@ -622,12 +622,11 @@ async fn an_end_interrupted_by_a_stop_is_finished_at_start() {
     let p = open_transaction(&mut c, "ti", "ti", 60_000, b"kept").await;
     // The commit is decided and persisted, but no marker is written (as if the broker stopped
     // right after persisting PrepareCommit).
-    {
-        let mut inner = broker.broker().txns.lock();
-        let outcome = inner.state.end("ti", p.0, p.1, true, 0).expect("end");
-        assert!(matches!(outcome, skiff_txn::EndOutcome::End(_)));
-        inner.persist("ti").expect("persist");
-    }
+    let pending = broker
+        .broker()
+        .prepare_transaction_end("ti", p.0, p.1, true)
+        .expect("end");
+    assert!(pending, "an end is pending");
     assert_eq!(latest(&mut c, "ti", true).await, 0);
     drop(c);
     let broker = broker.restart().await;
@@ -672,7 +671,7 @@ async fn a_transaction_its_coordinator_forgot_is_closed_at_start() {
     if let Some(running) = broker.running.take() {
         running.shutdown().await.expect("clean shutdown");
     }
-    std::fs::remove_dir_all(dir.join(skiff_broker::txns::TXN_LOG_DIR)).expect("remove");
+    std::fs::remove_dir_all(dir.join(skiff_broker::TXN_LOG_DIR)).expect("remove");
     let broker = broker.restart().await;
     let mut c = broker.client().await;
     assert_eq!(

@@ -54,6 +54,14 @@ fn write_all_vectored_at(
     Ok(())
 }
 
+/// ENOSPC or EDQUOT: the file system refused more bytes, nothing went wrong with those written.
+fn is_out_of_space(e: &std::io::Error) -> bool {
+    e.raw_os_error().is_some_and(|code| {
+        code == rustix::io::Errno::NOSPC.raw_os_error()
+            || code == rustix::io::Errno::DQUOT.raw_os_error()
+    })
+}
+
 /// Reads exactly `len` bytes at `offset` into a fresh buffer that is never zero-filled first
 /// (a fetch of many megabytes would otherwise pay for clearing pages it then overwrites).
 fn read_exact_at_uninit(file: &File, len: usize, offset: u64) -> std::io::Result<Vec<u8>> {
@@ -476,9 +484,21 @@ impl Segment {
         now_ms: i64,
     ) -> Result<()> {
         let file = self.log.get()?;
-        crate::faults::check(crate::faults::Fault::Write, &self.log_path)
-            .and_then(|()| write_all_vectored_at(&file, parts, self.size))
-            .map_err(|e| LogError::WriteFailed(Arc::new(e)))?;
+        let written = crate::faults::check(crate::faults::Fault::Write, &self.log_path)
+            .and_then(|()| write_all_vectored_at(&file, parts, self.size));
+        if let Err(e) = written {
+            // A full disk (or quota) leaves at most part of this append past the end: cut it off
+            // and the log carries on (the request fails, nothing acknowledged is touched). Any
+            // other failure, or a cut that fails, leaves the file in doubt: the log goes offline.
+            if is_out_of_space(&e) && file.set_len(self.size).is_ok() {
+                return Err(LogError::Io {
+                    op: "write segment",
+                    path: self.log_path.clone(),
+                    source: e,
+                });
+            }
+            return Err(LogError::WriteFailed(Arc::new(e)));
+        }
         let mut position = self.size;
         for header in headers {
             let at = u32::try_from(position).map_err(|_| LogError::Corrupt {

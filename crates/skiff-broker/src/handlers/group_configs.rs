@@ -69,11 +69,6 @@ const KEYS: [(&str, Kind); 11] = [
     (STREAMS_DELAY, Kind::Int(0)),
 ];
 
-/// Whether the coordinator acts on a key (the others are stored only).
-pub fn is_applied(key: &str) -> bool {
-    key == CONSUMER_SESSION || key == CONSUMER_HEARTBEAT
-}
-
 /// The value a group gets for a key without an override: the broker's for the keys Skiff
 /// acts on, Kafka's broker defaults for the share and streams keys.
 fn default_value(broker: &Broker, key: &str) -> String {

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use skiff_protocol::{ApiKey, Request, Response, Uuid, error_codes};
+use skiff_protocol::{Request, Response, Uuid, error_codes};
 
 use crate::state::Broker;
 
@@ -37,9 +37,7 @@ pub(crate) fn bs(s: impl Into<String>) -> skiff_protocol::ByteString {
 /// What a handler knows about the request beyond its body.
 pub struct RequestContext {
     pub broker: Arc<Broker>,
-    pub api_key: ApiKey,
     pub version: i16,
-    pub correlation_id: i32,
     pub client_id: Option<String>,
     /// The connection's KIP-1313 client instance ID, once fixed.
     pub instance_id: Option<Uuid>,
@@ -64,8 +62,6 @@ impl From<Response> for Reply {
         Reply::Now(response)
     }
 }
-
-pub use crate::versions::supported_versions;
 
 /// Routes a decoded request to its handler.
 /// Produce requests carrying at least this many record bytes are appended off the worker.
