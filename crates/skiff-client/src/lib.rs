@@ -36,6 +36,7 @@ pub use admin::{
 };
 pub use client::{BrokerInfo, Client, ClientConfig, Metadata, PartitionMetadata, TopicMetadata};
 pub use connection::{Connection, client_versions};
+pub use consumer::GroupMetadata;
 pub use consumer::{
     Consumer, ConsumerConfig, ConsumerRecord, IsolationLevel, OffsetReset, RebalanceListener,
     TopicPartition,
@@ -47,4 +48,3 @@ pub use producer::{
 };
 pub use skiff_protocol::Uuid;
 pub use skiff_records::Compression;
-pub use transaction::GroupMetadata;

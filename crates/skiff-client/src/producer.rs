@@ -469,7 +469,7 @@ impl Producer {
     pub async fn send_offsets_to_transaction(
         &self,
         offsets: &[(crate::TopicPartition, i64)],
-        group: &crate::transaction::GroupMetadata,
+        group: &crate::consumer::GroupMetadata,
     ) -> Result<()> {
         let txn = self.transactional()?;
         txn.check_alive()?;

@@ -22,7 +22,7 @@ use skiff_protocol::generated::{
 use skiff_protocol::{RequestBody, error_codes};
 
 use crate::client::Client;
-use crate::consumer::TopicPartition;
+use crate::consumer::{GroupMetadata, TopicPartition};
 use crate::error::{Error, Result};
 use crate::util::{backoff, lock};
 
@@ -305,15 +305,4 @@ impl Transactional {
         .await
         .map(|_| ())
     }
-}
-
-/// What `send_offsets_to_transaction` needs of the consumer whose progress it commits (Kafka's
-/// `ConsumerGroupMetadata`): the group, and the member ID with its generation (classic) or
-/// member epoch (KIP-848), which the coordinator checks; `-1`/empty for a consumer that is not a
-/// group member.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupMetadata {
-    pub group_id: String,
-    pub member_id: String,
-    pub generation_id: i32,
 }

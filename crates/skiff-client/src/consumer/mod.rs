@@ -311,10 +311,10 @@ impl Consumer {
 
     /// What a transactional producer needs to commit this consumer's progress in its
     /// transaction ([`crate::Producer::send_offsets_to_transaction`]); `None` without a group.
-    pub fn group_metadata(&self) -> Option<crate::GroupMetadata> {
+    pub fn group_metadata(&self) -> Option<GroupMetadata> {
         let group_id = self.inner.config.group_id.clone()?;
         let state = lock(&self.inner.state);
-        Some(crate::GroupMetadata {
+        Some(GroupMetadata {
             group_id,
             member_id: state.member.id.clone(),
             generation_id: state.member.epoch,
@@ -415,4 +415,15 @@ impl Drop for Consumer {
             handle.abort();
         }
     }
+}
+
+/// What `send_offsets_to_transaction` needs of the consumer whose progress it commits (Kafka's
+/// `ConsumerGroupMetadata`): the group, and the member ID with its generation (classic) or
+/// member epoch (KIP-848), which the coordinator checks; `-1`/empty for a consumer that is not a
+/// group member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupMetadata {
+    pub group_id: String,
+    pub member_id: String,
+    pub generation_id: i32,
 }
