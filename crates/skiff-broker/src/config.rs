@@ -33,12 +33,28 @@ pub enum FlushMode {
     Interval { flush_ms: u64 },
 }
 
+/// One Kafka listener: its name, where it binds, and what clients connecting to it are told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerConfig {
+    /// The listener name (`PLAINTEXT`, `INTERNAL`, ...), as in `listeners`.
+    pub name: String,
+    pub addr: SocketAddr,
+    /// From `advertised.listeners`; the bound address when absent.
+    pub advertised: Option<(String, u16)>,
+}
+
+/// The security protocols of Kafka's `listener.security.protocol.map`.
+const SECURITY_PROTOCOLS: [&str; 4] = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
+
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
-    /// `listen`: the Kafka listener address.
+    /// `listen`: the Kafka listener address (one PLAINTEXT listener, unless `listeners` is set).
     pub listen: SocketAddr,
     /// `advertise`: host and port given to clients in Metadata (defaults to the bound address).
     pub advertise: Option<(String, u16)>,
+    /// `listeners` (with `advertised.listeners` and `listener.security.protocol.map`): Kafka's
+    /// listener list; empty means one PLAINTEXT listener at `listen` / `advertise`.
+    pub listeners: Vec<ListenerConfig>,
     /// `data.dir`: where partitions and metadata live.
     pub data_dir: PathBuf,
     /// `node.id`.
@@ -94,6 +110,7 @@ impl Default for BrokerConfig {
         BrokerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
             advertise: None,
+            listeners: Vec::new(),
             data_dir: PathBuf::from("./skiff-data"),
             node_id: 1,
             flush: FlushMode::Always,
@@ -162,13 +179,35 @@ impl BrokerConfig {
             admin_listen: Some(DEFAULT_ADMIN_LISTEN),
             ..BrokerConfig::default()
         };
-        if let Some(v) = entries.remove("listen") {
+        let listen = entries.remove("listen");
+        let advertise = entries.remove("advertise");
+        if let Some(v) = &listen {
             config.listen = v.parse().with_context(|| {
                 format!("listen = {v:?}: expected HOST:PORT with an IP address")
             })?;
         }
-        if let Some(v) = entries.remove("advertise") {
-            config.advertise = Some(parse_host_port(&v).context("advertise")?);
+        if let Some(v) = &advertise {
+            config.advertise = Some(parse_host_port(v).context("advertise")?);
+        }
+        let protocol_map = entries.remove("listener.security.protocol.map");
+        let advertised_listeners = entries.remove("advertised.listeners");
+        match entries.remove("listeners") {
+            Some(list) => {
+                if listen.is_some() || advertise.is_some() {
+                    bail!(
+                        "listeners and listen/advertise both given: use listeners (and advertised.listeners) alone"
+                    );
+                }
+                config.listeners = parse_listeners(
+                    &list,
+                    advertised_listeners.as_deref(),
+                    protocol_map.as_deref(),
+                )?;
+            }
+            None if advertised_listeners.is_some() || protocol_map.is_some() => {
+                bail!("advertised.listeners and listener.security.protocol.map need listeners")
+            }
+            None => {}
         }
         if let Some(v) = entries.remove("data.dir") {
             if v.trim().is_empty() {
@@ -270,12 +309,119 @@ impl BrokerConfig {
         Ok(config)
     }
 
-    /// The host and port clients are told to connect to.
-    pub fn advertised(&self, bound: SocketAddr) -> (String, u16) {
-        self.advertise
-            .clone()
-            .unwrap_or_else(|| (bound.ip().to_string(), bound.port()))
+    /// The listeners to bind, in order: `listeners`, or one PLAINTEXT listener at `listen`.
+    pub fn effective_listeners(&self) -> Vec<ListenerConfig> {
+        if self.listeners.is_empty() {
+            vec![ListenerConfig {
+                name: "PLAINTEXT".into(),
+                addr: self.listen,
+                advertised: self.advertise.clone(),
+            }]
+        } else {
+            self.listeners.clone()
+        }
     }
+}
+
+/// `NAME://HOST:PORT` (Kafka's listener syntax); an empty host is every interface.
+fn parse_listener_entry(entry: &str, key: &str) -> Result<(String, String, u16)> {
+    let (name, rest) = entry
+        .split_once("://")
+        .with_context(|| format!("{key}: {entry:?} is not NAME://HOST:PORT"))?;
+    let name = name.trim();
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        bail!("{key}: {name:?} is not a listener name (letters, digits, _ and -)");
+    }
+    let (host, port) = rest
+        .rsplit_once(':')
+        .with_context(|| format!("{key}: {entry:?} has no port"))?;
+    let port: u16 = port
+        .parse()
+        .with_context(|| format!("{key}: {entry:?} has no valid port"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Ok((name.to_ascii_uppercase(), host.to_string(), port))
+}
+
+/// Parses Kafka's `listeners`, `advertised.listeners` and `listener.security.protocol.map`.
+/// Only PLAINTEXT listeners are served so far: a listener mapped to SSL or SASL is refused with
+/// a message, never bound in the clear.
+fn parse_listeners(
+    list: &str,
+    advertised: Option<&str>,
+    protocol_map: Option<&str>,
+) -> Result<Vec<ListenerConfig>> {
+    let mut protocols: BTreeMap<String, String> = SECURITY_PROTOCOLS
+        .iter()
+        .map(|p| (p.to_string(), p.to_string()))
+        .collect();
+    if let Some(map) = protocol_map {
+        protocols.clear();
+        for pair in map.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, protocol) = pair.split_once(':').with_context(|| {
+                format!("listener.security.protocol.map: {pair:?} is not NAME:PROTOCOL")
+            })?;
+            let protocol = protocol.trim().to_ascii_uppercase();
+            if !SECURITY_PROTOCOLS.contains(&protocol.as_str()) {
+                bail!(
+                    "listener.security.protocol.map: {protocol:?} is not one of {}",
+                    SECURITY_PROTOCOLS.join(", ")
+                );
+            }
+            protocols.insert(name.trim().to_ascii_uppercase(), protocol);
+        }
+    }
+    let mut listeners: Vec<ListenerConfig> = Vec::new();
+    for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, host, port) = parse_listener_entry(entry, "listeners")?;
+        let ip: std::net::IpAddr = if host.is_empty() {
+            std::net::IpAddr::from([0, 0, 0, 0])
+        } else {
+            host.parse().with_context(|| {
+                format!("listeners: {entry:?}: the host must be an IP address (or empty for all)")
+            })?
+        };
+        let protocol = protocols.get(&name).with_context(|| {
+            format!("listeners: {name} has no security protocol in listener.security.protocol.map")
+        })?;
+        if protocol != "PLAINTEXT" {
+            bail!(
+                "listeners: {name} uses {protocol}, which this version of Skiff does not serve yet \
+                 (only PLAINTEXT listeners)"
+            );
+        }
+        if listeners.iter().any(|l| l.name == name) {
+            bail!("listeners: {name} is listed twice");
+        }
+        listeners.push(ListenerConfig {
+            name,
+            addr: SocketAddr::new(ip, port),
+            advertised: None,
+        });
+    }
+    if listeners.is_empty() {
+        bail!("listeners is empty");
+    }
+    for entry in advertised
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+    {
+        let (name, host, port) = parse_listener_entry(entry, "advertised.listeners")?;
+        if host.is_empty() {
+            bail!("advertised.listeners: {entry:?} needs a host clients can reach");
+        }
+        let listener = listeners
+            .iter_mut()
+            .find(|l| l.name == name)
+            .with_context(|| format!("advertised.listeners: {name} is not in listeners"))?;
+        listener.advertised = Some((host, port));
+    }
+    Ok(listeners)
 }
 
 /// Takes the `group.*` keys Kafka brokers use for the group coordinator.
@@ -561,5 +707,97 @@ shutdown.timeout.ms = 0
         .expect("load");
         assert_eq!(config.listen.port(), 2);
         assert_eq!(config.node_id, 2);
+    }
+
+    fn listeners_of(toml: &str) -> Result<Vec<ListenerConfig>> {
+        let entries = flatten_toml(toml)?;
+        BrokerConfig::from_entries(entries).map(|c| c.effective_listeners())
+    }
+
+    #[test]
+    fn kafka_listener_keys_are_read() {
+        let listeners = listeners_of(
+            "listeners = \"PLAINTEXT://127.0.0.1:9092, internal://:9094\"\n\
+             advertised.listeners = \"INTERNAL://broker-1.example:19094\"\n\
+             listener.security.protocol.map = \"PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT\"\n",
+        )
+        .expect("valid");
+        assert_eq!(
+            listeners,
+            vec![
+                ListenerConfig {
+                    name: "PLAINTEXT".into(),
+                    addr: "127.0.0.1:9092".parse().expect("addr"),
+                    advertised: None,
+                },
+                ListenerConfig {
+                    name: "INTERNAL".into(),
+                    addr: "0.0.0.0:9094".parse().expect("addr"),
+                    advertised: Some(("broker-1.example".into(), 19094)),
+                },
+            ]
+        );
+        // Without `listeners`: one PLAINTEXT listener at `listen` / `advertise`.
+        let listeners =
+            listeners_of("listen = \"127.0.0.1:7000\"\nadvertise = \"kafka.example:7001\"\n")
+                .expect("valid");
+        assert_eq!(
+            listeners,
+            vec![ListenerConfig {
+                name: "PLAINTEXT".into(),
+                addr: "127.0.0.1:7000".parse().expect("addr"),
+                advertised: Some(("kafka.example".into(), 7001)),
+            }]
+        );
+    }
+
+    #[test]
+    fn listener_mistakes_and_unserved_protocols_are_refused_with_a_message() {
+        for (toml, says) in [
+            ("listeners = \"SSL://127.0.0.1:9093\"", "does not serve yet"),
+            (
+                "listeners = \"SASL_SSL://127.0.0.1:9093\"",
+                "does not serve yet",
+            ),
+            (
+                "listeners = \"X://127.0.0.1:1\"\nlistener.security.protocol.map = \"X:SASL_PLAINTEXT\"",
+                "does not serve yet",
+            ),
+            (
+                "listeners = \"CUSTOM://127.0.0.1:1\"",
+                "no security protocol",
+            ),
+            (
+                "listeners = \"A://127.0.0.1:1\"\nlistener.security.protocol.map = \"A:TLS\"",
+                "is not one of",
+            ),
+            (
+                "listeners = \"PLAINTEXT://127.0.0.1:1,PLAINTEXT://127.0.0.1:2\"",
+                "twice",
+            ),
+            (
+                "listeners = \"PLAINTEXT://kafka:1\"",
+                "must be an IP address",
+            ),
+            ("listeners = \"PLAINTEXT:/127.0.0.1:1\"", "NAME://HOST:PORT"),
+            ("listeners = \"PLAINTEXT://127.0.0.1\"", "port"),
+            ("listeners = \"\"", "empty"),
+            (
+                "listeners = \"PLAINTEXT://127.0.0.1:1\"\nlisten = \"127.0.0.1:2\"",
+                "both given",
+            ),
+            (
+                "listeners = \"PLAINTEXT://127.0.0.1:1\"\nadvertised.listeners = \"OTHER://h:1\"",
+                "not in listeners",
+            ),
+            (
+                "advertised.listeners = \"PLAINTEXT://h:1\"",
+                "need listeners",
+            ),
+        ] {
+            let error = listeners_of(toml).expect_err(toml);
+            let message = format!("{error:#}");
+            assert!(message.contains(says), "{toml}: {message}");
+        }
     }
 }

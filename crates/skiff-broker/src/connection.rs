@@ -33,9 +33,19 @@ const MAX_IN_FLIGHT: usize = 32;
 /// A response waiting its turn: (version, correlation ID, response) or nothing for acks=0.
 type Pending = BoxFuture<'static, Option<(i16, i32, Response)>>;
 
+/// A connection just accepted: its ID, the index of its listener, the socket and the peer.
+pub struct Accepted {
+    pub id: u64,
+    pub listener: usize,
+    pub stream: TcpStream,
+    pub peer: SocketAddr,
+}
+
 pub struct Connection {
     reader: FrameReader<OwnedReadHalf>,
     writer: OwnedWriteHalf,
+    /// The index of the listener the connection came in on.
+    listener: usize,
     peer: SocketAddr,
     broker: Arc<Broker>,
     shutdown: watch::Receiver<bool>,
@@ -74,14 +84,18 @@ enum Next {
 impl Connection {
     /// `budget`: the bytes of requests in flight shared by every connection, with its size.
     pub fn new(
-        id: u64,
-        stream: TcpStream,
-        peer: SocketAddr,
+        accepted: Accepted,
         broker: Arc<Broker>,
         shutdown: watch::Receiver<bool>,
         span: tracing::Span,
         budget: Option<(Arc<Semaphore>, usize)>,
     ) -> Self {
+        let Accepted {
+            id,
+            listener,
+            stream,
+            peer,
+        } = accepted;
         let (read, write) = stream.into_split();
         let max = broker.config.socket_request_max_bytes;
         let reader = FrameReader::new(read, max);
@@ -99,6 +113,7 @@ impl Connection {
         Connection {
             reader,
             writer: write,
+            listener,
             peer,
             broker,
             shutdown,
@@ -319,6 +334,7 @@ impl Connection {
 
         let ctx = RequestContext {
             broker: Arc::clone(&self.broker),
+            listener: self.listener,
             version,
             client_id: frame.header.client_id.as_ref().map(|s| s.to_string()),
             instance_id: self.identity.instance_id(),

@@ -27,7 +27,7 @@ mod txn_end;
 mod txns;
 pub mod versions;
 
-pub use config::{BrokerConfig, FlushMode, Overrides};
+pub use config::{BrokerConfig, FlushMode, ListenerConfig, Overrides};
 pub use partition::{Partition, Topic};
 pub use server::{RunningBroker, start};
 pub use state::Broker;

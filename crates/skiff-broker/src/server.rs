@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::config::{BrokerConfig, FlushMode};
-use crate::connection::Connection;
+use crate::connection::{Accepted, Connection};
 use crate::shutdown::stopped;
 use crate::state::Broker;
 
@@ -23,7 +23,10 @@ const RETENTION_INTERVAL: Duration = Duration::from_secs(300);
 
 /// A broker running on a tokio runtime.
 pub struct RunningBroker {
+    /// The first listener's bound address.
     pub local_addr: SocketAddr,
+    /// Every listener's name and bound address, in configuration order.
+    pub listener_addrs: Vec<(String, SocketAddr)>,
     /// Where the admin HTTP listener is, when enabled.
     pub admin_addr: Option<SocketAddr>,
     pub broker: Arc<Broker>,
@@ -51,11 +54,18 @@ impl RunningBroker {
 
 /// Binds the listener, opens the data directory, and starts serving.
 pub async fn start(config: BrokerConfig) -> Result<RunningBroker> {
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("binding {}", config.listen))?;
-    let local_addr = listener.local_addr()?;
-    let broker = Broker::open(config, local_addr)?;
+    let mut listeners = Vec::new();
+    let mut listener_addrs = Vec::new();
+    for listener in config.effective_listeners() {
+        let bound = TcpListener::bind(listener.addr)
+            .await
+            .with_context(|| format!("binding listener {} at {}", listener.name, listener.addr))?;
+        listener_addrs.push((listener.name, bound.local_addr()?));
+        listeners.push(bound);
+    }
+    let bound: Vec<SocketAddr> = listener_addrs.iter().map(|(_, addr)| *addr).collect();
+    let local_addr = *bound.first().context("no listener")?;
+    let broker = Broker::open(config, &bound)?;
     let (shutdown, shutdown_rx) = watch::channel(false);
     let admin = match broker.config.admin_listen {
         Some(addr) => {
@@ -64,9 +74,10 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker> {
         None => None,
     };
     let admin_addr = admin.as_ref().map(|(addr, _)| *addr);
-    let task = tokio::spawn(serve(listener, Arc::clone(&broker), shutdown_rx));
+    let task = tokio::spawn(serve(listeners, Arc::clone(&broker), shutdown_rx));
     tracing::info!(
         listen = %local_addr,
+        listeners = ?listener_addrs,
         data_dir = %broker.config.data_dir.display(),
         cluster_id = %broker.cluster_id,
         admin = ?admin_addr,
@@ -74,6 +85,7 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker> {
     );
     Ok(RunningBroker {
         local_addr,
+        listener_addrs,
         admin_addr,
         broker,
         shutdown,
@@ -81,8 +93,35 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker> {
     })
 }
 
-async fn serve(
+/// Accepts on one listener and hands each connection, tagged with the listener's index, to the
+/// serving loop; stops with the broker (or when the loop is gone).
+async fn accept_loop(
+    index: usize,
     listener: TcpListener,
+    accepted: mpsc::Sender<(usize, std::io::Result<(tokio::net::TcpStream, SocketAddr)>)>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let next = tokio::select! {
+            next = listener.accept() => next,
+            _ = stopped(&mut shutdown) => return,
+        };
+        let failed = next.is_err();
+        if accepted.send((index, next)).await.is_err() {
+            return;
+        }
+        if failed {
+            // Out of file descriptors and the like: back off instead of spinning.
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = stopped(&mut shutdown) => return,
+            }
+        }
+    }
+}
+
+async fn serve(
+    listeners: Vec<TcpListener>,
     broker: Arc<Broker>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<()> {
@@ -102,6 +141,22 @@ async fn serve(
     let maintenance = tokio::spawn(maintenance(Arc::clone(&broker), shutdown.clone()));
     let group_timers = tokio::spawn(group_timers(Arc::clone(&broker), shutdown.clone()));
     let txn_timers = tokio::spawn(txn_timers(Arc::clone(&broker), shutdown.clone()));
+    // One accept task per listener; the loop below takes connections from all of them, one
+    // permit of the connection cap each, before accepting the next.
+    let (accepted_tx, mut accepted_rx) = mpsc::channel(1);
+    let acceptors: Vec<_> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(index, listener)| {
+            tokio::spawn(accept_loop(
+                index,
+                listener,
+                accepted_tx.clone(),
+                shutdown.clone(),
+            ))
+        })
+        .collect();
+    drop(accepted_tx);
 
     loop {
         let permit = tokio::select! {
@@ -109,15 +164,16 @@ async fn serve(
             _ = stopped(&mut shutdown) => break,
         };
         let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+            accepted = accepted_rx.recv() => accepted,
             _ = stopped(&mut shutdown) => break,
+        };
+        let Some((listener, accepted)) = accepted else {
+            break;
         };
         let (stream, peer) = match accepted {
             Ok(pair) => pair,
             Err(e) => {
-                // Out of file descriptors and the like: back off instead of spinning.
                 tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
         };
@@ -130,9 +186,12 @@ async fn serve(
             client_instance_id = tracing::field::Empty
         );
         let connection = Connection::new(
-            id,
-            stream,
-            peer,
+            Accepted {
+                id,
+                listener,
+                stream,
+                peer,
+            },
             Arc::clone(&broker),
             shutdown.clone(),
             span.clone(),
@@ -150,7 +209,11 @@ async fn serve(
         );
     }
 
-    drop(listener);
+    // Stop accepting: the listeners close with their tasks.
+    for acceptor in &acceptors {
+        acceptor.abort();
+    }
+    drop(accepted_rx);
     drop(done_tx);
     let deadline = Duration::from_millis(broker.config.shutdown_timeout_ms);
     tracing::info!(

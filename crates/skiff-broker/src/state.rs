@@ -131,7 +131,9 @@ pub struct Broker {
     pub config: BrokerConfig,
     pub cluster_id: String,
     /// Host and port given to clients.
-    pub advertised: (String, u16),
+    /// Per listener (in `BrokerConfig::effective_listeners` order): its name and the host and
+    /// port clients connecting to it are told.
+    pub advertised: Vec<(String, String, u16)>,
     meta: RwLock<MetadataStore>,
     topics: RwLock<HashMap<Uuid, Arc<Topic>>>,
     pub metrics: Metrics,
@@ -158,7 +160,8 @@ pub struct Broker {
 impl Broker {
     /// Opens the data directory: metadata, every partition log (with recovery), producer IDs.
     /// Must run inside a tokio runtime (group committers are tasks).
-    pub fn open(config: BrokerConfig, bound: SocketAddr) -> Result<Arc<Broker>> {
+    /// `bound`: the address each listener bound, in `BrokerConfig::effective_listeners` order.
+    pub fn open(config: BrokerConfig, bound: &[SocketAddr]) -> Result<Arc<Broker>> {
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
         let mut meta = MetadataStore::open(&config.data_dir, &config.kafka)
@@ -170,7 +173,17 @@ impl Broker {
         meta.ensure_written().context("writing the metadata file")?;
         let cluster_id = crate::node_file::load_or_create_cluster_id(&config.data_dir)?;
         let producer_ids = crate::producer_ids::ProducerIdAllocator::open(&config.data_dir)?;
-        let advertised = config.advertised(bound);
+        let advertised = config
+            .effective_listeners()
+            .into_iter()
+            .zip(bound)
+            .map(|(listener, bound)| {
+                let (host, port) = listener
+                    .advertised
+                    .unwrap_or_else(|| (bound.ip().to_string(), bound.port()));
+                (listener.name, host, port)
+            })
+            .collect();
         let groups = crate::groups::GroupCoordinator::open(
             crate::coordinator_store::open_local(
                 &config.data_dir.join(GROUP_LOG_DIR),
@@ -298,6 +311,15 @@ impl Broker {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .allocate()
+    }
+
+    /// The host and port advertised to clients of listener `listener` (the first listener's
+    /// for an index out of range).
+    pub fn advertised_for(&self, listener: usize) -> (&str, u16) {
+        self.advertised
+            .get(listener)
+            .or(self.advertised.first())
+            .map_or(("127.0.0.1", 0), |(_, host, port)| (host.as_str(), *port))
     }
 
     pub fn node_id(&self) -> i32 {

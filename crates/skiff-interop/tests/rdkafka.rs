@@ -246,3 +246,83 @@ async fn transactional_producer_and_read_committed_consumer() {
     drop(producer);
     broker.shutdown().await.expect("clean shutdown");
 }
+
+/// Two listeners: librdkafka bootstrapped on EXTERNAL must be told EXTERNAL's address in
+/// Metadata (INTERNAL's advertised address is a closed port here), and produces and consumes
+/// through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_listener_advertises_its_own_address() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let listener = |name: &str, advertised: Option<(String, u16)>| skiff_broker::ListenerConfig {
+        name: name.into(),
+        addr: "127.0.0.1:0".parse().expect("addr"),
+        advertised,
+    };
+    let config = BrokerConfig {
+        listeners: vec![
+            listener("INTERNAL", Some(("127.0.0.1".into(), 1))),
+            listener("EXTERNAL", None),
+        ],
+        data_dir: dir.path().to_path_buf(),
+        ..Default::default()
+    };
+    let broker = skiff_broker::start(config).await.expect("broker");
+    let external = broker
+        .listener_addrs
+        .iter()
+        .find(|(name, _)| name == "EXTERNAL")
+        .map(|(_, addr)| *addr)
+        .expect("external listener");
+    let mut client = ClientConfig::new();
+    client
+        .set("bootstrap.servers", external.to_string())
+        .set("broker.address.family", "v4")
+        .set("socket.timeout.ms", "10000");
+    let producer: FutureProducer = client
+        .clone()
+        .set("acks", "all")
+        .create()
+        .expect("producer");
+    let delivered = producer
+        .send(
+            FutureRecord::to("ext").key("k").payload("through EXTERNAL"),
+            TIMEOUT,
+        )
+        .await
+        .expect("delivered through the external listener");
+    assert_eq!(delivered.partition, 0);
+    let consumer: BaseConsumer = client
+        .set("group.id", "ext-readers")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let metadata = consumer
+        .fetch_metadata(Some("ext"), TIMEOUT)
+        .expect("metadata");
+    let brokers: Vec<(String, i32)> = metadata
+        .brokers()
+        .iter()
+        .map(|b| (b.host().to_string(), b.port()))
+        .collect();
+    assert_eq!(
+        brokers,
+        vec![("127.0.0.1".to_string(), i32::from(external.port()))]
+    );
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset("ext", 0, Offset::Beginning)
+        .expect("assign");
+    consumer.assign(&assignment).expect("assign");
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let value = loop {
+        assert!(std::time::Instant::now() < deadline, "nothing consumed");
+        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+            let message = message.expect("message");
+            break message.payload().map(|p| p.to_vec()).unwrap_or_default();
+        }
+    };
+    assert_eq!(value, b"through EXTERNAL");
+    drop(consumer);
+    drop(producer);
+    broker.shutdown().await.expect("shutdown");
+}

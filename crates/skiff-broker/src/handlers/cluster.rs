@@ -48,7 +48,7 @@ pub fn handle(ctx: &RequestContext, request: DescribeClusterRequest) -> Response
             );
         }
     }
-    let (host, port) = &broker.advertised;
+    let (host, port) = broker.advertised_for(ctx.listener);
     Response::DescribeCluster(DescribeClusterResponse {
         error_code: error_codes::NONE,
         error_message: None,
@@ -57,8 +57,8 @@ pub fn handle(ctx: &RequestContext, request: DescribeClusterRequest) -> Response
         controller_id: broker.node_id(),
         brokers: vec![DescribeClusterBroker {
             broker_id: broker.node_id(),
-            host: ByteString::from(host.clone()),
-            port: i32::from(*port),
+            host: ByteString::from(host.to_owned()),
+            port: i32::from(port),
             rack: None,
             is_fenced: false,
             ..Default::default()

@@ -39,7 +39,7 @@ fn client_host(ctx: &RequestContext) -> String {
 // FindCoordinator
 
 pub fn find_coordinator(ctx: &RequestContext, request: FindCoordinatorRequest) -> Response {
-    let (host, port) = &ctx.broker.advertised;
+    let (host, port) = ctx.broker.advertised_for(ctx.listener);
     let node = ctx.broker.node_id();
     let answer = |key: &ByteString| -> Coordinator {
         if request.key_type == KEY_TYPE_GROUP || request.key_type == KEY_TYPE_TRANSACTION {
@@ -63,7 +63,7 @@ pub fn find_coordinator(ctx: &RequestContext, request: FindCoordinatorRequest) -
                 key: key.clone(),
                 node_id: node,
                 host: bs(host),
-                port: i32::from(*port),
+                port: i32::from(port),
                 error_code: error_codes::NONE,
                 error_message: None,
                 ..Default::default()

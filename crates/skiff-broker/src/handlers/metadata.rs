@@ -93,12 +93,12 @@ pub fn handle(ctx: &RequestContext, request: MetadataRequest) -> Response {
         }
     };
 
-    let (host, port) = &broker.advertised;
+    let (host, port) = broker.advertised_for(ctx.listener);
     Response::Metadata(MetadataResponse {
         brokers: vec![MetadataResponseBroker {
             node_id: broker.node_id(),
-            host: ByteString::from(host.clone()),
-            port: i32::from(*port),
+            host: ByteString::from(host.to_owned()),
+            port: i32::from(port),
             rack: None,
             ..Default::default()
         }],

@@ -37,6 +37,9 @@ pub(crate) fn bs(s: impl Into<String>) -> skiff_protocol::ByteString {
 /// What a handler knows about the request beyond its body.
 pub struct RequestContext {
     pub broker: Arc<Broker>,
+    /// The listener the request came in on: Metadata, FindCoordinator and DescribeCluster
+    /// answer with that listener's advertised address.
+    pub listener: usize,
     pub version: i16,
     pub client_id: Option<String>,
     /// The connection's KIP-1313 client instance ID, once fixed.
