@@ -167,7 +167,7 @@ pub fn render_metrics(broker: &Broker) -> String {
     );
     gauge(
         "skiff_partitions_offline",
-        "Partitions whose log can no longer promise durability (an fdatasync failed): they answer KAFKA_STORAGE_ERROR until the broker restarts.",
+        "Partitions offline after a disk fault (a failed fdatasync or segment write): they answer KAFKA_STORAGE_ERROR to appends until the broker restarts.",
         "gauge",
         offline,
     );

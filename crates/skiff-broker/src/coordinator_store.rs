@@ -39,13 +39,11 @@ pub struct Opened {
     pub durable: Option<Arc<dyn Durable>>,
 }
 
-impl Opened {
-    /// Waits until the store is durable up to `end`.
-    pub async fn wait(durable: Option<&Arc<dyn Durable>>, end: i64) -> Result<(), LogError> {
-        match durable {
-            Some(d) => d.wait_durable(end).await,
-            None => Ok(()),
-        }
+/// Waits until a store with the waiter `durable` is durable up to `end` (at once without one).
+pub async fn wait_durable(durable: Option<&Arc<dyn Durable>>, end: i64) -> Result<(), LogError> {
+    match durable {
+        Some(d) => d.wait_durable(end).await,
+        None => Ok(()),
     }
 }
 

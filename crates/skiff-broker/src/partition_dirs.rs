@@ -104,6 +104,12 @@ pub struct Found {
     pub marker: Option<Marker>,
 }
 
+/// The directory name of partition `index` of `topic` (`<topic>-<index>`, Kafka's layout);
+/// [`parse_name`] reads it back.
+pub fn dir_name(topic: &str, index: i32) -> String {
+    format!("{topic}-{index}")
+}
+
 /// `<topic>-<index>`: the name a partition directory has, as (topic, index).
 pub fn parse_name(name: &str) -> Option<(&str, i32)> {
     let (topic, index) = name.rsplit_once('-')?;

@@ -131,9 +131,9 @@ pub struct Broker {
     pub config: BrokerConfig,
     pub cluster_id: String,
     /// Host and port given to clients.
-    /// Per listener (in `BrokerConfig::effective_listeners` order): its name and the host and
-    /// port clients connecting to it are told.
-    pub advertised: Vec<(String, String, u16)>,
+    /// Per listener (in `BrokerConfig::effective_listeners` order): the host and port clients
+    /// connecting to it are told.
+    pub advertised: Vec<(String, u16)>,
     meta: RwLock<MetadataStore>,
     topics: RwLock<HashMap<Uuid, Arc<Topic>>>,
     pub metrics: Metrics,
@@ -178,10 +178,9 @@ impl Broker {
             .into_iter()
             .zip(bound)
             .map(|(listener, bound)| {
-                let (host, port) = listener
+                listener
                     .advertised
-                    .unwrap_or_else(|| (bound.ip().to_string(), bound.port()));
-                (listener.name, host, port)
+                    .unwrap_or_else(|| (bound.ip().to_string(), bound.port()))
             })
             .collect();
         let groups = crate::groups::GroupCoordinator::open(
@@ -319,7 +318,7 @@ impl Broker {
         self.advertised
             .get(listener)
             .or(self.advertised.first())
-            .map_or(("127.0.0.1", 0), |(_, host, port)| (host.as_str(), *port))
+            .map_or(("127.0.0.1", 0), |(host, port)| (host.as_str(), *port))
     }
 
     pub fn node_id(&self) -> i32 {
@@ -352,7 +351,9 @@ impl Broker {
     }
 
     fn partition_dir(&self, topic: &str, index: i32) -> PathBuf {
-        self.config.data_dir.join(format!("{topic}-{index}"))
+        self.config
+            .data_dir
+            .join(crate::partition_dirs::dir_name(topic, index))
     }
 
     /// The log settings of a topic, from its effective config and the broker's flush mode.

@@ -87,7 +87,7 @@ pub async fn finish(broker: Arc<Broker>, plan: EndPlan) -> Result<(), ErrorCode>
         let change = inner.state.complete(&plan, now_ms());
         inner.persist_if(change, &plan.transactional_id)?
     };
-    if end >= 0 {
+    if let Some(end) = end {
         broker.txns.wait_durable(end).await?;
     }
     Ok(())

@@ -85,10 +85,12 @@ impl TransactionCoordinator {
 
     /// Waits until the transaction log is durable up to `end` (with `flush = always`).
     pub async fn wait_durable(&self, end: i64) -> Result<(), ErrorCode> {
-        Opened::wait(self.durable.as_ref(), end).await.map_err(|e| {
-            tracing::error!(error = %e, "syncing the transaction log failed");
-            ErrorCode::KAFKA_STORAGE_ERROR
-        })
+        crate::coordinator_store::wait_durable(self.durable.as_ref(), end)
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "syncing the transaction log failed");
+                ErrorCode::KAFKA_STORAGE_ERROR
+            })
     }
 }
 
@@ -113,10 +115,14 @@ impl Inner {
     }
 
     /// Persists `transactional_id` if `change` says it changed.
-    pub fn persist_if(&mut self, change: Change, transactional_id: &str) -> Result<i64, ErrorCode> {
+    pub fn persist_if(
+        &mut self,
+        change: Change,
+        transactional_id: &str,
+    ) -> Result<Persisted, ErrorCode> {
         match change {
-            Change::Changed => self.persist(transactional_id),
-            Change::Unchanged => Ok(-1),
+            Change::Changed => self.persist(transactional_id).map(Some),
+            Change::Unchanged => Ok(None),
         }
     }
 
@@ -146,10 +152,6 @@ impl Inner {
 /// nothing changed, answer at once).
 pub type Persisted = Option<i64>;
 
-fn persisted(end: i64) -> Persisted {
-    (end >= 0).then_some(end)
-}
-
 /// The coordinator's choreography, one method per transaction API: each runs the `skiff-txn`
 /// state machine under the lock and persists what changed; the caller waits for
 /// [`TransactionCoordinator::wait_durable`] before answering, and carries out ends
@@ -171,7 +173,19 @@ impl TransactionCoordinator {
                 .state
                 .init_producer_id(transactional_id, timeout_ms, expected, now, allocate)?;
         let end = inner.persist(transactional_id)?;
-        Ok((outcome, persisted(end)))
+        Ok((outcome, Some(end)))
+    }
+
+    /// Runs one change of the state machine for `transactional_id` under the lock and
+    /// persists it if it changed anything.
+    fn change(
+        &self,
+        transactional_id: &str,
+        change: impl FnOnce(&mut TxnCoordinator) -> Result<Change, ErrorCode>,
+    ) -> Result<Persisted, ErrorCode> {
+        let mut inner = self.lock();
+        let change = change(&mut inner.state)?;
+        inner.persist_if(change, transactional_id)
     }
 
     /// AddPartitionsToTxn (the partitions exist: the caller checked).
@@ -183,12 +197,9 @@ impl TransactionCoordinator {
         partitions: &[TopicPartition],
         now: i64,
     ) -> Result<Persisted, ErrorCode> {
-        let mut inner = self.lock();
-        let change =
-            inner
-                .state
-                .add_partitions(transactional_id, producer_id, epoch, partitions, now)?;
-        inner.persist_if(change, transactional_id).map(persisted)
+        self.change(transactional_id, |state| {
+            state.add_partitions(transactional_id, producer_id, epoch, partitions, now)
+        })
     }
 
     /// AddOffsetsToTxn.
@@ -200,12 +211,9 @@ impl TransactionCoordinator {
         group_id: &str,
         now: i64,
     ) -> Result<Persisted, ErrorCode> {
-        let mut inner = self.lock();
-        let change =
-            inner
-                .state
-                .add_offsets(transactional_id, producer_id, epoch, group_id, now)?;
-        inner.persist_if(change, transactional_id).map(persisted)
+        self.change(transactional_id, |state| {
+            state.add_offsets(transactional_id, producer_id, epoch, group_id, now)
+        })
     }
 
     /// TxnOffsetCommit: the offsets wait in the transaction until it commits.
@@ -218,16 +226,9 @@ impl TransactionCoordinator {
         offsets: Vec<PendingOffset>,
         now: i64,
     ) -> Result<Persisted, ErrorCode> {
-        let mut inner = self.lock();
-        let change = inner.state.commit_offsets(
-            transactional_id,
-            producer_id,
-            epoch,
-            group_id,
-            offsets,
-            now,
-        )?;
-        inner.persist_if(change, transactional_id).map(persisted)
+        self.change(transactional_id, |state| {
+            state.commit_offsets(transactional_id, producer_id, epoch, group_id, offsets, now)
+        })
     }
 
     /// EndTxn: the end to carry out once the prepare is durable, or `None` when this end was
@@ -247,7 +248,7 @@ impl TransactionCoordinator {
         {
             EndOutcome::End(plan) => {
                 let end = inner.persist(transactional_id)?;
-                Ok(Some((plan, persisted(end))))
+                Ok(Some((plan, Some(end))))
             }
             EndOutcome::AlreadyDone => Ok(None),
         }

@@ -3,35 +3,12 @@
 
 mod common;
 
-use common::TestBroker;
+use common::{TestBroker, http_get};
 use skiff_protocol::generated::consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest;
 use skiff_protocol::generated::fetch_request::{FetchPartition, FetchTopic};
 use skiff_protocol::generated::metadata_request::MetadataRequestTopic;
 use skiff_protocol::generated::{ApiVersionsRequest, FetchRequest, MetadataRequest};
 use skiff_protocol::{Response, Uuid};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("write");
-    let mut raw = Vec::new();
-    tokio::time::timeout(common::TIMEOUT, stream.read_to_end(&mut raw))
-        .await
-        .expect("in time")
-        .expect("read");
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
 
 #[tokio::test]
 async fn health_metrics_and_the_client_instance_view() {

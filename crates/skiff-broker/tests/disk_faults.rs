@@ -83,7 +83,10 @@ async fn log_dirs(c: &mut Client) -> Vec<(String, i16, Vec<String>)> {
 
 #[tokio::test]
 async fn a_failed_fdatasync_takes_only_its_partition_offline_until_a_restart() {
-    let tb = TestBroker::start().await;
+    let tb = TestBroker::start_with(|config| {
+        config.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    })
+    .await;
     let mut c = tb.client().await;
     let faulty = create_topic(&mut c, "syncfault").await;
     create_topic(&mut c, "syncfine").await;
@@ -106,6 +109,14 @@ async fn a_failed_fdatasync_takes_only_its_partition_offline_until_a_restart() {
         .partitions[0]
         .clone();
     assert!(partition.is_offline());
+    let admin = tb
+        .running
+        .as_ref()
+        .and_then(|r| r.admin_addr)
+        .expect("admin");
+    let (status, metrics) = common::http_get(admin, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(metrics.contains("skiff_partitions_offline 1"), "{metrics}");
     // Reads of what it holds still work.
     let (read, _) = values(&mut c, "syncfault", faulty).await;
     assert_eq!(read.first().map(|v| &v[..]), Some(&b"kept"[..]));

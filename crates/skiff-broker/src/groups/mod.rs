@@ -477,7 +477,7 @@ impl GroupCoordinator {
 
     /// Waits until the group log is durable up to `end` (with `flush = always`).
     pub async fn wait_durable(&self, end: i64) -> Result<()> {
-        Opened::wait(self.durable.as_ref(), end)
+        crate::coordinator_store::wait_durable(self.durable.as_ref(), end)
             .await
             .context("syncing the group log")
     }

@@ -2,7 +2,7 @@
 //! file system.
 //!
 //! Kafka takes a whole log directory offline when a write in it fails; Skiff takes only the
-//! partition whose log can no longer promise durability. Such a partition is answered as a log
+//! partition the fault hit (a failed fdatasync or segment write). Such a partition is answered as a log
 //! directory of its own, its partition directory, with KAFKA_STORAGE_ERROR (and the partition
 //! named in it), so tools that list offline log directories show what failed; the data
 //! directory's entry lists the partitions that still serve.
@@ -39,7 +39,10 @@ pub fn handle(ctx: &RequestContext, request: DescribeLogDirsRequest) -> Response
             ..Default::default()
         };
         if partition.is_offline() {
-            let dir = data_dir.join(format!("{}-{}", topic.info.name, partition.index));
+            let dir = data_dir.join(crate::partition_dirs::dir_name(
+                &topic.info.name,
+                partition.index,
+            ));
             results.push(DescribeLogDirsResult {
                 error_code: error_codes::KAFKA_STORAGE_ERROR,
                 log_dir: bs(dir.display().to_string()),

@@ -395,13 +395,6 @@ impl Partition {
         }
     }
 
-    /// Number of fdatasync calls made for this partition so far.
-    pub fn sync_count(&self) -> u64 {
-        self.committer
-            .as_ref()
-            .map_or(0, GroupCommitter::sync_count)
-    }
-
     /// Whether the partition is offline: an fdatasync failed (what was written may not be
     /// durable) or a segment write failed (a partial record may sit past the log end). It
     /// answers KAFKA_STORAGE_ERROR to appends until the broker restarts and recovers its log;

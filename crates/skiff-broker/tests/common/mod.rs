@@ -13,7 +13,7 @@ use skiff_protocol::generated::produce_request::{PartitionProduceData, TopicProd
 use skiff_protocol::generated::{FetchRequest, MetadataRequest, ProduceRequest};
 use skiff_protocol::header::{encode_request_frame, parse_response_frame};
 use skiff_protocol::{ApiKey, FrameReader, Request, Response, Uuid};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
@@ -283,4 +283,26 @@ pub fn fetch_request(
         }],
         ..Default::default()
     }
+}
+
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut raw = Vec::new();
+    tokio::time::timeout(TIMEOUT, stream.read_to_end(&mut raw))
+        .await
+        .expect("in time")
+        .expect("read");
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
 }
