@@ -177,6 +177,12 @@ pub fn render_metrics(broker: &Broker) -> String {
         "counter",
         m.connections_accepted.load(Ordering::Relaxed),
     );
+    gauge(
+        "skiff_tls_handshake_failures_total",
+        "Connections closed because their TLS handshake failed or timed out (a plaintext client on a TLS port, an untrusted or missing client certificate).",
+        "counter",
+        m.tls_handshake_failures.load(Ordering::Relaxed),
+    );
     let _ = writeln!(
         out,
         "# HELP skiff_connections_identified_total Connections whose KIP-1313 identity was fixed, by whether it carries an ID.\n# TYPE skiff_connections_identified_total counter"
@@ -191,6 +197,20 @@ pub fn render_metrics(broker: &Broker) -> String {
         "skiff_connections_identified_total{{client_instance_id=\"absent\"}} {}",
         m.connections_without_instance_id.load(Ordering::Relaxed)
     );
+    let _ = writeln!(
+        out,
+        "# HELP skiff_sasl_authentications_total SASL authentications and re-authentications, by result.\n# TYPE skiff_sasl_authentications_total counter"
+    );
+    for (result, counter) in [
+        ("succeeded", &m.sasl_successes),
+        ("failed", &m.sasl_failures),
+    ] {
+        let _ = writeln!(
+            out,
+            "skiff_sasl_authentications_total{{result=\"{result}\"}} {}",
+            counter.load(Ordering::Relaxed)
+        );
+    }
     let _ = writeln!(
         out,
         "# HELP skiff_kip1313_rejections_total Requests rejected for breaking the connection's client instance ID.\n# TYPE skiff_kip1313_rejections_total counter"
@@ -477,7 +497,7 @@ async fn ui(State(broker): State<Arc<Broker>>) -> Html<String> {
         let id = v.client_instance_id.as_deref().unwrap_or("(none)");
         let _ = write!(page, "<h2 id=\"{0}\" class=\"id\">{0}</h2>", escape(id));
         page.push_str(
-            "<table><tr><th>connection</th><th>peer</th><th>since (ms)</th><th>requests</th></tr>",
+            "<table><tr><th>connection</th><th>peer</th><th>listener</th><th>principal</th><th>since (ms)</th><th>requests</th></tr>",
         );
         for c in &v.connections {
             let requests = c
@@ -488,9 +508,11 @@ async fn ui(State(broker): State<Arc<Broker>>) -> Html<String> {
                 .join(", ");
             let _ = write!(
                 page,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 c.id,
                 escape(&c.peer),
+                escape(&c.listener),
+                escape(c.principal.as_deref().unwrap_or("(not authenticated)")),
                 c.connected_since_ms,
                 escape(&requests)
             );

@@ -46,6 +46,10 @@ pub struct Rejection {
 pub struct ConnectionRecord {
     pub id: u64,
     pub peer: String,
+    /// The listener the connection came in on.
+    pub listener: String,
+    /// Who the connection acts as (`User:alice`); `None` until SASL authentication succeeds.
+    pub principal: Option<String>,
     pub client_id: Option<String>,
     pub software_name: Option<String>,
     pub software_version: Option<String>,
@@ -56,10 +60,12 @@ pub struct ConnectionRecord {
 }
 
 impl ConnectionRecord {
-    pub fn new(id: u64, peer: SocketAddr, now_ms: i64) -> Self {
+    pub fn new(id: u64, peer: SocketAddr, listener: &str, now_ms: i64) -> Self {
         ConnectionRecord {
             id,
             peer: peer.to_string(),
+            listener: listener.to_string(),
+            principal: None,
             client_id: None,
             software_name: None,
             software_version: None,
@@ -272,6 +278,7 @@ mod tests {
         let record = registry.register(ConnectionRecord::new(
             7,
             "127.0.0.1:1".parse().expect("addr"),
+            "PLAINTEXT",
             5,
         ));
         record

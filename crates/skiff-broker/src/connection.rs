@@ -12,40 +12,61 @@ use std::sync::atomic::Ordering;
 use futures::future::BoxFuture;
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
-use skiff_protocol::codec::{ChunkChain, ChunkedBuf};
+use skiff_auth::principal::KafkaPrincipal;
+use skiff_protocol::codec::{ChunkChain, ChunkedBuf, WriteBuf};
+use skiff_protocol::generated::{SaslAuthenticateResponse, SaslHandshakeResponse};
 use skiff_protocol::header::encode_response_frame_chunked;
 use skiff_protocol::{
     ApiKey, Frame, FrameError, FrameReader, Request, RequestFrame, RequestHeaderError, Response,
     error_codes,
 };
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{Semaphore, watch};
 
 use crate::handlers::{self, Reply, RequestContext};
 use crate::identity::{ConnectionIdentity, Verdict};
+use crate::security::sasl::{Gate, SaslSession, Step, Verifiers};
+use crate::security::{Listener, ReadHalf, Transport, WriteHalf};
 use crate::state::Broker;
 
 /// Requests read ahead of their responses, per connection (Kafka clients use at most 5).
 const MAX_IN_FLIGHT: usize = 32;
 
-/// A response waiting its turn: (version, correlation ID, response) or nothing for acks=0.
-type Pending = BoxFuture<'static, Option<(i16, i32, Response)>>;
+/// The largest frame a client may send before it authenticates (Kafka's
+/// `sasl.server.max.receive.size` default).
+const PRE_AUTH_MAX_FRAME: usize = 512 * 1024;
 
-/// A connection just accepted: its ID, the index of its listener, the socket and the peer.
+/// A response waiting its turn, or nothing for acks=0.
+type Pending = BoxFuture<'static, Option<Outgoing>>;
+
+/// What goes back to the client. Responses are the common case: boxing them to match the small
+/// variant would cost an allocation per response.
+#[allow(clippy::large_enum_variant)]
+enum Outgoing {
+    /// A Kafka response: (version, correlation ID, response).
+    Response(i16, i32, Response),
+    /// A bare SASL token, after a v0 SaslHandshake.
+    Bare(Vec<u8>),
+}
+
+/// A connection just accepted, its transport in place: its ID, its listener, its byte stream and
+/// the peer.
 pub struct Accepted {
     pub id: u64,
-    pub listener: usize,
-    pub stream: TcpStream,
+    pub listener: Arc<Listener>,
+    pub transport: Transport,
     pub peer: SocketAddr,
 }
 
 pub struct Connection {
-    reader: FrameReader<OwnedReadHalf>,
-    writer: OwnedWriteHalf,
-    /// The index of the listener the connection came in on.
-    listener: usize,
+    reader: FrameReader<ReadHalf>,
+    writer: WriteHalf,
+    /// The listener the connection came in on.
+    listener: Arc<Listener>,
+    /// Who the client is; `None` until SASL says, on SASL listeners.
+    principal: Option<Arc<KafkaPrincipal>>,
+    /// The SASL session, on SASL listeners.
+    sasl: Option<SaslSession>,
     peer: SocketAddr,
     broker: Arc<Broker>,
     shutdown: watch::Receiver<bool>,
@@ -78,7 +99,8 @@ impl Holding<'_> {
 /// What to do with the connection after a request.
 enum Next {
     Continue,
-    Close,
+    /// Close once the responses queued so far are sent (the reason is for the log).
+    Close(&'static str),
 }
 
 impl Connection {
@@ -93,27 +115,38 @@ impl Connection {
         let Accepted {
             id,
             listener,
-            stream,
+            transport,
             peer,
         } = accepted;
-        let (read, write) = stream.into_split();
-        let max = broker.config.socket_request_max_bytes;
+        let Transport {
+            read,
+            write,
+            principal,
+        } = transport;
+        let sasl = listener
+            .protocol
+            .uses_sasl()
+            .then(|| SaslSession::new(listener.sasl_mechanisms.clone()));
+        // Before authentication, frames are capped as Kafka's `sasl.server.max.receive.size`.
+        let max = match sasl {
+            Some(_) => PRE_AUTH_MAX_FRAME.min(broker.config.socket_request_max_bytes),
+            None => broker.config.socket_request_max_bytes,
+        };
         let reader = FrameReader::new(read, max);
         let reader = match budget {
             Some((budget, total)) => reader.with_budget(budget, total),
             None => reader,
         };
-        let record = broker
-            .clients
-            .register(crate::clients::ConnectionRecord::new(
-                id,
-                peer,
-                crate::clock::now_ms(),
-            ));
+        let mut record =
+            crate::clients::ConnectionRecord::new(id, peer, &listener.name, crate::clock::now_ms());
+        record.principal = principal.as_ref().map(ToString::to_string);
+        let record = broker.clients.register(record);
         Connection {
             reader,
             writer: write,
             listener,
+            principal: principal.map(Arc::new),
+            sasl,
             peer,
             broker,
             shutdown,
@@ -160,8 +193,8 @@ impl Connection {
                 frame = self.reader.next_frame(), if can_read => {
                     match frame {
                         Ok(Some(frame)) => {
-                            if let Next::Close = self.on_frame(frame, &mut pending) {
-                                closing = Some("protocol error");
+                            if let Next::Close(reason) = self.on_frame(frame, &mut pending) {
+                                closing = Some(reason);
                             }
                         }
                         Ok(None) => closing = Some("peer closed"),
@@ -182,11 +215,21 @@ impl Connection {
                     let mut out = ChunkedBuf::new();
                     let mut next = Some(done);
                     while let Some(done) = next.take() {
-                        if let Some((version, correlation_id, response)) = done
-                            && let Err(e) = encode_response_frame_chunked(&mut out, &response, version, correlation_id)
-                        {
-                            tracing::error!(error = %e, api = ?response.api_key(), version, "could not encode a response; closing");
-                            return "encode error";
+                        match done {
+                            Some(Outgoing::Response(version, correlation_id, response)) => {
+                                if let Err(e) = encode_response_frame_chunked(&mut out, &response, version, correlation_id) {
+                                    tracing::error!(error = %e, api = ?response.api_key(), version, "could not encode a response; closing");
+                                    return "encode error";
+                                }
+                            }
+                            Some(Outgoing::Bare(token)) => {
+                                let Ok(size) = i32::try_from(token.len()) else {
+                                    return "encode error";
+                                };
+                                out.put_slice(&size.to_be_bytes());
+                                out.put_slice(&token);
+                            }
+                            None => {}
                         }
                         next = pending.next().now_or_never().flatten();
                     }
@@ -211,6 +254,13 @@ impl Connection {
         let Frame { body, budget } = frame;
         let mut pending = Holding { pending, budget };
         let pending = &mut pending;
+        if self
+            .sasl
+            .as_ref()
+            .is_some_and(SaslSession::expects_bare_token)
+        {
+            return self.on_bare_token(&body, pending);
+        }
         let frame = match RequestFrame::parse(body) {
             Ok(frame) => frame,
             Err(RequestHeaderError::UnknownApiKey {
@@ -218,11 +268,11 @@ impl Connection {
                 correlation_id,
             }) => {
                 tracing::info!(api_key, ?correlation_id, "unknown API key; closing");
-                return Next::Close;
+                return Next::Close("unknown API key");
             }
             Err(RequestHeaderError::Malformed(e)) => {
                 tracing::info!(error = %e, "malformed request header; closing");
-                return Next::Close;
+                return Next::Close("malformed request header");
             }
         };
         let api_key = frame.api_key;
@@ -234,12 +284,24 @@ impl Connection {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .count(api_key, frame.header.client_id.as_deref());
 
+        let gate = match &self.sasl {
+            Some(sasl) => sasl.gate(api_key, crate::clock::now_ms()),
+            None if matches!(api_key, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) => {
+                Gate::Sasl
+            }
+            None => Gate::Serve,
+        };
+        if let Gate::Close(reason) = gate {
+            tracing::info!(api = ?api_key, reason, "closing");
+            return Next::Close(reason);
+        }
+
         let supported = self.broker.serves(api_key);
         let version_ok = supported.is_some_and(|(lo, hi)| (lo..=hi).contains(&version));
         if !version_ok && api_key == ApiKey::ApiVersions {
             // Answer with a v0 body listing what is supported, so the client can retry.
             let response = handlers::api_versions::unsupported_version_response(&self.broker);
-            pending.push_back(Box::pin(async move { Some((0, correlation_id, response)) }));
+            respond(pending, 0, correlation_id, response);
             return Next::Continue;
         }
 
@@ -247,7 +309,7 @@ impl Connection {
             Ok(request) => request,
             Err(e) => {
                 tracing::info!(api = ?api_key, version, error = %e, "undecodable request body; closing");
-                return Next::Close;
+                return Next::Close("undecodable request body");
             }
         };
 
@@ -259,9 +321,7 @@ impl Connection {
                 error_codes::UNSUPPORTED_VERSION,
                 Some("this API version is not supported by Skiff"),
             );
-            pending.push_back(Box::pin(async move {
-                Some((version, correlation_id, response))
-            }));
+            respond(pending, version, correlation_id, response);
             return Next::Continue;
         }
 
@@ -314,11 +374,13 @@ impl Connection {
                     error_codes::INVALID_REQUEST,
                     Some(&message),
                 );
-                pending.push_back(Box::pin(async move {
-                    Some((version, correlation_id, response))
-                }));
+                respond(pending, version, correlation_id, response);
                 return Next::Continue;
             }
+        }
+
+        if gate == Gate::Sasl {
+            return self.on_sasl(request, version, correlation_id, pending);
         }
 
         if let Request::ApiVersions(r) = &request
@@ -334,7 +396,7 @@ impl Connection {
 
         let ctx = RequestContext {
             broker: Arc::clone(&self.broker),
-            listener: self.listener,
+            listener: self.listener.index,
             version,
             client_id: frame.header.client_id.as_ref().map(|s| s.to_string()),
             instance_id: self.identity.instance_id(),
@@ -352,18 +414,171 @@ impl Connection {
             },
         };
         match handlers::dispatch(&ctx, request) {
-            Reply::Now(response) => {
-                pending.push_back(Box::pin(async move {
-                    Some((version, correlation_id, response))
-                }));
-            }
+            Reply::Now(response) => respond(pending, version, correlation_id, response),
             Reply::Later(future) => {
                 pending.push_back(Box::pin(async move {
-                    Some((version, correlation_id, future.await))
+                    Some(Outgoing::Response(version, correlation_id, future.await))
                 }));
             }
             Reply::Nothing => pending.push_back(Box::pin(async { None })),
         }
         Next::Continue
     }
+
+    /// SaslHandshake and SaslAuthenticate: the SASL exchange on a SASL listener; elsewhere
+    /// ILLEGAL_SASL_STATE, as Kafka answers.
+    fn on_sasl(
+        &mut self,
+        request: Request,
+        version: i16,
+        correlation_id: i32,
+        pending: &mut Holding<'_>,
+    ) -> Next {
+        let Some(sasl) = self.sasl.as_mut() else {
+            let response = skiff_protocol::error_response::error_response(
+                &request,
+                version,
+                error_codes::ILLEGAL_SASL_STATE,
+                Some("this listener does not use SASL"),
+            );
+            respond(pending, version, correlation_id, response);
+            return Next::Continue;
+        };
+        match request {
+            Request::SaslHandshake(r) => match sasl.handshake(version, &r.mechanism) {
+                Ok(error_code) => {
+                    let response = SaslHandshakeResponse {
+                        error_code,
+                        mechanisms: sasl.mechanisms().map(Into::into).collect(),
+                        ..Default::default()
+                    };
+                    respond(pending, version, correlation_id, response.into());
+                    if error_code == error_codes::NONE {
+                        Next::Continue
+                    } else {
+                        tracing::info!(mechanism = %r.mechanism, "SASL mechanism not enabled; closing");
+                        Next::Close("SASL mechanism not enabled")
+                    }
+                }
+                Err(reason) => Next::Close(reason),
+            },
+            Request::SaslAuthenticate(r) => {
+                let step = self.authenticate(&r.auth_bytes, Some(version));
+                let (error_code, message, bytes, session_lifetime_ms, next) = match step {
+                    Step::Challenge(bytes) => (error_codes::NONE, None, bytes, 0, Next::Continue),
+                    Step::Done {
+                        bytes,
+                        session_lifetime_ms,
+                    } => (
+                        error_codes::NONE,
+                        None,
+                        bytes,
+                        session_lifetime_ms,
+                        Next::Continue,
+                    ),
+                    Step::Failed(message) => (
+                        error_codes::SASL_AUTHENTICATION_FAILED,
+                        Some(message),
+                        Vec::new(),
+                        0,
+                        Next::Close("SASL authentication failed"),
+                    ),
+                };
+                let response = SaslAuthenticateResponse {
+                    error_code,
+                    error_message: message.map(Into::into),
+                    auth_bytes: bytes.into(),
+                    session_lifetime_ms,
+                    ..Default::default()
+                };
+                let delay = self.failure_delay(error_code);
+                pending.push_back(Box::pin(async move {
+                    tokio::time::sleep(delay).await;
+                    Some(Outgoing::Response(version, correlation_id, response.into()))
+                }));
+                next
+            }
+            _ => Next::Close("not a SASL request"),
+        }
+    }
+
+    /// A bare SASL token after a v0 SaslHandshake: answered with a bare token; a failure closes
+    /// the connection without an answer, as Kafka does for such clients.
+    fn on_bare_token(&mut self, token: &[u8], pending: &mut Holding<'_>) -> Next {
+        match self.authenticate(token, None) {
+            Step::Challenge(bytes) | Step::Done { bytes, .. } => {
+                pending.push_back(Box::pin(async move { Some(Outgoing::Bare(bytes)) }));
+                Next::Continue
+            }
+            Step::Failed(_) => {
+                let delay = self.failure_delay(error_codes::SASL_AUTHENTICATION_FAILED);
+                pending.push_back(Box::pin(async move {
+                    tokio::time::sleep(delay).await;
+                    None
+                }));
+                Next::Close("SASL authentication failed")
+            }
+        }
+    }
+
+    /// Runs one SASL token through the session; on success the connection takes the principal
+    /// and the full frame size limit.
+    fn authenticate(&mut self, token: &[u8], version: Option<i16>) -> Step {
+        let Some(sasl) = self.sasl.as_mut() else {
+            return Step::Failed("this listener does not use SASL".into());
+        };
+        let Some(nonce) = crate::security::nonce() else {
+            return Step::Failed("the broker has no randomness for a SASL nonce".into());
+        };
+        let security = &self.broker.security;
+        let credentials = security.credentials();
+        let verifiers = Verifiers {
+            credentials: &credentials,
+            oauth: security.oauth.as_ref(),
+            max_reauth_ms: self.broker.config.security.max_reauth_ms,
+        };
+        let step = sasl.authenticate(token, version, &verifiers, &nonce, crate::clock::now_ms());
+        drop(credentials);
+        let metrics = &self.broker.metrics;
+        match &step {
+            Step::Challenge(_) => {}
+            Step::Done { .. } => {
+                metrics.sasl_successes.fetch_add(1, Ordering::Relaxed);
+                if let Some(done) = sasl.authenticated() {
+                    let principal = done.principal.clone();
+                    tracing::info!(%principal, mechanism = done.mechanism.name(), "SASL authenticated");
+                    self.record
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .principal = Some(principal.to_string());
+                    self.principal = Some(Arc::new(principal));
+                    self.reader
+                        .set_max_frame_size(self.broker.config.socket_request_max_bytes);
+                }
+            }
+            Step::Failed(message) => {
+                metrics.sasl_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(%message, "SASL authentication failed; closing");
+            }
+        }
+        step
+    }
+
+    /// How long a failed authentication's answer waits (`connection.failed.authentication.delay.ms`).
+    fn failure_delay(&self, error_code: i16) -> std::time::Duration {
+        if error_code == error_codes::SASL_AUTHENTICATION_FAILED {
+            std::time::Duration::from_millis(
+                self.broker.config.security.failed_authentication_delay_ms,
+            )
+        } else {
+            std::time::Duration::ZERO
+        }
+    }
+}
+
+/// Queues a response that is ready now.
+fn respond(pending: &mut Holding<'_>, version: i16, correlation_id: i32, response: Response) {
+    pending.push_back(Box::pin(async move {
+        Some(Outgoing::Response(version, correlation_id, response))
+    }));
 }

@@ -20,6 +20,7 @@ pub mod otlp;
 pub mod partition;
 mod partition_dirs;
 mod producer_ids;
+mod security;
 mod server;
 mod shutdown;
 mod state;
@@ -27,7 +28,10 @@ mod txn_end;
 mod txns;
 pub mod versions;
 
-pub use config::{BrokerConfig, FlushMode, ListenerConfig, Overrides};
+pub use config::{
+    BrokerConfig, ClientAuth, FlushMode, ListenerConfig, Overrides, SaslMechanism, SecurityConfig,
+    SecurityProtocol, TlsProtocol, TlsSettings,
+};
 pub use partition::{Partition, Topic};
 pub use server::{RunningBroker, start};
 pub use state::Broker;

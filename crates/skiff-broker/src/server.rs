@@ -15,6 +15,7 @@ use tracing::Instrument;
 
 use crate::config::{BrokerConfig, FlushMode};
 use crate::connection::{Accepted, Connection};
+use crate::security::Listener;
 use crate::shutdown::stopped;
 use crate::state::Broker;
 
@@ -56,7 +57,10 @@ impl RunningBroker {
 pub async fn start(config: BrokerConfig) -> Result<RunningBroker> {
     let mut listeners = Vec::new();
     let mut listener_addrs = Vec::new();
-    for listener in config.effective_listeners() {
+    let mut security = Vec::new();
+    for (index, listener) in config.effective_listeners().into_iter().enumerate() {
+        let oauth = config.security.oauth.is_some();
+        security.push(Arc::new(Listener::open(index, &listener, oauth)?));
         let bound = TcpListener::bind(listener.addr)
             .await
             .with_context(|| format!("binding listener {} at {}", listener.name, listener.addr))?;
@@ -74,7 +78,11 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker> {
         None => None,
     };
     let admin_addr = admin.as_ref().map(|(addr, _)| *addr);
-    let task = tokio::spawn(serve(listeners, Arc::clone(&broker), shutdown_rx));
+    let task = tokio::spawn(serve(
+        listeners.into_iter().zip(security).collect(),
+        Arc::clone(&broker),
+        shutdown_rx,
+    ));
     tracing::info!(
         listen = %local_addr,
         listeners = ?listener_addrs,
@@ -121,7 +129,7 @@ async fn accept_loop(
 }
 
 async fn serve(
-    listeners: Vec<TcpListener>,
+    listeners: Vec<(TcpListener, Arc<Listener>)>,
     broker: Arc<Broker>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<()> {
@@ -141,13 +149,28 @@ async fn serve(
     let maintenance = tokio::spawn(maintenance(Arc::clone(&broker), shutdown.clone()));
     let group_timers = tokio::spawn(group_timers(Arc::clone(&broker), shutdown.clone()));
     let txn_timers = tokio::spawn(txn_timers(Arc::clone(&broker), shutdown.clone()));
+    let oauth_keys = tokio::spawn({
+        let broker = Arc::clone(&broker);
+        let shutdown = shutdown.clone();
+        async move {
+            if let Some(oauth) = &broker.security.oauth {
+                oauth.keep_fresh(shutdown).await;
+            }
+        }
+    });
+    let security: Vec<Arc<Listener>> = listeners.iter().map(|(_, l)| Arc::clone(l)).collect();
+    let certificates = tokio::spawn(crate::security::reload_certificates(
+        security.clone(),
+        Duration::from_millis(broker.config.security.tls_reload_interval_ms),
+        shutdown.clone(),
+    ));
     // One accept task per listener; the loop below takes connections from all of them, one
     // permit of the connection cap each, before accepting the next.
     let (accepted_tx, mut accepted_rx) = mpsc::channel(1);
     let acceptors: Vec<_> = listeners
         .into_iter()
         .enumerate()
-        .map(|(index, listener)| {
+        .map(|(index, (listener, _))| {
             tokio::spawn(accept_loop(
                 index,
                 listener,
@@ -167,8 +190,11 @@ async fn serve(
             accepted = accepted_rx.recv() => accepted,
             _ = stopped(&mut shutdown) => break,
         };
-        let Some((listener, accepted)) = accepted else {
+        let Some((index, accepted)) = accepted else {
             break;
+        };
+        let Some(listener) = security.get(index).cloned() else {
+            continue;
         };
         let (stream, peer) = match accepted {
             Ok(pair) => pair,
@@ -183,25 +209,41 @@ async fn serve(
             "conn",
             id,
             peer = %peer,
+            listener = %listener.name,
             client_instance_id = tracing::field::Empty
         );
-        let connection = Connection::new(
-            Accepted {
-                id,
-                listener,
-                stream,
-                peer,
-            },
-            Arc::clone(&broker),
-            shutdown.clone(),
-            span.clone(),
-            budget.clone(),
-        );
+        let broker = Arc::clone(&broker);
+        let shutdown = shutdown.clone();
+        let budget = budget.clone();
         let done = done_tx.clone();
-        let kill = kill_rx.clone();
+        let mut kill = kill_rx.clone();
+        let connection_span = span.clone();
         tokio::spawn(
             async move {
-                connection.run(kill).await;
+                let transport = tokio::select! {
+                    transport = crate::security::accept(&listener, stream) => transport,
+                    _ = stopped(&mut kill) => return,
+                };
+                match transport {
+                    Ok(transport) => {
+                        let accepted = Accepted {
+                            id,
+                            listener,
+                            transport,
+                            peer,
+                        };
+                        Connection::new(accepted, broker, shutdown, connection_span, budget)
+                            .run(kill)
+                            .await;
+                    }
+                    Err(e) => {
+                        broker
+                            .metrics
+                            .tls_handshake_failures
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(error = %format!("{e:#}"), "connection refused");
+                    }
+                }
                 drop(permit);
                 drop(done);
             }
@@ -233,6 +275,8 @@ async fn serve(
         let _ = done_rx.recv().await;
     }
     maintenance.abort();
+    certificates.abort();
+    oauth_keys.abort();
     group_timers.abort();
     txn_timers.abort();
     let flushing = Arc::clone(&broker);

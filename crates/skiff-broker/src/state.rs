@@ -78,6 +78,11 @@ impl crate::groups::TopicsSource for Broker {
 pub struct Metrics {
     pub connections_accepted: AtomicU64,
     pub connections_open: AtomicU64,
+    /// Connections closed because the TLS handshake failed (or timed out).
+    pub tls_handshake_failures: AtomicU64,
+    /// SASL authentications (and re-authentications) that succeeded, and that failed.
+    pub sasl_successes: AtomicU64,
+    pub sasl_failures: AtomicU64,
     pub connections_with_instance_id: AtomicU64,
     pub connections_without_instance_id: AtomicU64,
     pub identity_rejections: [AtomicU64; 3],
@@ -89,6 +94,9 @@ impl Default for Metrics {
         Metrics {
             connections_accepted: AtomicU64::new(0),
             connections_open: AtomicU64::new(0),
+            tls_handshake_failures: AtomicU64::new(0),
+            sasl_successes: AtomicU64::new(0),
+            sasl_failures: AtomicU64::new(0),
             connections_with_instance_id: AtomicU64::new(0),
             connections_without_instance_id: AtomicU64::new(0),
             identity_rejections: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -130,7 +138,6 @@ impl Metrics {
 pub struct Broker {
     pub config: BrokerConfig,
     pub cluster_id: String,
-    /// Host and port given to clients.
     /// Per listener (in `BrokerConfig::effective_listeners` order): the host and port clients
     /// connecting to it are told.
     pub advertised: Vec<(String, u16)>,
@@ -155,6 +162,8 @@ pub struct Broker {
     /// The segment files' descriptors, shared by every partition and bounded
     /// (`log.open.files.max`): idle partitions hold none.
     pub files: skiff_log::FileCacheHandle,
+    /// Credentials and the OAuth key set.
+    pub(crate) security: crate::security::SecurityState,
 }
 
 impl Broker {
@@ -199,6 +208,7 @@ impl Broker {
             config.transactions,
         )?;
         let telemetry = crate::state::open_telemetry(&config)?;
+        let security = crate::security::SecurityState::open(&config)?;
         let open_files_max = config
             .log_open_files_max
             .unwrap_or_else(default_open_files_max);
@@ -223,6 +233,7 @@ impl Broker {
             otlp,
             started_ms: now_ms(),
             files: skiff_log::FileCacheHandle(skiff_log::FileCache::new(open_files_max)),
+            security,
         });
         let infos: Vec<TopicInfo> = broker.meta().topics().cloned().collect();
         // The markers the scan read: each partition directory is read once at start.

@@ -45,6 +45,10 @@ pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::DescribeProducers => (0, 0),
         ApiKey::DescribeTransactions => (0, 0),
         ApiKey::ListTransactions => (0, 1),
+        ApiKey::SaslHandshake => (0, 1),
+        ApiKey::SaslAuthenticate => (0, 2),
+        ApiKey::DescribeUserScramCredentials => (0, 0),
+        ApiKey::AlterUserScramCredentials => (0, 0),
         _ => return None,
     })
 }

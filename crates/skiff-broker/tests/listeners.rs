@@ -55,16 +55,12 @@ async fn told(c: &mut Client) -> Vec<(String, i32)> {
 async fn each_listener_answers_with_its_own_advertised_address() {
     let tb = TestBroker::start_with(|config| {
         config.listeners = vec![
-            ListenerConfig {
-                name: "INTERNAL".into(),
-                addr: "127.0.0.1:0".parse().expect("addr"),
-                advertised: Some(("internal.example".into(), 19092)),
-            },
-            ListenerConfig {
-                name: "EXTERNAL".into(),
-                addr: "127.0.0.1:0".parse().expect("addr"),
-                advertised: None,
-            },
+            ListenerConfig::plaintext(
+                "INTERNAL",
+                "127.0.0.1:0".parse().expect("addr"),
+                Some(("internal.example".into(), 19092)),
+            ),
+            ListenerConfig::plaintext("EXTERNAL", "127.0.0.1:0".parse().expect("addr"), None),
         ];
     })
     .await;

@@ -253,10 +253,12 @@ async fn transactional_producer_and_read_committed_consumer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_listener_advertises_its_own_address() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let listener = |name: &str, advertised: Option<(String, u16)>| skiff_broker::ListenerConfig {
-        name: name.into(),
-        addr: "127.0.0.1:0".parse().expect("addr"),
-        advertised,
+    let listener = |name: &str, advertised: Option<(String, u16)>| {
+        skiff_broker::ListenerConfig::plaintext(
+            name,
+            "127.0.0.1:0".parse().expect("addr"),
+            advertised,
+        )
     };
     let config = BrokerConfig {
         listeners: vec![

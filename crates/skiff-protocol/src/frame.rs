@@ -82,6 +82,12 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         self
     }
 
+    /// Changes the largest frame accepted from now on (a SASL listener accepts only small frames
+    /// before the client authenticates).
+    pub fn set_max_frame_size(&mut self, max_frame_size: usize) {
+        self.max_frame_size = max_frame_size;
+    }
+
     /// The declared size of the frame at the front of the buffer, once its 4 bytes are in.
     fn declared_size(&self) -> Result<Option<usize>, FrameError> {
         let Some(mut size_bytes) = self.buffer.get(..4) else {

@@ -25,6 +25,7 @@ pub mod produce;
 pub mod producer_id;
 pub mod records_admin;
 pub mod resources;
+pub mod scram;
 pub mod telemetry;
 pub mod topics;
 pub mod txn;
@@ -124,6 +125,8 @@ pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
         Request::DescribeProducers(r) => txn::describe_producers(ctx, r).into(),
         Request::DescribeTransactions(r) => txn::describe_transactions(ctx, r).into(),
         Request::ListTransactions(r) => txn::list_transactions(ctx, r).into(),
+        Request::DescribeUserScramCredentials(r) => scram::describe(ctx, r).into(),
+        Request::AlterUserScramCredentials(r) => scram::alter(ctx, r).into(),
         other => {
             // Unreachable in practice: the connection checks `supported_versions` first.
             skiff_protocol::error_response::error_response(

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -15,7 +17,6 @@ use skiff_protocol::header::{encode_request_frame, parse_response_frame};
 use skiff_protocol::{ApiKey, FrameReader, Request, Response, Uuid};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 /// How long any single wait in a test may take before the test fails.
 pub const TIMEOUT: Duration = Duration::from_secs(20);
@@ -98,8 +99,8 @@ impl TestBroker {
 
 /// A raw Kafka protocol client: one request at a time or pipelined.
 pub struct Client {
-    reader: FrameReader<OwnedReadHalf>,
-    writer: OwnedWriteHalf,
+    reader: FrameReader<Box<dyn tokio::io::AsyncRead + Send + Unpin>>,
+    writer: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
     next_correlation_id: i32,
     pub client_id: Option<String>,
     /// The KIP-1313 ID put in every v2 header (None = absent).
@@ -113,9 +114,17 @@ impl Client {
             .expect("connect in time")
             .expect("connect");
         let (read, write) = stream.into_split();
+        Client::over(read, write)
+    }
+
+    /// A client over any byte stream (a TLS one, say).
+    pub fn over(
+        read: impl tokio::io::AsyncRead + Send + Unpin + 'static,
+        write: impl tokio::io::AsyncWrite + Send + Unpin + 'static,
+    ) -> Client {
         Client {
-            reader: FrameReader::new(read, 256 * 1024 * 1024),
-            writer: write,
+            reader: FrameReader::new(Box::new(read), 256 * 1024 * 1024),
+            writer: Box::new(write),
             next_correlation_id: 1,
             client_id: Some("skiff-test".into()),
             instance_id: None,

@@ -11,6 +11,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
+mod security;
+pub use security::{
+    ClientAuth, OauthSettings, SaslMechanism, SecurityConfig, SecurityProtocol, TlsProtocol,
+    TlsSettings,
+};
+
 /// Where the admin HTTP listener goes unless `admin.listen` says otherwise.
 pub const DEFAULT_ADMIN_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
     std::net::Ipv4Addr::LOCALHOST,
@@ -41,10 +47,27 @@ pub struct ListenerConfig {
     pub addr: SocketAddr,
     /// From `advertised.listeners`; the bound address when absent.
     pub advertised: Option<(String, u16)>,
+    /// From `listener.security.protocol.map`.
+    pub protocol: SecurityProtocol,
+    /// SSL and SASL_SSL listeners: the TLS settings.
+    pub tls: Option<TlsSettings>,
+    /// SASL_PLAINTEXT and SASL_SSL listeners: `sasl.enabled.mechanisms`.
+    pub sasl_mechanisms: Vec<SaslMechanism>,
 }
 
-/// The security protocols of Kafka's `listener.security.protocol.map`.
-const SECURITY_PROTOCOLS: [&str; 4] = ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"];
+impl ListenerConfig {
+    /// A PLAINTEXT listener.
+    pub fn plaintext(name: &str, addr: SocketAddr, advertised: Option<(String, u16)>) -> Self {
+        ListenerConfig {
+            name: name.to_string(),
+            addr,
+            advertised,
+            protocol: SecurityProtocol::Plaintext,
+            tls: None,
+            sasl_mechanisms: Vec::new(),
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -101,6 +124,8 @@ pub struct BrokerConfig {
     /// Transaction coordinator settings (`transaction.max.timeout.ms`,
     /// `transactional.id.expiration.ms`).
     pub transactions: skiff_txn::TxnConfig,
+    /// Authentication settings shared by the listeners.
+    pub security: SecurityConfig,
     /// Every other key: static Kafka broker configs, validated by `skiff-meta`.
     pub kafka: BTreeMap<String, String>,
 }
@@ -128,6 +153,7 @@ impl Default for BrokerConfig {
             telemetry_otlp_endpoint: None,
             groups: skiff_group::GroupConfig::default(),
             transactions: skiff_txn::TxnConfig::default(),
+            security: SecurityConfig::default(),
             kafka: BTreeMap::new(),
         }
     }
@@ -209,6 +235,8 @@ impl BrokerConfig {
             }
             None => {}
         }
+        security::take_listener_security(&mut entries, &mut config.listeners)?;
+        config.security = security::take_security(&mut entries)?;
         if let Some(v) = entries.remove("data.dir") {
             if v.trim().is_empty() {
                 bail!("data.dir must not be empty");
@@ -312,11 +340,11 @@ impl BrokerConfig {
     /// The listeners to bind, in order: `listeners`, or one PLAINTEXT listener at `listen`.
     pub fn effective_listeners(&self) -> Vec<ListenerConfig> {
         if self.listeners.is_empty() {
-            vec![ListenerConfig {
-                name: "PLAINTEXT".into(),
-                addr: self.listen,
-                advertised: self.advertise.clone(),
-            }]
+            vec![ListenerConfig::plaintext(
+                "PLAINTEXT",
+                self.listen,
+                self.advertise.clone(),
+            )]
         } else {
             self.listeners.clone()
         }
@@ -347,16 +375,14 @@ fn parse_listener_entry(entry: &str, key: &str) -> Result<(String, String, u16)>
 }
 
 /// Parses Kafka's `listeners`, `advertised.listeners` and `listener.security.protocol.map`.
-/// Only PLAINTEXT listeners are served so far: a listener mapped to SSL or SASL is refused with
-/// a message, never bound in the clear.
 fn parse_listeners(
     list: &str,
     advertised: Option<&str>,
     protocol_map: Option<&str>,
 ) -> Result<Vec<ListenerConfig>> {
-    let mut protocols: BTreeMap<String, String> = SECURITY_PROTOCOLS
+    let mut protocols: BTreeMap<String, SecurityProtocol> = SecurityProtocol::ALL
         .iter()
-        .map(|p| (p.to_string(), p.to_string()))
+        .map(|p| (p.name().to_string(), *p))
         .collect();
     if let Some(map) = protocol_map {
         protocols.clear();
@@ -364,13 +390,13 @@ fn parse_listeners(
             let (name, protocol) = pair.split_once(':').with_context(|| {
                 format!("listener.security.protocol.map: {pair:?} is not NAME:PROTOCOL")
             })?;
-            let protocol = protocol.trim().to_ascii_uppercase();
-            if !SECURITY_PROTOCOLS.contains(&protocol.as_str()) {
-                bail!(
-                    "listener.security.protocol.map: {protocol:?} is not one of {}",
-                    SECURITY_PROTOCOLS.join(", ")
-                );
-            }
+            let protocol = SecurityProtocol::parse(protocol).with_context(|| {
+                format!(
+                    "listener.security.protocol.map: {:?} is not one of {}",
+                    protocol.trim(),
+                    SecurityProtocol::ALL.map(SecurityProtocol::name).join(", ")
+                )
+            })?;
             protocols.insert(name.trim().to_ascii_uppercase(), protocol);
         }
     }
@@ -384,22 +410,15 @@ fn parse_listeners(
                 format!("listeners: {entry:?}: the host must be an IP address (or empty for all)")
             })?
         };
-        let protocol = protocols.get(&name).with_context(|| {
+        let protocol = *protocols.get(&name).with_context(|| {
             format!("listeners: {name} has no security protocol in listener.security.protocol.map")
         })?;
-        if protocol != "PLAINTEXT" {
-            bail!(
-                "listeners: {name} uses {protocol}, which this version of Skiff does not serve yet \
-                 (only PLAINTEXT listeners)"
-            );
-        }
         if listeners.iter().any(|l| l.name == name) {
             bail!("listeners: {name} is listed twice");
         }
         listeners.push(ListenerConfig {
-            name,
-            addr: SocketAddr::new(ip, port),
-            advertised: None,
+            protocol,
+            ..ListenerConfig::plaintext(&name, SocketAddr::new(ip, port), None)
         });
     }
     if listeners.is_empty() {
@@ -725,16 +744,16 @@ shutdown.timeout.ms = 0
         assert_eq!(
             listeners,
             vec![
-                ListenerConfig {
-                    name: "PLAINTEXT".into(),
-                    addr: "127.0.0.1:9092".parse().expect("addr"),
-                    advertised: None,
-                },
-                ListenerConfig {
-                    name: "INTERNAL".into(),
-                    addr: "0.0.0.0:9094".parse().expect("addr"),
-                    advertised: Some(("broker-1.example".into(), 19094)),
-                },
+                ListenerConfig::plaintext(
+                    "PLAINTEXT",
+                    "127.0.0.1:9092".parse().expect("addr"),
+                    None
+                ),
+                ListenerConfig::plaintext(
+                    "INTERNAL",
+                    "0.0.0.0:9094".parse().expect("addr"),
+                    Some(("broker-1.example".into(), 19094)),
+                ),
             ]
         );
         // Without `listeners`: one PLAINTEXT listener at `listen` / `advertise`.
@@ -743,25 +762,81 @@ shutdown.timeout.ms = 0
                 .expect("valid");
         assert_eq!(
             listeners,
-            vec![ListenerConfig {
-                name: "PLAINTEXT".into(),
-                addr: "127.0.0.1:7000".parse().expect("addr"),
-                advertised: Some(("kafka.example".into(), 7001)),
-            }]
+            vec![ListenerConfig::plaintext(
+                "PLAINTEXT",
+                "127.0.0.1:7000".parse().expect("addr"),
+                Some(("kafka.example".into(), 7001)),
+            )]
         );
+    }
+
+    #[test]
+    fn listener_security_keys_are_read_per_listener_then_shared() {
+        let config = BrokerConfig::from_entries(
+            flatten_toml(
+                "listeners = \"SASL_SSL://127.0.0.1:9093,SSL://127.0.0.1:9094,CLEAR://127.0.0.1:9095\"\n\
+                 listener.security.protocol.map = \"SASL_SSL:SASL_SSL,SSL:SSL,CLEAR:SASL_PLAINTEXT\"\n\
+                 ssl.keystore.location = \"/etc/skiff/broker.pem\"\n\
+                 ssl.keystore.type = \"PEM\"\n\
+                 \"listener.name.ssl.ssl.client.auth\" = \"required\"\n\
+                 \"listener.name.ssl.ssl.truststore.location\" = \"/etc/skiff/ca.pem\"\n\
+                 ssl.enabled.protocols = \"TLSv1.3\"\n\
+                 sasl.enabled.mechanisms = \"SCRAM-SHA-512\"\n\
+                 \"listener.name.clear.sasl.enabled.mechanisms\" = \"PLAIN, SCRAM-SHA-256\"\n\
+                 connections.max.reauth.ms = 60000\n",
+            )
+            .expect("toml"),
+        )
+        .expect("valid");
+        let [sasl_ssl, ssl, clear] = &config.listeners[..] else {
+            panic!("three listeners: {:?}", config.listeners);
+        };
+        let tls = sasl_ssl.tls.as_ref().expect("SASL_SSL has TLS");
+        assert_eq!(tls.keystore, PathBuf::from("/etc/skiff/broker.pem"));
+        assert_eq!(tls.client_auth, ClientAuth::None);
+        assert_eq!(tls.protocols, vec![TlsProtocol::V13]);
+        assert_eq!(sasl_ssl.sasl_mechanisms, vec![SaslMechanism::ScramSha512]);
+        let tls = ssl.tls.as_ref().expect("SSL has TLS");
+        assert_eq!(tls.client_auth, ClientAuth::Required);
+        assert_eq!(tls.truststore, Some(PathBuf::from("/etc/skiff/ca.pem")));
+        assert!(ssl.sasl_mechanisms.is_empty());
+        assert_eq!(clear.protocol, SecurityProtocol::SaslPlaintext);
+        assert!(clear.tls.is_none());
+        assert_eq!(
+            clear.sasl_mechanisms,
+            vec![SaslMechanism::Plain, SaslMechanism::ScramSha256]
+        );
+        assert_eq!(config.security.max_reauth_ms, 60_000);
+        // Every security key was taken: none is left for the Kafka config registry.
+        assert!(config.kafka.is_empty(), "{:?}", config.kafka);
     }
 
     #[test]
     fn listener_mistakes_and_unserved_protocols_are_refused_with_a_message() {
         for (toml, says) in [
-            ("listeners = \"SSL://127.0.0.1:9093\"", "does not serve yet"),
             (
-                "listeners = \"SASL_SSL://127.0.0.1:9093\"",
-                "does not serve yet",
+                "listeners = \"SSL://127.0.0.1:9093\"",
+                "ssl.keystore.location is needed",
             ),
             (
-                "listeners = \"X://127.0.0.1:1\"\nlistener.security.protocol.map = \"X:SASL_PLAINTEXT\"",
-                "does not serve yet",
+                "listeners = \"X://127.0.0.1:1\"\nlistener.security.protocol.map = \"X:SASL_SSL\"\nlistener.name.x.ssl.keystore.location = \"k.pem\"\nlistener.name.x.sasl.enabled.mechanisms = \"GSSAPI\"",
+                "is not served",
+            ),
+            (
+                "listeners = \"SSL://127.0.0.1:1\"\nssl.keystore.location = \"k.pem\"\nssl.keystore.type = \"JKS\"",
+                "PEM files only",
+            ),
+            (
+                "listeners = \"SSL://127.0.0.1:1\"\nssl.keystore.location = \"k.pem\"\nssl.client.auth = \"required\"",
+                "needs ssl.truststore.location",
+            ),
+            (
+                "listeners = \"SSL://127.0.0.1:1\"\nssl.keystore.location = \"k.pem\"\nssl.enabled.protocols = \"TLSv1.1\"",
+                "not TLSv1.2 or TLSv1.3",
+            ),
+            (
+                "listeners = \"SSL://127.0.0.1:1\"\nssl.keystore.location = \"k.pem\"\nlistener.name.other.ssl.client.auth = \"none\"",
+                "not a key Skiff reads per listener",
             ),
             (
                 "listeners = \"CUSTOM://127.0.0.1:1\"",
