@@ -324,3 +324,90 @@ def test_kcat_sasl_ssl_scram(secure, pki):
                        timeout=30)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["a", "b", "c"]
+
+
+class AuthzBroker(SecureBroker):
+    """The secure broker with the ACL authorizer on; ``admin`` is a super user."""
+
+    def __init__(self, binary: Path, d: Path, pki: Pki):
+        super().__init__(binary, d, pki)
+        with open(self.config, "a") as f:
+            f.write('authorizer = "standard"\n"super.users" = "User:admin;User:ANONYMOUS"\n')
+
+
+@pytest.fixture(scope="module")
+def authz(pki, tmp_path_factory) -> AuthzBroker:
+    b = AuthzBroker(_require_binary(), tmp_path_factory.mktemp("authz"), pki)
+    _LIVE.append(b)
+    try:
+        b.start()
+        from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                           UserScramCredentialUpsertion)
+
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        upserts = [UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                                                pw.encode()) for user, pw in {**USERS, "admin": "admin-pw"}.items()]
+        for future in admin.alter_user_scram_credentials(upserts).values():
+            future.result(timeout=20)
+        yield b
+    finally:
+        b.stop()
+        _LIVE.remove(b)
+
+
+def test_confluent_acls_decide_what_alice_may_do(authz, pki):
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
+                                       AdminClient, NewTopic, ResourcePatternType, ResourceType)
+
+    admin = AdminClient({"bootstrap.servers": authz.addr("SASL_SSL"),
+                         **sasl_conf(pki, "SCRAM-SHA-512", "admin", "admin-pw")})
+    suffix = uuid.uuid4().hex[:8]
+    allowed, denied, group = f"orders-{suffix}", f"secret-{suffix}", f"g-{suffix}"
+    for future in admin.create_topics([NewTopic(allowed, 1), NewTopic(denied, 1)]).values():
+        future.result(timeout=20)
+    acls = [
+        AclBinding(ResourceType.TOPIC, "orders-", ResourcePatternType.PREFIXED, "User:alice", "*",
+                   AclOperation.WRITE, AclPermissionType.ALLOW),
+        AclBinding(ResourceType.TOPIC, "orders-", ResourcePatternType.PREFIXED, "User:alice", "*",
+                   AclOperation.READ, AclPermissionType.ALLOW),
+    ]
+    for future in admin.create_acls(acls).values():
+        future.result(timeout=20)
+    found = admin.describe_acls(AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.ANY, "User:alice",
+                                                 None, AclOperation.ANY, AclPermissionType.ANY)).result(timeout=20)
+    assert sorted(str(b.operation) for b in found) == sorted(str(b.operation) for b in acls)
+
+    # alice writes where an ACL says so, and nowhere else.
+    log: list = []
+    p = producer(authz.addr("SASL_SSL"), **sasl_conf(pki, "SCRAM-SHA-512", "alice"))
+    p.produce(allowed, value=b"ok", on_delivery=lambda err, msg: log.append(err))
+    p.produce(denied, value=b"no", on_delivery=lambda err, msg: log.append(err))
+    p.flush(20)
+    codes = sorted(str(e.code()) if e else "ok" for e in log)
+    assert codes == sorted(["ok", str(KafkaError.TOPIC_AUTHORIZATION_FAILED)]), log
+
+    # Reading in a group needs READ on the group too.
+    errors: list = []
+    c = consumer(authz.addr("SASL_SSL"), **{"group.id": group, "auto.offset.reset": "earliest",
+                                           "error_cb": errors.append,
+                                           **sasl_conf(pki, "SCRAM-SHA-512", "alice")})
+    try:
+        c.subscribe([allowed])
+        deadline = time.monotonic() + 20
+        seen_group_error = False
+        while time.monotonic() < deadline and not seen_group_error:
+            m = c.poll(0.5)
+            if m is not None and m.error() is not None:
+                seen_group_error = m.error().code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+            seen_group_error = seen_group_error or any(
+                e.code() == KafkaError.GROUP_AUTHORIZATION_FAILED for e in errors)
+        assert seen_group_error, errors
+    finally:
+        c.close()
+
+    deleted = admin.delete_acls([AclBindingFilter(ResourceType.TOPIC, "orders-", ResourcePatternType.PREFIXED,
+                                                  "User:alice", None, AclOperation.ANY,
+                                                  AclPermissionType.ANY)])
+    for future in deleted.values():
+        assert len(future.result(timeout=20)) == 2

@@ -2,59 +2,325 @@
 //! `/metrics`, and the client-instance view `/clients`, `/clients/{id}` (JSON) and `/ui/clients`
 //! (a small HTML page, no scripts from anywhere else).
 //!
+//! Off loopback the listener must be protected, or the broker does not start: TLS
+//! (`admin.ssl.*`, the listener TLS keys) and a bearer token (`admin.token.file`) that every
+//! route but `/health` asks for. Both files are read again when they change (every
+//! `ssl.reload.interval.ms`), so certificates and tokens rotate without a restart.
+//!
 //! Everything about one client instance is shown under its KIP-1313 ID: its connections, their
 //! requests, its KIP-1313 rejections, its group memberships. Clients without an ID are listed
 //! one per connection.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::{StatusCode, header};
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Json, Response};
 use axum::routing::get;
+use axum::serve::Listener;
 use serde::Serialize;
 use skiff_protocol::{ApiKey, Uuid};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use subtle::ConstantTimeEq;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_rustls::server::TlsStream;
 
 use crate::clients::{ConnectionRecord, Rejection};
 use crate::clock::now_ms;
+use crate::config::SecurityConfig;
 use crate::groups::Group;
 use crate::identity::RejectReason;
+use crate::security::tls::TlsServer;
+use crate::shutdown::stopped;
 use crate::state::Broker;
 
-/// Binds the admin listener; returns its address and the serving task.
+/// Handshaken TLS connections waiting for the server to take them.
+const TLS_READY_QUEUE: usize = 16;
+
+/// Binds the admin listener; returns its address and the serving task. Off loopback the
+/// listener needs TLS and a token (see [`check_exposure`]); a certificate or token file that
+/// does not load is an error.
 pub async fn start(
     addr: SocketAddr,
     broker: Arc<Broker>,
-    mut shutdown: watch::Receiver<bool>,
-) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    shutdown: watch::Receiver<bool>,
+) -> Result<(SocketAddr, JoinHandle<()>)> {
+    let security = &broker.config.security;
+    check_exposure(addr, security)?;
+    let tls = security
+        .admin_tls
+        .as_ref()
+        .map(TlsServer::load)
+        .transpose()
+        .context("admin listener: TLS (admin.ssl.*)")?
+        .map(Arc::new);
+    let token = security
+        .admin_token_file
+        .clone()
+        .map(BearerToken::load)
+        .transpose()?
+        .map(Arc::new);
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding the admin listener {addr}"))?;
     let local = listener.local_addr()?;
-    let app = Router::new()
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
-        .route("/clients", get(clients))
-        .route("/clients/{id}", get(client))
-        .route("/ui/clients", get(ui))
-        .with_state(broker);
+    if tls.is_some() || token.is_some() {
+        let interval = Duration::from_millis(security.tls_reload_interval_ms);
+        tokio::spawn(reload_files(
+            tls.clone(),
+            token.clone(),
+            interval,
+            shutdown.clone(),
+        ));
+    }
+    let app = router(broker, token);
     let task = tokio::spawn(async move {
-        let stop = async move { crate::shutdown::stopped(&mut shutdown).await };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(stop)
-            .await
-        {
+        let served = match tls {
+            Some(tls) => serve(TlsListener::new(listener, tls, local), app, shutdown).await,
+            None => serve(listener, app, shutdown).await,
+        };
+        if let Err(e) = served {
             tracing::error!(error = %e, "admin listener failed");
         }
     });
     Ok((local, task))
+}
+
+/// Refuses an admin listener that other hosts can reach unless it has both TLS and a token:
+/// its pages name every client, principal and group of the broker.
+fn check_exposure(addr: SocketAddr, security: &SecurityConfig) -> Result<()> {
+    if addr.ip().is_loopback() {
+        return Ok(());
+    }
+    let missing: Vec<&str> = [
+        (security.admin_tls.is_none(), "admin.ssl.keystore.location"),
+        (security.admin_token_file.is_none(), "admin.token.file"),
+    ]
+    .into_iter()
+    .filter_map(|(missing, key)| missing.then_some(key))
+    .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "admin.listen {addr} is not loopback: set {}, or bind to 127.0.0.1",
+        missing.join(" and ")
+    )
+}
+
+/// The routes; with a token, every one but `/health` asks for it.
+fn router(broker: Arc<Broker>, token: Option<Arc<BearerToken>>) -> Router {
+    let mut app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/clients", get(clients))
+        .route("/clients/{id}", get(client))
+        .route("/ui/clients", get(ui));
+    if let Some(token) = token {
+        app = app.route_layer(middleware::from_fn_with_state(token, require_token));
+    }
+    app.route("/health", get(health)).with_state(broker)
+}
+
+/// Serves `app` on `listener` until the broker stops.
+async fn serve<L>(
+    listener: L,
+    app: Router,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()>
+where
+    L: Listener,
+    L::Addr: std::fmt::Debug,
+{
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stopped(&mut shutdown).await })
+        .await
+}
+
+/// Re-reads the listener's certificates and token when their files change, every `interval`,
+/// until the broker stops. A file that does not load is logged (a token file at every check
+/// until it is mended) and what was read before stays in force.
+async fn reload_files(
+    tls: Option<Arc<TlsServer>>,
+    token: Option<Arc<BearerToken>>,
+    interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stopped(&mut shutdown) => return,
+        }
+        if let Some(tls) = &tls {
+            log_reload("TLS certificates", tls.reload_if_changed());
+        }
+        if let Some(token) = &token {
+            log_reload("token", token.reload_if_changed());
+        }
+    }
+}
+
+fn log_reload(what: &str, reloaded: Result<bool>) {
+    match reloaded {
+        Ok(false) => {}
+        Ok(true) => tracing::info!("admin listener: {what} reloaded"),
+        Err(e) => tracing::error!(
+            error = %format!("{e:#}"),
+            "admin listener: reloading the {what} failed; what was loaded before stays in force"
+        ),
+    }
+}
+
+/// The admin token of `admin.token.file`, re-read when the file changes. It is never logged.
+struct BearerToken {
+    path: PathBuf,
+    token: RwLock<Vec<u8>>,
+}
+
+impl BearerToken {
+    fn load(path: PathBuf) -> Result<BearerToken> {
+        let token = RwLock::new(read_token(&path)?);
+        Ok(BearerToken { path, token })
+    }
+
+    /// Whether an `Authorization` header carries the token (compared in constant time).
+    fn admits(&self, authorization: Option<&HeaderValue>) -> bool {
+        let Some(presented) = authorization.and_then(bearer_credentials) else {
+            return false;
+        };
+        let token = self.token.read().unwrap_or_else(|e| e.into_inner());
+        presented.ct_eq(token.as_slice()).into()
+    }
+
+    /// Reads the file again: `Ok(true)` when it holds a new token, now in force. A file that is
+    /// missing or empty leaves the token in force.
+    fn reload_if_changed(&self) -> Result<bool> {
+        let fresh = read_token(&self.path)?;
+        let mut token = self.token.write().unwrap_or_else(|e| e.into_inner());
+        if *token == fresh {
+            return Ok(false);
+        }
+        *token = fresh;
+        Ok(true)
+    }
+}
+
+/// The token in a file: its content less surrounding whitespace, which must leave something.
+fn read_token(path: &std::path::Path) -> Result<Vec<u8>> {
+    let content = std::fs::read_to_string(path)
+        .with_context(|| format!("admin.token.file: reading {}", path.display()))?;
+    let token = content.trim();
+    if token.is_empty() {
+        bail!("admin.token.file: {} is empty", path.display());
+    }
+    Ok(token.as_bytes().to_vec())
+}
+
+/// The credentials of `Authorization: Bearer <credentials>` (the scheme is case-insensitive).
+fn bearer_credentials(authorization: &HeaderValue) -> Option<&[u8]> {
+    const SCHEME: &[u8] = b"Bearer ";
+    let (scheme, credentials) = authorization.as_bytes().split_at_checked(SCHEME.len())?;
+    scheme.eq_ignore_ascii_case(SCHEME).then_some(credentials)
+}
+
+/// Lets a request through only with the admin token; else 401 with `WWW-Authenticate: Bearer`.
+async fn require_token(
+    State(token): State<Arc<BearerToken>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if token.admits(request.headers().get(header::AUTHORIZATION)) {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        "this page needs Authorization: Bearer <the token of admin.token.file>\n",
+    )
+        .into_response()
+}
+
+/// The admin listener with TLS, for `axum::serve`: TCP connections are accepted by a task of
+/// their own and each is handshaken in another (at most [`crate::security::TLS_HANDSHAKE_TIMEOUT`]), so a slow
+/// client holds up no one; a failed handshake is dropped with a debug log.
+struct TlsListener {
+    local: SocketAddr,
+    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+}
+
+impl TlsListener {
+    /// Starts accepting on `tcp` (bound at `local`); accepting stops when the listener is
+    /// dropped.
+    fn new(tcp: TcpListener, tls: Arc<TlsServer>, local: SocketAddr) -> TlsListener {
+        let (ready_tx, ready) = mpsc::channel(TLS_READY_QUEUE);
+        tokio::spawn(accept_tls(tcp, tls, ready_tx));
+        TlsListener { local, ready }
+    }
+}
+
+impl Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(connection) => connection,
+            // The accepting task stops only once this listener is dropped.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Ok(self.local)
+    }
+}
+
+/// Accepts TCP connections and hands each to `ready` once its TLS handshake is done, until the
+/// receiving [`TlsListener`] is dropped.
+async fn accept_tls(
+    tcp: TcpListener,
+    tls: Arc<TlsServer>,
+    ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = tcp.accept() => accepted,
+            () = ready.closed() => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "admin listener: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let handshake = tls.acceptor().accept(stream);
+        let ready = ready.clone();
+        tokio::spawn(async move {
+            match tokio::time::timeout(crate::security::TLS_HANDSHAKE_TIMEOUT, handshake).await {
+                Ok(Ok(stream)) => {
+                    // Fails only when the listener is gone, and the connection with it.
+                    let _ = ready.send((stream, peer)).await;
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "admin listener: TLS handshake failed")
+                }
+                Err(_) => tracing::debug!(%peer, "admin listener: TLS handshake timed out"),
+            }
+        });
+    }
 }
 
 #[derive(Serialize)]
@@ -176,6 +442,22 @@ pub fn render_metrics(broker: &Broker) -> String {
         "Client connections accepted.",
         "counter",
         m.connections_accepted.load(Ordering::Relaxed),
+    );
+    gauge(
+        "skiff_authorization_denials_total",
+        "Requests (or parts of them) refused by the ACL authorizer.",
+        "counter",
+        broker
+            .security
+            .acls
+            .as_ref()
+            .map_or(0, |acls| acls.denials.load(Ordering::Relaxed)),
+    );
+    gauge(
+        "skiff_identity_conflicts_total",
+        "Client instance IDs or group member IDs presented by a principal other than their owner (client.instance.id.binding).",
+        "counter",
+        broker.security.owners.conflicts.load(Ordering::Relaxed),
     );
     gauge(
         "skiff_tls_handshake_failures_total",

@@ -50,6 +50,9 @@ pub struct ConnectionRecord {
     pub listener: String,
     /// Who the connection acts as (`User:alice`); `None` until SASL authentication succeeds.
     pub principal: Option<String>,
+    /// Set when the connection presented a client instance ID another principal owns
+    /// (`client.instance.id.binding`): that owner.
+    pub instance_id_owner: Option<String>,
     pub client_id: Option<String>,
     pub software_name: Option<String>,
     pub software_version: Option<String>,
@@ -66,6 +69,7 @@ impl ConnectionRecord {
             peer: peer.to_string(),
             listener: listener.to_string(),
             principal: None,
+            instance_id_owner: None,
             client_id: None,
             software_name: None,
             software_version: None,

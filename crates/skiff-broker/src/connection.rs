@@ -23,8 +23,10 @@ use skiff_protocol::{
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{Semaphore, watch};
 
+use crate::config::InstanceBinding;
 use crate::handlers::{self, Reply, RequestContext};
 use crate::identity::{ConnectionIdentity, Verdict};
+use crate::owners::Claim;
 use crate::security::sasl::{Gate, SaslSession, Step, Verifiers};
 use crate::security::{Listener, ReadHalf, Transport, WriteHalf};
 use crate::state::Broker;
@@ -67,6 +69,13 @@ pub struct Connection {
     principal: Option<Arc<KafkaPrincipal>>,
     /// The SASL session, on SASL listeners.
     sasl: Option<SaslSession>,
+    /// The peer's IP address as text (ACL hosts).
+    host: Arc<str>,
+    /// What claiming the connection's instance ID for its principal found, once both are known.
+    instance_claim: Option<Claim>,
+    /// With `client.instance.id.binding = enforce`: the principal that owns the instance ID this
+    /// connection presented; every request but ApiVersions is then refused.
+    refused_instance: Option<String>,
     peer: SocketAddr,
     broker: Arc<Broker>,
     shutdown: watch::Receiver<bool>,
@@ -147,6 +156,9 @@ impl Connection {
             listener,
             principal: principal.map(Arc::new),
             sasl,
+            host: Arc::from(peer.ip().to_string()),
+            instance_claim: None,
+            refused_instance: None,
             peer,
             broker,
             shutdown,
@@ -174,6 +186,13 @@ impl Connection {
             _ = crate::shutdown::stopped(&mut kill) => "shutdown deadline passed",
         };
         self.broker.clients.unregister(self.id);
+        if let (Some(Claim::Owner), Some(id)) = (&self.instance_claim, self.identity.instance_id())
+        {
+            self.broker
+                .security
+                .owners
+                .release_instance(id, crate::clock::now_ms());
+        }
         self.broker
             .metrics
             .connections_open
@@ -343,6 +362,7 @@ impl Connection {
                         metrics
                             .connections_with_instance_id
                             .fetch_add(1, Ordering::Relaxed);
+                        self.bind_instance();
                     }
                     None => {
                         metrics
@@ -383,6 +403,26 @@ impl Connection {
             return self.on_sasl(request, version, correlation_id, pending);
         }
 
+        if let Some(owner) = &self.refused_instance
+            && !matches!(request, Request::ApiVersions(_))
+        {
+            let message = format!(
+                "client instance ID {} belongs to {owner} (client.instance.id.binding = enforce)",
+                self.identity
+                    .instance_id()
+                    .map(|id| id.to_string())
+                    .unwrap_or_default()
+            );
+            let response = skiff_protocol::error_response::error_response(
+                &request,
+                version,
+                error_codes::INVALID_REQUEST,
+                Some(&message),
+            );
+            respond(pending, version, correlation_id, response);
+            return Next::Continue;
+        }
+
         if let Request::ApiVersions(r) = &request
             && version >= 3
         {
@@ -401,6 +441,11 @@ impl Connection {
             client_id: frame.header.client_id.as_ref().map(|s| s.to_string()),
             instance_id: self.identity.instance_id(),
             peer: self.peer,
+            principal: match &self.principal {
+                Some(principal) => Arc::clone(principal),
+                None => Arc::clone(&self.broker.security.anonymous),
+            },
+            host: Arc::clone(&self.host),
             shutdown: self.shutdown.clone(),
             software: {
                 let record = self
@@ -554,6 +599,7 @@ impl Connection {
                     self.principal = Some(Arc::new(principal));
                     self.reader
                         .set_max_frame_size(self.broker.config.socket_request_max_bytes);
+                    self.bind_instance();
                 }
             }
             Step::Failed(message) => {
@@ -562,6 +608,41 @@ impl Connection {
             }
         }
         step
+    }
+
+    /// Claims the connection's instance ID for its principal once both are known (the ID can be
+    /// fixed before SASL authenticates): another principal's ID is flagged, or with `enforce`
+    /// refused.
+    fn bind_instance(&mut self) {
+        let binding = self.broker.config.security.instance_binding;
+        let (Some(id), Some(principal)) = (self.identity.instance_id(), &self.principal) else {
+            return;
+        };
+        if binding == InstanceBinding::Off || self.instance_claim.is_some() {
+            return;
+        }
+        let claim =
+            self.broker
+                .security
+                .owners
+                .claim_instance(id, principal, crate::clock::now_ms());
+        if let Claim::Conflict { owner } = &claim {
+            tracing::warn!(
+                client_instance_id = %id,
+                %principal,
+                %owner,
+                enforce = binding == InstanceBinding::Enforce,
+                "a client instance ID owned by another principal was presented"
+            );
+            self.record
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .instance_id_owner = Some(owner.clone());
+            if binding == InstanceBinding::Enforce {
+                self.refused_instance = Some(owner.clone());
+            }
+        }
+        self.instance_claim = Some(claim);
     }
 
     /// How long a failed authentication's answer waits (`connection.failed.authentication.delay.ms`).

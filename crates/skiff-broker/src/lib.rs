@@ -17,6 +17,7 @@ pub mod identity;
 mod kv_log;
 mod node_file;
 pub mod otlp;
+mod owners;
 pub mod partition;
 mod partition_dirs;
 mod producer_ids;
@@ -29,10 +30,11 @@ mod txns;
 pub mod versions;
 
 pub use config::{
-    BrokerConfig, ClientAuth, FlushMode, ListenerConfig, Overrides, SaslMechanism, SecurityConfig,
-    SecurityProtocol, TlsProtocol, TlsSettings,
+    AuthorizerSettings, BrokerConfig, ClientAuth, FlushMode, InstanceBinding, ListenerConfig,
+    Overrides, SaslMechanism, SecurityConfig, SecurityProtocol, TlsProtocol, TlsSettings,
 };
 pub use partition::{Partition, Topic};
+pub use security::credentials::Credentials;
 pub use server::{RunningBroker, start};
 pub use state::Broker;
 pub use txns::TXN_LOG_DIR;

@@ -49,6 +49,9 @@ pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::SaslAuthenticate => (0, 2),
         ApiKey::DescribeUserScramCredentials => (0, 0),
         ApiKey::AlterUserScramCredentials => (0, 0),
+        ApiKey::CreateAcls => (0, 3),
+        ApiKey::DescribeAcls => (0, 3),
+        ApiKey::DeleteAcls => (0, 3),
         _ => return None,
     })
 }

@@ -9,6 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::certs::{TestCa, client_config, connect_tls, listener_files};
+use common::sasl::{authenticate, handshake, scram_login};
 use common::{Client, TestBroker, http_get};
 use skiff_auth::scram::{ClientExchange, ScramMechanism};
 use skiff_broker::{
@@ -21,9 +22,7 @@ use skiff_protocol::generated::alter_user_scram_credentials_request::{
 use skiff_protocol::generated::describe_user_scram_credentials_request::{
     DescribeUserScramCredentialsRequest, UserName,
 };
-use skiff_protocol::generated::{
-    ApiVersionsRequest, MetadataRequest, SaslAuthenticateRequest, SaslHandshakeRequest,
-};
+use skiff_protocol::generated::{ApiVersionsRequest, MetadataRequest, SaslAuthenticateRequest};
 use skiff_protocol::{ApiKey, Request, error_codes};
 
 const DELAY_MS: u64 = 150;
@@ -83,63 +82,6 @@ async fn add_users(tb: &TestBroker, users: &[(&str, ScramMechanism, &str)]) {
         }
         other => panic!("unexpected {other:?}"),
     }
-}
-
-async fn handshake(c: &mut Client, mechanism: &str, version: i16) -> (i16, Vec<String>) {
-    let request = SaslHandshakeRequest {
-        mechanism: mechanism.into(),
-        ..Default::default()
-    };
-    match c.call(request, version).await {
-        Response::SaslHandshake(r) => (
-            r.error_code,
-            r.mechanisms.iter().map(|m| m.to_string()).collect(),
-        ),
-        other => panic!("unexpected {other:?}"),
-    }
-}
-
-async fn authenticate(c: &mut Client, bytes: Vec<u8>, version: i16) -> (i16, Vec<u8>, i64) {
-    let request = SaslAuthenticateRequest {
-        auth_bytes: bytes.into(),
-        ..Default::default()
-    };
-    match c.call(request, version).await {
-        Response::SaslAuthenticate(r) => {
-            (r.error_code, r.auth_bytes.to_vec(), r.session_lifetime_ms)
-        }
-        other => panic!("unexpected {other:?}"),
-    }
-}
-
-/// A full SCRAM exchange over SaslHandshake v1 + SaslAuthenticate v2: the final error code and
-/// the session lifetime.
-async fn scram_login(
-    c: &mut Client,
-    mechanism: ScramMechanism,
-    user: &str,
-    password: &str,
-) -> (i16, i64) {
-    let (code, _) = handshake(c, mechanism.name(), 1).await;
-    assert_eq!(code, 0);
-    let (mut exchange, first) = ClientExchange::new(
-        mechanism,
-        user,
-        password.as_bytes(),
-        "fyko+d2lbbFgONRv9qkxdawL",
-    );
-    let (code, server_first, _) = authenticate(c, first, 2).await;
-    if code != 0 {
-        return (code, 0);
-    }
-    let last = exchange.server_first(&server_first).expect("server-first");
-    let (code, server_final, lifetime) = authenticate(c, last, 2).await;
-    if code == 0 {
-        exchange
-            .server_final(&server_final)
-            .expect("the broker proves it knows the key");
-    }
-    (code, lifetime)
 }
 
 async fn metadata_ok(c: &mut Client) {

@@ -13,8 +13,8 @@ use anyhow::{Context, Result, bail};
 
 mod security;
 pub use security::{
-    ClientAuth, OauthSettings, SaslMechanism, SecurityConfig, SecurityProtocol, TlsProtocol,
-    TlsSettings,
+    AuthorizerSettings, ClientAuth, InstanceBinding, OauthSettings, SaslMechanism, SecurityConfig,
+    SecurityProtocol, TlsProtocol, TlsSettings,
 };
 
 /// Where the admin HTTP listener goes unless `admin.listen` says otherwise.
@@ -56,6 +56,15 @@ pub struct ListenerConfig {
 }
 
 impl ListenerConfig {
+    /// Whether the listener knows who its clients are: SASL, or TLS asking for certificates.
+    pub fn authenticates(&self) -> bool {
+        self.protocol.uses_sasl()
+            || self
+                .tls
+                .as_ref()
+                .is_some_and(|tls| tls.client_auth != ClientAuth::None)
+    }
+
     /// A PLAINTEXT listener.
     pub fn plaintext(name: &str, addr: SocketAddr, advertised: Option<(String, u16)>) -> Self {
         ListenerConfig {
@@ -236,7 +245,8 @@ impl BrokerConfig {
             None => {}
         }
         security::take_listener_security(&mut entries, &mut config.listeners)?;
-        config.security = security::take_security(&mut entries)?;
+        let authenticates = config.listeners.iter().any(ListenerConfig::authenticates);
+        config.security = security::take_security(&mut entries, authenticates)?;
         if let Some(v) = entries.remove("data.dir") {
             if v.trim().is_empty() {
                 bail!("data.dir must not be empty");

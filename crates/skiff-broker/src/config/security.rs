@@ -139,6 +139,42 @@ pub struct SecurityConfig {
     pub tls_reload_interval_ms: u64,
     /// OAUTHBEARER token validation, when `sasl.oauthbearer.jwks.endpoint.url` is set.
     pub oauth: Option<OauthSettings>,
+    /// `authorizer = "standard"` (or Kafka's `authorizer.class.name` naming StandardAuthorizer):
+    /// ACLs decide what each principal may do. `None`: everything is allowed.
+    pub authorizer: Option<AuthorizerSettings>,
+    /// The admin HTTP listener's TLS (`admin.ssl.*`, the listener keys with an `admin.` prefix).
+    pub admin_tls: Option<TlsSettings>,
+    /// `client.instance.id.binding` (Skiff's): what happens when a principal presents a client
+    /// instance ID another principal owns. Default: `warn` when a listener authenticates
+    /// clients (SASL, or TLS asking for certificates), else `off`.
+    pub instance_binding: InstanceBinding,
+    /// `client.instance.id.binding.ms`: how long an instance ID stays its owner's after its last
+    /// connection closed (default 5 minutes).
+    pub instance_binding_ms: i64,
+    /// `admin.token.file`: the admin HTTP listener answers only requests that carry this file's
+    /// token (`Authorization: Bearer <token>`); `/health` stays open.
+    pub admin_token_file: Option<PathBuf>,
+}
+
+/// `client.instance.id.binding`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceBinding {
+    /// Instance and member IDs are not tied to principals (Kafka's behaviour).
+    Off,
+    /// Another principal's ID is flagged (client view, `/metrics`, log) but served.
+    Warn,
+    /// Another principal's ID is refused: INVALID_REQUEST, and its telemetry is not accepted;
+    /// another principal's member ID is UNKNOWN_MEMBER_ID.
+    Enforce,
+}
+
+/// Kafka's StandardAuthorizer settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthorizerSettings {
+    /// `super.users`: principals every check allows (`User:admin;User:CN=ops`).
+    pub super_users: Vec<skiff_auth::principal::KafkaPrincipal>,
+    /// `allow.everyone.if.no.acl.found` (default false).
+    pub allow_everyone_if_no_acl_found: bool,
 }
 
 /// How OAUTHBEARER tokens are checked: signed JWTs, against the keys of a JWKS.
@@ -149,6 +185,10 @@ pub struct OauthSettings {
     /// `sasl.oauthbearer.jwks.endpoint.refresh.ms`: how often the keys are fetched again
     /// (Kafka's default: one hour). A token signed by an unknown key ID also triggers a fetch.
     pub refresh_ms: u64,
+    /// `sasl.oauthbearer.jwks.endpoint.truststore.location` (Skiff's): a PEM file of the CA
+    /// certificates an `https://` endpoint's certificate must chain to; the system's CAs when
+    /// unset.
+    pub jwks_truststore: Option<PathBuf>,
     /// `sasl.oauthbearer.expected.issuer`, `.expected.audience`, `.sub.claim.name`,
     /// `.clock.skew.seconds`.
     pub validator: skiff_auth::oauth::JwtValidator,
@@ -161,12 +201,21 @@ impl Default for SecurityConfig {
             max_reauth_ms: 0,
             tls_reload_interval_ms: 10_000,
             oauth: None,
+            authorizer: None,
+            instance_binding: InstanceBinding::Off,
+            instance_binding_ms: 300_000,
+            admin_tls: None,
+            admin_token_file: None,
         }
     }
 }
 
-/// Takes the broker-wide security keys.
-pub(super) fn take_security(entries: &mut BTreeMap<String, String>) -> Result<SecurityConfig> {
+/// Takes the broker-wide security keys; `authenticates`: whether a listener authenticates its
+/// clients (which turns instance ID binding on by default).
+pub(super) fn take_security(
+    entries: &mut BTreeMap<String, String>,
+    authenticates: bool,
+) -> Result<SecurityConfig> {
     let mut security = SecurityConfig::default();
     if let Some(v) = entries.remove("connection.failed.authentication.delay.ms") {
         security.failed_authentication_delay_ms =
@@ -181,7 +230,83 @@ pub(super) fn take_security(entries: &mut BTreeMap<String, String>) -> Result<Se
             parse_num(&v, "ssl.reload.interval.ms", 10, 86_400_000)? as u64;
     }
     security.oauth = take_oauth(entries)?;
+    security.authorizer = take_authorizer(entries)?;
+    if let Some(v) = entries.remove("client.instance.id.binding") {
+        security.instance_binding = match v.trim() {
+            "off" => InstanceBinding::Off,
+            "warn" => InstanceBinding::Warn,
+            "enforce" => InstanceBinding::Enforce,
+            other => bail!(
+                "client.instance.id.binding = {other:?}: expected \"off\", \"warn\" or \"enforce\""
+            ),
+        };
+    } else if authenticates {
+        security.instance_binding = InstanceBinding::Warn;
+    }
+    if let Some(v) = entries.remove("client.instance.id.binding.ms") {
+        security.instance_binding_ms =
+            parse_num(&v, "client.instance.id.binding.ms", 0, i64::from(i32::MAX))?;
+    }
+    if entries.keys().any(|k| k.starts_with("admin.ssl.")) {
+        let settings =
+            tls_settings(|key| entries.remove(&format!("admin.{key}"))).context("admin.ssl.*")?;
+        if let Some(key) = entries.keys().find(|k| k.starts_with("admin.ssl.")) {
+            bail!("{key}: not a TLS key (admin.ssl.* takes the listener TLS keys)");
+        }
+        security.admin_tls = Some(settings);
+    }
+    security.admin_token_file = entries
+        .remove("admin.token.file")
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| PathBuf::from(v.trim()));
     Ok(security)
+}
+
+/// The Java class Kafka names its ACL authorizer by.
+const STANDARD_AUTHORIZER_CLASS: &str = "org.apache.kafka.metadata.authorizer.StandardAuthorizer";
+
+/// `authorizer` / `authorizer.class.name`, `super.users`, `allow.everyone.if.no.acl.found`.
+fn take_authorizer(entries: &mut BTreeMap<String, String>) -> Result<Option<AuthorizerSettings>> {
+    let on = match (
+        entries.remove("authorizer"),
+        entries.remove("authorizer.class.name"),
+    ) {
+        (Some(_), Some(_)) => bail!("authorizer and authorizer.class.name both given: use one"),
+        (Some(v), None) => match v.trim() {
+            "standard" => true,
+            "" | "none" | "off" => false,
+            other => bail!("authorizer = {other:?}: expected \"standard\" or \"none\""),
+        },
+        (None, Some(v)) => match v.trim() {
+            STANDARD_AUTHORIZER_CLASS => true,
+            "" => false,
+            other => bail!(
+                "authorizer.class.name = {other:?}: Skiff's authorizer is Kafka's StandardAuthorizer ({STANDARD_AUTHORIZER_CLASS})"
+            ),
+        },
+        (None, None) => false,
+    };
+    let super_users = entries.remove("super.users");
+    let allow_everyone = entries.remove("allow.everyone.if.no.acl.found");
+    if !on {
+        if super_users.is_some() || allow_everyone.is_some() {
+            bail!("super.users and allow.everyone.if.no.acl.found need authorizer = \"standard\"");
+        }
+        return Ok(None);
+    }
+    let super_users = match super_users {
+        Some(v) => skiff_auth::acl::parse_super_users(&v)
+            .map_err(|e| anyhow::anyhow!("super.users = {v:?}: {e}"))?,
+        None => Vec::new(),
+    };
+    let allow_everyone_if_no_acl_found = match allow_everyone {
+        Some(v) => super::parse_bool(&v, "allow.everyone.if.no.acl.found")?,
+        None => false,
+    };
+    Ok(Some(AuthorizerSettings {
+        super_users,
+        allow_everyone_if_no_acl_found,
+    }))
 }
 
 /// The `sasl.oauthbearer.*` keys; they need `sasl.oauthbearer.jwks.endpoint.url`.
@@ -211,8 +336,12 @@ fn take_oauth(entries: &mut BTreeMap<String, String>) -> Result<Option<OauthSett
         )? as u64,
         None => 3_600_000,
     };
+    let jwks_truststore = entries
+        .remove("sasl.oauthbearer.jwks.endpoint.truststore.location")
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| PathBuf::from(v.trim()));
     let Some(jwks_url) = entries.remove("sasl.oauthbearer.jwks.endpoint.url") else {
-        if validator != skiff_auth::oauth::JwtValidator::default() {
+        if validator != skiff_auth::oauth::JwtValidator::default() || jwks_truststore.is_some() {
             bail!("the sasl.oauthbearer.* keys need sasl.oauthbearer.jwks.endpoint.url");
         }
         return Ok(None);
@@ -223,9 +352,13 @@ fn take_oauth(entries: &mut BTreeMap<String, String>) -> Result<Option<OauthSett
             "sasl.oauthbearer.jwks.endpoint.url = {jwks_url:?}: expected https://... or file:///..."
         );
     }
+    if jwks_truststore.is_some() && !jwks_url.starts_with("https://") {
+        bail!("sasl.oauthbearer.jwks.endpoint.truststore.location is for an https:// JWKS URL");
+    }
     Ok(Some(OauthSettings {
         jwks_url,
         refresh_ms,
+        jwks_truststore,
         validator,
     }))
 }
@@ -296,25 +429,27 @@ pub(super) fn take_listener_security(
 }
 
 fn take_tls(entries: &mut BTreeMap<String, String>, listener: &str) -> Result<TlsSettings> {
+    tls_settings(|key| listener_key(entries, listener, key))
+}
+
+/// TLS settings from `lookup` (which reads one of [`TLS_KEYS`]).
+fn tls_settings(mut lookup: impl FnMut(&str) -> Option<String>) -> Result<TlsSettings> {
     for key in ["ssl.keystore.type", "ssl.truststore.type"] {
-        if let Some(kind) = listener_key(entries, listener, key)
+        if let Some(kind) = lookup(key)
             && !kind.trim().eq_ignore_ascii_case("PEM")
         {
             bail!("{key} = {kind:?}: Skiff reads PEM files only (set it to \"PEM\")");
         }
     }
-    let keystore = listener_key(entries, listener, "ssl.keystore.location")
+    let keystore = lookup("ssl.keystore.location")
         .filter(|v| !v.trim().is_empty())
         .context(
             "ssl.keystore.location is needed (a PEM file with the key and its certificate chain)",
         )?;
-    let truststore = listener_key(entries, listener, "ssl.truststore.location")
+    let truststore = lookup("ssl.truststore.location")
         .filter(|v| !v.trim().is_empty())
         .map(PathBuf::from);
-    let client_auth = match listener_key(entries, listener, "ssl.client.auth")
-        .as_deref()
-        .map(str::trim)
-    {
+    let client_auth = match lookup("ssl.client.auth").as_deref().map(str::trim) {
         None | Some("none") => ClientAuth::None,
         Some("requested") => ClientAuth::Requested,
         Some("required") => ClientAuth::Required,
@@ -325,7 +460,7 @@ fn take_tls(entries: &mut BTreeMap<String, String>, listener: &str) -> Result<Tl
     if client_auth != ClientAuth::None && truststore.is_none() {
         bail!("ssl.client.auth = \"requested\" or \"required\" needs ssl.truststore.location");
     }
-    let protocols = match listener_key(entries, listener, "ssl.enabled.protocols") {
+    let protocols = match lookup("ssl.enabled.protocols") {
         None => vec![TlsProtocol::V12, TlsProtocol::V13],
         Some(list) => parse_list(&list)
             .map(|p| match p {
@@ -338,11 +473,11 @@ fn take_tls(entries: &mut BTreeMap<String, String>, listener: &str) -> Result<Tl
     if protocols.is_empty() {
         bail!("ssl.enabled.protocols is empty");
     }
-    let cipher_suites = listener_key(entries, listener, "ssl.cipher.suites")
+    let cipher_suites = lookup("ssl.cipher.suites")
         .map(|list| parse_list(&list).map(str::to_string).collect())
         .unwrap_or_default();
-    let principal_mapping_rules = listener_key(entries, listener, "ssl.principal.mapping.rules")
-        .unwrap_or_else(|| "DEFAULT".to_string());
+    let principal_mapping_rules =
+        lookup("ssl.principal.mapping.rules").unwrap_or_else(|| "DEFAULT".to_string());
     Ok(TlsSettings {
         keystore: PathBuf::from(keystore.trim()),
         truststore,

@@ -191,7 +191,6 @@ impl GroupCoordinator {
         &self,
         topics_source: &impl TopicsSource,
         request: &skiff_protocol::generated::ConsumerGroupDescribeRequest,
-        authorized_operations: i32,
         now: i64,
     ) -> Vec<ConsumerDescribed> {
         let inner = self.lock(topics_source, now);
@@ -201,9 +200,7 @@ impl GroupCoordinator {
             .map(|id| match inner.groups.get(&**id) {
                 Some(Group::Consumer(g)) => {
                     let config = self.group_config(&inner, id);
-                    let mut described = g.describe(&inner.topics, &config);
-                    described.authorized_operations = authorized_operations;
-                    described
+                    g.describe(&inner.topics, &config)
                 }
                 Some(_) => ConsumerDescribed {
                     group_id: id.clone(),
@@ -709,36 +706,31 @@ impl GroupCoordinator {
         topics_source: &impl TopicsSource,
         request: &DescribeGroupsRequest,
         version: i16,
-        authorized_operations: i32,
         now: i64,
     ) -> DescribeGroupsResponse {
         let inner = self.lock(topics_source, now);
         let groups = request
             .groups
             .iter()
-            .map(|id| {
-                let mut described = match inner.groups.get(&**id) {
-                    Some(Group::Classic(g)) => g.describe(),
-                    // Not a classic group (a consumer group, or none): Kafka's GroupIdNotFound
-                    // answer. KIP-1043: v6+ carries GROUP_ID_NOT_FOUND; older versions only "Dead".
-                    other if version >= 6 => ClassicDescribed {
-                        group_id: id.clone(),
-                        group_state: bs("Dead"),
-                        error_code: error_codes::GROUP_ID_NOT_FOUND,
-                        error_message: Some(bs(&match other {
-                            Some(_) => format!("Group {id} is not a classic group."),
-                            None => format!("Group {id} not found."),
-                        })),
-                        ..Default::default()
-                    },
-                    _ => ClassicDescribed {
-                        group_id: id.clone(),
-                        group_state: bs("Dead"),
-                        ..Default::default()
-                    },
-                };
-                described.authorized_operations = authorized_operations;
-                described
+            .map(|id| match inner.groups.get(&**id) {
+                Some(Group::Classic(g)) => g.describe(),
+                // Not a classic group (a consumer group, or none): Kafka's GroupIdNotFound
+                // answer. KIP-1043: v6+ carries GROUP_ID_NOT_FOUND; older versions only "Dead".
+                other if version >= 6 => ClassicDescribed {
+                    group_id: id.clone(),
+                    group_state: bs("Dead"),
+                    error_code: error_codes::GROUP_ID_NOT_FOUND,
+                    error_message: Some(bs(&match other {
+                        Some(_) => format!("Group {id} is not a classic group."),
+                        None => format!("Group {id} not found."),
+                    })),
+                    ..Default::default()
+                },
+                _ => ClassicDescribed {
+                    group_id: id.clone(),
+                    group_state: bs("Dead"),
+                    ..Default::default()
+                },
             })
             .collect();
         DescribeGroupsResponse {

@@ -2,7 +2,8 @@
 //! broker listener: this node is the only broker and (as a KRaft broker reports a live broker) the
 //! controller ID. Only the BROKER endpoint type (1) is served: CONTROLLER (2) is
 //! MISMATCHED_ENDPOINT_TYPE and any other type UNSUPPORTED_ENDPOINT_TYPE (both INVALID_REQUEST
-//! at v0, which has no endpoint type field).
+//! at v0, which has no endpoint type field). As in Kafka, no ACL is needed; the cluster's
+//! authorized operations are 0 to a principal that may not DESCRIBE it.
 
 use skiff_protocol::generated::DescribeClusterRequest;
 use skiff_protocol::generated::describe_cluster_response::{
@@ -11,7 +12,6 @@ use skiff_protocol::generated::describe_cluster_response::{
 use skiff_protocol::{ByteString, Response, error_codes};
 
 use super::RequestContext;
-use super::metadata::cluster_authorized_operations;
 
 pub const ENDPOINT_BROKER: i8 = 1;
 pub const ENDPOINT_CONTROLLER: i8 = 2;
@@ -64,7 +64,7 @@ pub fn handle(ctx: &RequestContext, request: DescribeClusterRequest) -> Response
             ..Default::default()
         }],
         cluster_authorized_operations: if request.include_cluster_authorized_operations {
-            cluster_authorized_operations()
+            ctx.cluster_authorized_operations()
         } else {
             i32::MIN
         },

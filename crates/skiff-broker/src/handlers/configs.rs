@@ -13,6 +13,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use skiff_auth::acl::{AclOperation, ResourceType};
 use skiff_meta::{AlterConfigOp, AlterConfigOpType, BrokerConfigScope, ConfigEntry};
 use skiff_protocol::generated::describe_configs_request::DescribeConfigsResource;
 use skiff_protocol::generated::describe_configs_response::{
@@ -54,6 +55,37 @@ fn check_node_id(broker: &Broker, name: &str, or_empty: bool) -> Result<(), Kafk
 
 // ----- DescribeConfigs -----------------------------------------------------------------------
 
+/// The ACL check of a config resource, as Kafka's: a topic's configs on the topic, a group's on
+/// the group, the broker's, broker loggers' and client metrics' on the cluster.
+fn authorize_resource(
+    ctx: &RequestContext,
+    resource_type: i8,
+    name: &str,
+    operation: AclOperation,
+) -> Result<(), KafkaError> {
+    let (allowed, code) = match resource_type {
+        RESOURCE_TOPIC => (
+            ctx.authorized(operation, ResourceType::Topic, name),
+            error_codes::TOPIC_AUTHORIZATION_FAILED,
+        ),
+        RESOURCE_GROUP => (
+            ctx.authorized(operation, ResourceType::Group, name),
+            error_codes::GROUP_AUTHORIZATION_FAILED,
+        ),
+        RESOURCE_BROKER | RESOURCE_BROKER_LOGGER | RESOURCE_CLIENT_METRICS => (
+            ctx.authorized_on_cluster(operation),
+            error_codes::CLUSTER_AUTHORIZATION_FAILED,
+        ),
+        // Unknown types get their own error from the handler.
+        _ => (true, error_codes::NONE),
+    };
+    if allowed {
+        Ok(())
+    } else {
+        Err(KafkaError::new(code, "Authorization failed."))
+    }
+}
+
 pub fn handle_describe(ctx: &RequestContext, request: DescribeConfigsRequest) -> Response {
     let results = request
         .resources
@@ -61,11 +93,18 @@ pub fn handle_describe(ctx: &RequestContext, request: DescribeConfigsRequest) ->
         .map(|resource| {
             let resource_type = resource.resource_type;
             let resource_name = resource.resource_name.clone();
-            let (error_code, error_message, configs) =
-                match describe_resource(&ctx.broker, &resource, request.include_synonyms) {
-                    Ok(configs) => (error_codes::NONE, None, configs),
-                    Err(e) => (e.error_code(), e.message.map(bs), Vec::new()),
-                };
+            let allowed = authorize_resource(
+                ctx,
+                resource_type,
+                &resource_name,
+                AclOperation::DescribeConfigs,
+            );
+            let (error_code, error_message, configs) = match allowed
+                .and_then(|()| describe_resource(&ctx.broker, &resource, request.include_synonyms))
+            {
+                Ok(configs) => (error_codes::NONE, None, configs),
+                Err(e) => (e.error_code(), e.message.map(bs), Vec::new()),
+            };
             DescribeConfigsResult {
                 error_code,
                 error_message,
@@ -240,7 +279,13 @@ pub fn handle_incremental_alter(
             let outcome = if counts.get(&key).copied().unwrap_or(0) > 1 {
                 Err(invalid_request("Each resource must appear at most once."))
             } else {
-                alter_resource(&ctx.broker, &resource, request.validate_only)
+                authorize_resource(
+                    ctx,
+                    resource.resource_type,
+                    &resource.resource_name,
+                    AclOperation::AlterConfigs,
+                )
+                .and_then(|()| alter_resource(&ctx.broker, &resource, request.validate_only))
             };
             let (error_code, error_message) = match outcome {
                 Ok(()) => (error_codes::NONE, None),

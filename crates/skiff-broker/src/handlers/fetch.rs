@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use skiff_auth::acl::{AclOperation, ResourceType};
 use skiff_protocol::generated::FetchRequest;
 use skiff_protocol::generated::fetch_request::{FetchPartition, FetchTopic};
 use skiff_protocol::generated::fetch_response::{
@@ -76,7 +77,8 @@ pub fn handle(ctx: &RequestContext, mut request: FetchRequest) -> Reply {
         FetchContext::Full { .. } => std::mem::take(&mut request.topics),
         FetchContext::Incremental { partitions, .. } => session_topics(partitions),
     };
-    let plan = plan(&ctx.broker, version, &topics, &request, session);
+    let readable = |topic: &str| ctx.authorized(AclOperation::Read, ResourceType::Topic, topic);
+    let plan = plan(&ctx.broker, version, &topics, &request, session, readable);
     let (response, bytes, errors) = read(&plan);
     let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
     let max_wait =
@@ -162,12 +164,15 @@ async fn long_poll(
     }
 }
 
+/// Resolves the requested partitions; a topic the request may not READ (`readable`) is answered
+/// TOPIC_AUTHORIZATION_FAILED, whether it exists or not.
 fn plan(
     broker: &Broker,
     version: i16,
     fetch_topics: &[FetchTopic],
     request: &FetchRequest,
     session: FetchContext,
+    readable: impl Fn(&str) -> bool,
 ) -> Plan {
     let by_id = version >= 13;
     let mut topics = Vec::with_capacity(fetch_topics.len());
@@ -184,8 +189,15 @@ fn plan(
         } else {
             ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
         };
+        let name = match &topic {
+            Some(topic) => Some(topic.info.name.as_str()),
+            None if by_id => None,
+            None => Some(&*fetch_topic.topic),
+        };
+        let denied = name.is_some_and(|name| !readable(name));
         for p in &fetch_topic.partitions {
             let partition = match &topic {
+                _ if denied => Err(ErrorCode::TOPIC_AUTHORIZATION_FAILED),
                 None => Err(missing),
                 Some(topic) => topic
                     .partition(p.partition)

@@ -7,14 +7,43 @@
 //! persist) and its result to the response; what belongs to the connection stays here: the
 //! client's host, the KIP-1313 instance noted for a member, parked answers on shutdown, and
 //! waiting for the group log before answering a commit.
+//!
+//! Authorization is checked here, before the coordinator sees a request, as Kafka's `KafkaApis`
+//! checks it: READ on the group to join, sync, heartbeat, leave or commit; DESCRIBE on it to find
+//! its coordinator, fetch its offsets or describe it; DELETE on it to delete it or its offsets;
+//! and per topic READ to commit or delete offsets, DESCRIBE to fetch them or subscribe by name.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use skiff_auth::acl::{AclOperation, ResourceType};
+
+use crate::config::InstanceBinding;
+use crate::owners::Claim;
 use skiff_group::GroupError;
 use skiff_group::classic::ClassicResponse;
 use skiff_group::consumer::ClientInfo;
-use skiff_protocol::generated::consumer_group_describe_response::ConsumerGroupDescribeResponse;
+use skiff_protocol::generated::consumer_group_describe_response::{
+    ConsumerGroupDescribeResponse, DescribedGroup as ConsumerDescribed,
+};
+use skiff_protocol::generated::delete_groups_response::{
+    DeletableGroupResult, DeleteGroupsResponse,
+};
+use skiff_protocol::generated::describe_groups_response::{
+    DescribeGroupsResponse, DescribedGroup as ClassicDescribed,
+};
 use skiff_protocol::generated::find_coordinator_response::{Coordinator, FindCoordinatorResponse};
+use skiff_protocol::generated::offset_commit_request::OffsetCommitRequestTopic;
+use skiff_protocol::generated::offset_commit_response::{
+    OffsetCommitResponse, OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use skiff_protocol::generated::offset_delete_request::OffsetDeleteRequestTopic;
+use skiff_protocol::generated::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use skiff_protocol::generated::offset_fetch_response::{
+    OffsetFetchResponse, OffsetFetchResponseGroup, OffsetFetchResponsePartition,
+    OffsetFetchResponsePartitions,
+};
 use skiff_protocol::generated::{
     ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
     DeleteGroupsRequest, DescribeGroupsRequest, FindCoordinatorRequest, HeartbeatRequest,
@@ -31,35 +60,153 @@ use crate::groups::requests::Joiner;
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 
+/// The messages of Kafka's authorization exceptions.
+const GROUP_DENIED: &str = "Group authorization failed.";
+const TRANSACTIONAL_ID_DENIED: &str = "Transactional Id authorization failed.";
+const TOPIC_DENIED: &str = "Topic authorization failed.";
+
 fn client_host(ctx: &RequestContext) -> String {
     format!("/{}", ctx.peer.ip())
+}
+
+/// Kafka's answer to a request refused as a whole: its `getErrorResponse` with `code`.
+fn refused(ctx: &RequestContext, request: &Request, code: ErrorCode) -> Response {
+    skiff_protocol::error_response::error_response(request, ctx.version, code.code(), None)
+}
+
+/// Whether the request may do `operation` on the group.
+fn on_group(ctx: &RequestContext, operation: AclOperation, group_id: &str) -> bool {
+    ctx.authorized(operation, ResourceType::Group, group_id)
+}
+
+/// Whether the request may do `operation` on the topic.
+fn on_topic(ctx: &RequestContext, operation: AclOperation, topic: &str) -> bool {
+    ctx.authorized(operation, ResourceType::Topic, topic)
+}
+
+/// Skiff's rule beyond Kafka (on unless `client.instance.id.binding = off`): a member ID, and a
+/// static member's `group.instance.id`, belongs to the principal that first named it in the
+/// group. Whether this request's principal names one that is someone else's: it is then answered
+/// UNKNOWN_MEMBER_ID (Kafka's answer to an ID that is not yours) and the owner keeps its
+/// assignment.
+fn names_anothers_member(
+    ctx: &RequestContext,
+    group: &str,
+    member_id: &str,
+    instance_id: Option<&str>,
+) -> bool {
+    if ctx.broker.config.security.instance_binding == InstanceBinding::Off {
+        return false;
+    }
+    let owners = &ctx.broker.security.owners;
+    let static_key = instance_id.map(|id| format!("{STATIC_MEMBER}{id}"));
+    [Some(member_id), static_key.as_deref()]
+        .into_iter()
+        .flatten()
+        .filter(|id| !id.is_empty())
+        .any(|id| match owners.claim_member(group, id, &ctx.principal) {
+            Claim::Owner => false,
+            Claim::Conflict { owner } => {
+                tracing::warn!(
+                    group,
+                    member = id,
+                    principal = %ctx.principal,
+                    %owner,
+                    "a group member owned by another principal was named; answered UNKNOWN_MEMBER_ID"
+                );
+                true
+            }
+        })
+}
+
+/// Static members' instance IDs live beside member IDs in the ownership map, marked so.
+const STATIC_MEMBER: &str = "group.instance.id:";
+
+/// Answers each of `items` in order: those `allowed` passes all at once with `answer` (which
+/// answers each of them, in order), the others one by one with `denied`.
+pub(super) fn answer_allowed<I: Clone, T>(
+    items: &[I],
+    allowed: impl Fn(&I) -> bool,
+    answer: impl FnOnce(Vec<I>) -> Vec<T>,
+    denied: impl Fn(&I) -> T,
+) -> Vec<T> {
+    let verdicts: Vec<bool> = items.iter().map(allowed).collect();
+    let passed = items
+        .iter()
+        .zip(&verdicts)
+        .filter(|(_, ok)| **ok)
+        .map(|(item, _)| item.clone())
+        .collect();
+    let mut answers = answer(passed).into_iter();
+    items
+        .iter()
+        .zip(verdicts)
+        .filter_map(|(item, ok)| {
+            if ok {
+                answers.next()
+            } else {
+                Some(denied(item))
+            }
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
 // FindCoordinator
 
+/// Kafka's check before naming a coordinator: DESCRIBE on the group or transactional ID. The
+/// refusal's code and message.
+fn coordinator_refusal(
+    ctx: &RequestContext,
+    key_type: i8,
+    key: &str,
+) -> Option<(i16, &'static str)> {
+    match key_type {
+        KEY_TYPE_GROUP if !on_group(ctx, AclOperation::Describe, key) => {
+            Some((error_codes::GROUP_AUTHORIZATION_FAILED, GROUP_DENIED))
+        }
+        KEY_TYPE_TRANSACTION
+            if !ctx.authorized(AclOperation::Describe, ResourceType::TransactionalId, key) =>
+        {
+            Some((
+                error_codes::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                TRANSACTIONAL_ID_DENIED,
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// A FindCoordinator answer naming no coordinator.
+fn no_coordinator(key: &ByteString, error_code: i16, message: &str) -> Coordinator {
+    Coordinator {
+        key: key.clone(),
+        node_id: -1,
+        host: bs(""),
+        port: -1,
+        error_code,
+        error_message: Some(bs(message)),
+        ..Default::default()
+    }
+}
+
 pub fn find_coordinator(ctx: &RequestContext, request: FindCoordinatorRequest) -> Response {
     let (host, port) = ctx.broker.advertised_for(ctx.listener);
     let node = ctx.broker.node_id();
     let answer = |key: &ByteString| -> Coordinator {
-        if request.key_type == KEY_TYPE_GROUP || request.key_type == KEY_TYPE_TRANSACTION {
-            if key.is_empty() {
-                let what = if request.key_type == KEY_TYPE_GROUP {
-                    "the group ID is empty"
-                } else {
-                    "the transactional ID is empty"
-                };
-                return Coordinator {
-                    key: key.clone(),
-                    node_id: -1,
-                    host: bs(""),
-                    port: -1,
-                    error_code: error_codes::INVALID_REQUEST,
-                    error_message: Some(bs(what)),
-                    ..Default::default()
-                };
+        if let Some((code, message)) = coordinator_refusal(ctx, request.key_type, key) {
+            return no_coordinator(key, code, message);
+        }
+        match request.key_type {
+            KEY_TYPE_GROUP if key.is_empty() => {
+                no_coordinator(key, error_codes::INVALID_REQUEST, "the group ID is empty")
             }
-            Coordinator {
+            KEY_TYPE_TRANSACTION if key.is_empty() => no_coordinator(
+                key,
+                error_codes::INVALID_REQUEST,
+                "the transactional ID is empty",
+            ),
+            KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION => Coordinator {
                 key: key.clone(),
                 node_id: node,
                 host: bs(host),
@@ -67,20 +214,13 @@ pub fn find_coordinator(ctx: &RequestContext, request: FindCoordinatorRequest) -
                 error_code: error_codes::NONE,
                 error_message: None,
                 ..Default::default()
-            }
-        } else {
+            },
             // Share groups have no coordinator here.
-            Coordinator {
-                key: key.clone(),
-                node_id: -1,
-                host: bs(""),
-                port: -1,
-                error_code: error_codes::COORDINATOR_NOT_AVAILABLE,
-                error_message: Some(bs(
-                    "Skiff coordinates consumer groups and transactions only",
-                )),
-                ..Default::default()
-            }
+            _ => no_coordinator(
+                key,
+                error_codes::COORDINATOR_NOT_AVAILABLE,
+                "Skiff coordinates consumer groups and transactions only",
+            ),
         }
     };
     let response = if ctx.version >= 4 {
@@ -118,10 +258,48 @@ fn heartbeat_error(e: GroupError) -> ConsumerGroupHeartbeatResponse {
     }
 }
 
+/// Kafka's checks before a ConsumerGroupHeartbeat: READ on the group, and DESCRIBE on every
+/// topic subscribed to by name.
+fn heartbeat_refusal(
+    ctx: &RequestContext,
+    request: &ConsumerGroupHeartbeatRequest,
+) -> Option<GroupError> {
+    if !on_group(ctx, AclOperation::Read, &request.group_id) {
+        return Some(GroupError::new(
+            error_codes::GROUP_AUTHORIZATION_FAILED,
+            GROUP_DENIED,
+        ));
+    }
+    let subscribed: BTreeSet<&str> = request
+        .subscribed_topic_names
+        .iter()
+        .flatten()
+        .map(|name| &**name)
+        .collect();
+    let describable = subscribed
+        .into_iter()
+        .all(|name| on_topic(ctx, AclOperation::Describe, name));
+    (!describable).then(|| GroupError::new(error_codes::TOPIC_AUTHORIZATION_FAILED, TOPIC_DENIED))
+}
+
 pub fn consumer_group_heartbeat(
     ctx: &RequestContext,
     request: ConsumerGroupHeartbeatRequest,
 ) -> Response {
+    if let Some(refusal) = heartbeat_refusal(ctx, &request) {
+        return Response::ConsumerGroupHeartbeat(heartbeat_error(refusal));
+    }
+    if names_anothers_member(
+        ctx,
+        &request.group_id,
+        &request.member_id,
+        request.instance_id.as_deref(),
+    ) {
+        return Response::ConsumerGroupHeartbeat(heartbeat_error(GroupError::new(
+            error_codes::UNKNOWN_MEMBER_ID,
+            "this member ID belongs to another principal",
+        )));
+    }
     let host = client_host(ctx);
     let client = ClientInfo {
         client_id: ctx.client_id.as_deref().unwrap_or(""),
@@ -138,32 +316,90 @@ pub fn consumer_group_heartbeat(
             .clients
             .note_member(&request.group_id, member, instance);
     }
-    Response::ConsumerGroupHeartbeat(result.unwrap_or_else(heartbeat_error))
-}
-
-/// The authorized-operations field when the request asks for it (`i32::MIN`: not asked).
-fn authorized_operations(asked: bool) -> i32 {
-    if asked {
-        super::metadata::group_authorized_operations()
-    } else {
-        i32::MIN
+    if let Ok(response) = &result
+        && let Some(member) = &response.member_id
+    {
+        if request.member_epoch < 0 {
+            // Left (-1) or, for a static member, left for now (-2): the ID is free again.
+            ctx.broker
+                .security
+                .owners
+                .forget_member(&request.group_id, member);
+        } else {
+            // A v0 member's ID is the broker's: it is its principal's from the first answer.
+            names_anothers_member(ctx, &request.group_id, member, None);
+        }
     }
+    Response::ConsumerGroupHeartbeat(result.unwrap_or_else(heartbeat_error))
 }
 
 pub fn consumer_group_describe(
     ctx: &RequestContext,
-    request: ConsumerGroupDescribeRequest,
+    mut request: ConsumerGroupDescribeRequest,
 ) -> Response {
-    let groups = ctx.broker.groups.consumer_describe(
-        &ctx.broker,
-        &request,
-        authorized_operations(request.include_authorized_operations),
-        now_ms(),
+    let ids = std::mem::take(&mut request.group_ids);
+    let mut groups = answer_allowed(
+        &ids,
+        |id| on_group(ctx, AclOperation::Describe, id),
+        |allowed| {
+            request.group_ids = allowed;
+            ctx.broker
+                .groups
+                .consumer_describe(&ctx.broker, &request, now_ms())
+        },
+        |id| ConsumerDescribed {
+            group_id: id.clone(),
+            error_code: error_codes::GROUP_AUTHORIZATION_FAILED,
+            ..Default::default()
+        },
     );
+    if request.include_authorized_operations {
+        for group in &mut groups {
+            if group.error_code == error_codes::NONE {
+                group.authorized_operations =
+                    ctx.authorized_operations(ResourceType::Group, &group.group_id);
+            }
+        }
+    }
+    hide_undescribable_assignments(ctx, &mut groups);
     Response::ConsumerGroupDescribe(ConsumerGroupDescribeResponse {
         groups,
         ..Default::default()
     })
+}
+
+/// As Kafka, a described group whose members' assignments or target assignments name a topic
+/// the principal may not DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED instead.
+fn hide_undescribable_assignments(ctx: &RequestContext, groups: &mut [ConsumerDescribed]) {
+    let assigned = |group: &ConsumerDescribed| -> BTreeSet<String> {
+        group
+            .members
+            .iter()
+            .flat_map(|m| [&m.assignment, &m.target_assignment])
+            .flat_map(|a| &a.topic_partitions)
+            .map(|tp| tp.topic_name.to_string())
+            .collect()
+    };
+    let topics: BTreeSet<String> = groups.iter().flat_map(assigned).collect();
+    let denied: BTreeSet<String> = topics
+        .into_iter()
+        .filter(|topic| !on_topic(ctx, AclOperation::Describe, topic))
+        .collect();
+    if denied.is_empty() {
+        return;
+    }
+    for group in groups {
+        if !assigned(group).is_disjoint(&denied) {
+            *group = ConsumerDescribed {
+                group_id: group.group_id.clone(),
+                error_code: error_codes::TOPIC_AUTHORIZATION_FAILED,
+                error_message: Some(bs(
+                    "The group has described topic(s) that the client is not authorized to describe.",
+                )),
+                ..Default::default()
+            };
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -176,32 +412,46 @@ fn parked(
     request: Request,
     receiver: tokio::sync::oneshot::Receiver<ClassicResponse>,
 ) -> Reply {
+    parked_then(ctx, request, receiver, |_| {})
+}
+
+/// [`parked`], running `then` on the answer before it goes out.
+fn parked_then(
+    ctx: &RequestContext,
+    request: Request,
+    receiver: tokio::sync::oneshot::Receiver<ClassicResponse>,
+    then: impl FnOnce(&Response) + Send + 'static,
+) -> Reply {
     let version = ctx.version;
     let mut shutdown = ctx.shutdown.clone();
     Reply::Later(Box::pin(async move {
         let fallback =
             |code| skiff_protocol::error_response::error_response(&request, version, code, None);
-        tokio::select! {
+        let response = tokio::select! {
             answer = receiver => match answer {
                 Ok(ClassicResponse::Join(r)) => Response::JoinGroup(r),
                 Ok(ClassicResponse::Sync(r)) => Response::SyncGroup(r),
                 Err(_) => fallback(error_codes::NOT_COORDINATOR),
             },
             _ = crate::shutdown::stopped(&mut shutdown) => fallback(error_codes::NOT_COORDINATOR),
-        }
+        };
+        then(&response);
+        response
     }))
 }
 
-fn classic_error(ctx: &RequestContext, request: &Request, code: ErrorCode) -> Reply {
-    Reply::Now(skiff_protocol::error_response::error_response(
-        request,
-        ctx.version,
-        code.code(),
-        None,
-    ))
-}
-
 pub fn join_group(ctx: &RequestContext, request: JoinGroupRequest) -> Reply {
+    if !on_group(ctx, AclOperation::Read, &request.group_id) {
+        return refused(ctx, &request.into(), ErrorCode::GROUP_AUTHORIZATION_FAILED).into();
+    }
+    if names_anothers_member(
+        ctx,
+        &request.group_id,
+        &request.member_id,
+        request.group_instance_id.as_deref(),
+    ) {
+        return refused(ctx, &request.into(), ErrorCode::UNKNOWN_MEMBER_ID).into();
+    }
     let host = client_host(ctx);
     let joiner = Joiner {
         client_id: ctx.client_id.as_deref().unwrap_or(""),
@@ -211,14 +461,44 @@ pub fn join_group(ctx: &RequestContext, request: JoinGroupRequest) -> Reply {
         .broker
         .groups
         .join(&ctx.broker, &request, ctx.version, joiner, now_ms());
+    let group = request.group_id.to_string();
     let as_request = Request::JoinGroup(request);
     match joined {
-        Ok(receiver) => parked(ctx, as_request, receiver),
-        Err(code) => classic_error(ctx, &as_request, code),
+        Ok(receiver) => {
+            // The member ID the coordinator gives out is this principal's from the answer on.
+            let (broker, principal) = (
+                std::sync::Arc::clone(&ctx.broker),
+                std::sync::Arc::clone(&ctx.principal),
+            );
+            let claim = move |response: &Response| {
+                if let Response::JoinGroup(r) = response
+                    && !r.member_id.is_empty()
+                    && broker.config.security.instance_binding != InstanceBinding::Off
+                {
+                    broker
+                        .security
+                        .owners
+                        .claim_member(&group, &r.member_id, &principal);
+                }
+            };
+            parked_then(ctx, as_request, receiver, claim)
+        }
+        Err(code) => refused(ctx, &as_request, code).into(),
     }
 }
 
 pub fn sync_group(ctx: &RequestContext, request: SyncGroupRequest) -> Reply {
+    if !on_group(ctx, AclOperation::Read, &request.group_id) {
+        return refused(ctx, &request.into(), ErrorCode::GROUP_AUTHORIZATION_FAILED).into();
+    }
+    if names_anothers_member(
+        ctx,
+        &request.group_id,
+        &request.member_id,
+        request.group_instance_id.as_deref(),
+    ) {
+        return refused(ctx, &request.into(), ErrorCode::UNKNOWN_MEMBER_ID).into();
+    }
     let synced = ctx
         .broker
         .groups
@@ -226,11 +506,22 @@ pub fn sync_group(ctx: &RequestContext, request: SyncGroupRequest) -> Reply {
     let as_request = Request::SyncGroup(request);
     match synced {
         Ok(receiver) => parked(ctx, as_request, receiver),
-        Err(code) => classic_error(ctx, &as_request, code),
+        Err(code) => refused(ctx, &as_request, code).into(),
     }
 }
 
 pub fn heartbeat(ctx: &RequestContext, request: HeartbeatRequest) -> Response {
+    if !on_group(ctx, AclOperation::Read, &request.group_id) {
+        return refused(ctx, &request.into(), ErrorCode::GROUP_AUTHORIZATION_FAILED);
+    }
+    if names_anothers_member(
+        ctx,
+        &request.group_id,
+        &request.member_id,
+        request.group_instance_id.as_deref(),
+    ) {
+        return refused(ctx, &request.into(), ErrorCode::UNKNOWN_MEMBER_ID);
+    }
     if let Some(instance) = ctx.instance_id {
         ctx.broker
             .clients
@@ -244,29 +535,112 @@ pub fn heartbeat(ctx: &RequestContext, request: HeartbeatRequest) -> Response {
 }
 
 pub fn leave_group(ctx: &RequestContext, request: LeaveGroupRequest) -> Response {
+    if !on_group(ctx, AclOperation::Read, &request.group_id) {
+        return refused(ctx, &request.into(), ErrorCode::GROUP_AUTHORIZATION_FAILED);
+    }
+    let leaving: Vec<(&str, Option<&str>)> = std::iter::once((&*request.member_id, None))
+        .chain(
+            request
+                .members
+                .iter()
+                .map(|m| (&*m.member_id, m.group_instance_id.as_deref())),
+        )
+        .collect();
+    if leaving
+        .iter()
+        .any(|(member, instance)| names_anothers_member(ctx, &request.group_id, member, *instance))
+    {
+        return refused(ctx, &request.into(), ErrorCode::UNKNOWN_MEMBER_ID);
+    }
     match ctx
         .broker
         .groups
         .leave(&ctx.broker, &request, ctx.version, now_ms())
     {
-        Ok(response) => Response::LeaveGroup(response),
-        Err(code) => skiff_protocol::error_response::error_response(
-            &Request::LeaveGroup(request),
-            ctx.version,
-            code.code(),
-            None,
-        ),
+        Ok(response) => {
+            let owners = &ctx.broker.security.owners;
+            for (member, _) in leaving.iter().filter(|(m, _)| !m.is_empty()) {
+                owners.forget_member(&request.group_id, member);
+            }
+            Response::LeaveGroup(response)
+        }
+        Err(code) => refused(ctx, &request.into(), code),
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Offsets
 
-pub fn offset_commit(ctx: &RequestContext, request: OffsetCommitRequest) -> Reply {
+/// The name of a topic an OffsetCommit names: v10+ name topics by ID (`None`: an ID the broker
+/// does not know, which the coordinator answers UNKNOWN_TOPIC_ID).
+fn committed_topic_name(ctx: &RequestContext, topic: &OffsetCommitRequestTopic) -> Option<String> {
+    if ctx.version >= 10 {
+        ctx.broker
+            .topic_by_id(topic.topic_id)
+            .map(|t| t.info.name.clone())
+    } else {
+        Some(topic.name.to_string())
+    }
+}
+
+/// Takes the topics the request may not READ out of an OffsetCommit, answered
+/// TOPIC_AUTHORIZATION_FAILED.
+fn take_unreadable_commits(
+    ctx: &RequestContext,
+    request: &mut OffsetCommitRequest,
+) -> Vec<OffsetCommitResponseTopic> {
+    let (readable, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut request.topics)
+        .into_iter()
+        .partition(|topic| {
+            committed_topic_name(ctx, topic)
+                .is_none_or(|name| on_topic(ctx, AclOperation::Read, &name))
+        });
+    request.topics = readable;
+    denied
+        .into_iter()
+        .map(|topic| OffsetCommitResponseTopic {
+            name: topic.name,
+            topic_id: topic.topic_id,
+            partitions: topic
+                .partitions
+                .iter()
+                .map(|p| OffsetCommitResponsePartition {
+                    partition_index: p.partition_index,
+                    error_code: error_codes::TOPIC_AUTHORIZATION_FAILED,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        })
+        .collect()
+}
+
+pub fn offset_commit(ctx: &RequestContext, mut request: OffsetCommitRequest) -> Reply {
+    if !on_group(ctx, AclOperation::Read, &request.group_id) {
+        return refused(ctx, &request.into(), ErrorCode::GROUP_AUTHORIZATION_FAILED).into();
+    }
+    if names_anothers_member(
+        ctx,
+        &request.group_id,
+        &request.member_id,
+        request.group_instance_id.as_deref(),
+    ) {
+        return refused(ctx, &request.into(), ErrorCode::UNKNOWN_MEMBER_ID).into();
+    }
+    let denied = take_unreadable_commits(ctx, &mut request);
+    if request.topics.is_empty() && !denied.is_empty() {
+        // Nothing left to commit: Kafka does not ask the coordinator.
+        return Response::OffsetCommit(OffsetCommitResponse {
+            topics: denied,
+            ..Default::default()
+        })
+        .into();
+    }
     let (mut response, end) =
         ctx.broker
             .groups
             .commit(&ctx.broker, &request, ctx.version, now_ms());
+    response.topics.extend(denied);
     let Some(end) = end else {
         return Reply::Now(Response::OffsetCommit(response));
     };
@@ -283,7 +657,8 @@ pub fn offset_commit(ctx: &RequestContext, request: OffsetCommitRequest) -> Repl
     }))
 }
 
-pub fn offset_fetch(ctx: &RequestContext, request: OffsetFetchRequest) -> Response {
+/// The coordinator's answer to an OffsetFetch (of groups already authorized).
+fn fetch_offsets(ctx: &RequestContext, request: &OffsetFetchRequest) -> OffsetFetchResponse {
     // v7+: with `require_stable`, offsets a transaction in progress will commit are unstable.
     // Read from the transaction coordinator before the group lock (never both at once).
     let unstable = |group_id: &str| -> BTreeSet<(String, i32)> {
@@ -302,44 +677,230 @@ pub fn offset_fetch(ctx: &RequestContext, request: OffsetFetchRequest) -> Respon
             .map(|g| (g.group_id.to_string(), unstable(&g.group_id)))
             .collect()
     };
-    Response::OffsetFetch(ctx.broker.groups.fetch_offsets(
+    ctx.broker.groups.fetch_offsets(
         &ctx.broker,
-        &request,
+        request,
         ctx.version,
         &unstable_by_group,
         now_ms(),
-    ))
+    )
 }
 
-pub fn offset_delete(ctx: &RequestContext, request: OffsetDeleteRequest) -> Response {
-    Response::OffsetDelete(
-        ctx.broker
-            .groups
-            .offset_delete(&ctx.broker, &request, now_ms()),
-    )
+/// Kafka's topic rule for the offsets of a group: a fetch of all its offsets leaves out the
+/// topics the request may not DESCRIBE; a fetch of named topics answers those `deny`
+/// (TOPIC_AUTHORIZATION_FAILED). `name` is `None` for a topic ID the broker does not know.
+fn screen_fetched_topics<T>(
+    ctx: &RequestContext,
+    topics: &mut Vec<T>,
+    fetch_all: bool,
+    name: impl Fn(&T) -> Option<&str>,
+    deny: impl Fn(&mut T),
+) {
+    let allowed = |topic: &T| name(topic).is_none_or(|n| on_topic(ctx, AclOperation::Describe, n));
+    if fetch_all {
+        topics.retain(allowed);
+    } else {
+        for topic in topics.iter_mut().filter(|t| !allowed(t)) {
+            deny(topic);
+        }
+    }
+}
+
+/// OffsetFetch v1-v7: one group.
+fn offset_fetch_group(ctx: &RequestContext, request: OffsetFetchRequest) -> Response {
+    if !on_group(ctx, AclOperation::Describe, &request.group_id) {
+        return refused(ctx, &request.into(), ErrorCode::GROUP_AUTHORIZATION_FAILED);
+    }
+    let mut response = fetch_offsets(ctx, &request);
+    if response.error_code == error_codes::NONE {
+        screen_fetched_topics(
+            ctx,
+            &mut response.topics,
+            request.topics.is_none(),
+            |t| Some(&t.name),
+            |t| {
+                for p in &mut t.partitions {
+                    *p = OffsetFetchResponsePartition {
+                        partition_index: p.partition_index,
+                        committed_offset: -1,
+                        metadata: Some(bs("")),
+                        error_code: error_codes::TOPIC_AUTHORIZATION_FAILED,
+                        ..Default::default()
+                    };
+                }
+            },
+        );
+    }
+    Response::OffsetFetch(response)
+}
+
+/// OffsetFetch v8+: a batch of groups.
+fn offset_fetch_groups(ctx: &RequestContext, mut request: OffsetFetchRequest) -> Response {
+    let by_id = ctx.version >= 10;
+    let requested = std::mem::take(&mut request.groups);
+    let mut groups = answer_allowed(
+        &requested,
+        |g| on_group(ctx, AclOperation::Describe, &g.group_id),
+        |allowed| {
+            request.groups = allowed;
+            fetch_offsets(ctx, &request).groups
+        },
+        |g| OffsetFetchResponseGroup {
+            group_id: g.group_id.clone(),
+            error_code: error_codes::GROUP_AUTHORIZATION_FAILED,
+            ..Default::default()
+        },
+    );
+    for (group, asked) in groups.iter_mut().zip(&requested) {
+        if group.error_code != error_codes::NONE {
+            continue;
+        }
+        screen_fetched_topics(
+            ctx,
+            &mut group.topics,
+            asked.topics.is_none(),
+            // v10: the coordinator answers an unknown topic ID without a name.
+            |t| (!(by_id && t.name.is_empty())).then_some(&*t.name),
+            |t| {
+                for p in &mut t.partitions {
+                    *p = OffsetFetchResponsePartitions {
+                        partition_index: p.partition_index,
+                        committed_offset: -1,
+                        metadata: Some(bs("")),
+                        error_code: error_codes::TOPIC_AUTHORIZATION_FAILED,
+                        ..Default::default()
+                    };
+                }
+            },
+        );
+    }
+    Response::OffsetFetch(OffsetFetchResponse {
+        groups,
+        ..Default::default()
+    })
+}
+
+pub fn offset_fetch(ctx: &RequestContext, request: OffsetFetchRequest) -> Response {
+    if ctx.version < 8 {
+        offset_fetch_group(ctx, request)
+    } else {
+        offset_fetch_groups(ctx, request)
+    }
+}
+
+/// Takes the topics the request may not READ out of an OffsetDelete, answered
+/// TOPIC_AUTHORIZATION_FAILED.
+fn take_unreadable_deletions(
+    ctx: &RequestContext,
+    request: &mut OffsetDeleteRequest,
+) -> Vec<OffsetDeleteResponseTopic> {
+    let (readable, denied): (Vec<OffsetDeleteRequestTopic>, Vec<_>) =
+        std::mem::take(&mut request.topics)
+            .into_iter()
+            .partition(|topic| on_topic(ctx, AclOperation::Read, &topic.name));
+    request.topics = readable;
+    denied
+        .into_iter()
+        .map(|topic| OffsetDeleteResponseTopic {
+            name: topic.name,
+            partitions: topic
+                .partitions
+                .iter()
+                .map(|p| OffsetDeleteResponsePartition {
+                    partition_index: p.partition_index,
+                    error_code: error_codes::TOPIC_AUTHORIZATION_FAILED,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        })
+        .collect()
+}
+
+pub fn offset_delete(ctx: &RequestContext, mut request: OffsetDeleteRequest) -> Response {
+    if !on_group(ctx, AclOperation::Delete, &request.group_id) {
+        return refused(ctx, &request.into(), ErrorCode::GROUP_AUTHORIZATION_FAILED);
+    }
+    let denied = take_unreadable_deletions(ctx, &mut request);
+    let mut response = ctx
+        .broker
+        .groups
+        .offset_delete(&ctx.broker, &request, now_ms());
+    // A group-level error answers alone (Kafka's `OffsetDeleteResponse.Builder.merge`).
+    if response.error_code == error_codes::NONE {
+        response.topics.extend(denied);
+    }
+    Response::OffsetDelete(response)
 }
 
 // ---------------------------------------------------------------------------------------------
 // Listing, describing, deleting
 
+/// Every group to a principal that may DESCRIBE the cluster, else the groups it may DESCRIBE
+/// (neither check logs a denial: they only choose what to show).
 pub fn list_groups(ctx: &RequestContext, request: ListGroupsRequest) -> Response {
-    Response::ListGroups(ctx.broker.groups.list(&ctx.broker, &request, now_ms()))
-}
-
-pub fn describe_groups(ctx: &RequestContext, request: DescribeGroupsRequest) -> Response {
-    Response::DescribeGroups(ctx.broker.groups.describe(
-        &ctx.broker,
-        &request,
-        ctx.version,
-        authorized_operations(request.include_authorized_operations),
-        now_ms(),
-    ))
-}
-
-pub fn delete_groups(ctx: &RequestContext, request: DeleteGroupsRequest) -> Response {
-    Response::DeleteGroups(
-        ctx.broker
+    let sees_all = ctx.allows_on_cluster(AclOperation::Describe);
+    let mut response = ctx.broker.groups.list(&ctx.broker, &request, now_ms());
+    if !sees_all {
+        response
             .groups
-            .delete_groups(&ctx.broker, &request, now_ms()),
-    )
+            .retain(|g| ctx.allows(AclOperation::Describe, ResourceType::Group, &g.group_id));
+    }
+    Response::ListGroups(response)
+}
+
+pub fn describe_groups(ctx: &RequestContext, mut request: DescribeGroupsRequest) -> Response {
+    let ids = std::mem::take(&mut request.groups);
+    let mut groups = answer_allowed(
+        &ids,
+        |id| on_group(ctx, AclOperation::Describe, id),
+        |allowed| {
+            request.groups = allowed;
+            ctx.broker
+                .groups
+                .describe(&ctx.broker, &request, ctx.version, now_ms())
+                .groups
+        },
+        |id| ClassicDescribed {
+            group_id: id.clone(),
+            error_code: error_codes::GROUP_AUTHORIZATION_FAILED,
+            ..Default::default()
+        },
+    );
+    if ctx.version >= 3 && request.include_authorized_operations {
+        for group in &mut groups {
+            if group.error_code == error_codes::NONE {
+                group.authorized_operations =
+                    ctx.authorized_operations(ResourceType::Group, &group.group_id);
+            }
+        }
+    }
+    Response::DescribeGroups(DescribeGroupsResponse {
+        groups,
+        ..Default::default()
+    })
+}
+
+pub fn delete_groups(ctx: &RequestContext, mut request: DeleteGroupsRequest) -> Response {
+    let names = std::mem::take(&mut request.groups_names);
+    let results = answer_allowed(
+        &names,
+        |id| on_group(ctx, AclOperation::Delete, id),
+        |allowed| {
+            request.groups_names = allowed;
+            ctx.broker
+                .groups
+                .delete_groups(&ctx.broker, &request, now_ms())
+                .results
+        },
+        |id| DeletableGroupResult {
+            group_id: id.clone(),
+            error_code: error_codes::GROUP_AUTHORIZATION_FAILED,
+            ..Default::default()
+        },
+    );
+    Response::DeleteGroups(DeleteGroupsResponse {
+        results,
+        ..Default::default()
+    })
 }

@@ -1,6 +1,7 @@
 //! ListOffsets v1-10: earliest (-2), latest (-1), max timestamp (-3), earliest local (-4),
 //! latest tiered (-5, none here), and the first offset at or after a timestamp.
 
+use skiff_auth::acl::{AclOperation, ResourceType};
 use skiff_protocol::generated::ListOffsetsRequest;
 use skiff_protocol::generated::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsResponse, ListOffsetsTopicResponse,
@@ -24,6 +25,8 @@ pub fn handle(ctx: &RequestContext, request: ListOffsetsRequest) -> Response {
         .topics
         .into_iter()
         .map(|topic| {
+            let described =
+                ctx.authorized(AclOperation::Describe, ResourceType::Topic, &topic.name);
             let found = ctx.broker.topic_by_name(&topic.name);
             let partitions = topic
                 .partitions
@@ -37,6 +40,9 @@ pub fn handle(ctx: &RequestContext, request: ListOffsetsRequest) -> Response {
                         ..Default::default()
                     };
                     match found.as_ref().and_then(|t| t.partition(p.partition_index)) {
+                        _ if !described => {
+                            response.error_code = error_codes::TOPIC_AUTHORIZATION_FAILED;
+                        }
                         None => response.error_code = error_codes::UNKNOWN_TOPIC_OR_PARTITION,
                         Some(_) if p.current_leader_epoch > 0 => {
                             response.error_code = error_codes::UNKNOWN_LEADER_EPOCH;

@@ -21,6 +21,14 @@ use crate::partition::{Partition, Topic};
 use crate::state::Broker;
 
 pub fn handle(ctx: &RequestContext, request: DescribeLogDirsRequest) -> Response {
+    // Kafka answers a principal that may not DESCRIBE the cluster with no directories (and, from
+    // v3, CLUSTER_AUTHORIZATION_FAILED).
+    if !ctx.authorized_on_cluster(skiff_auth::acl::AclOperation::Describe) {
+        return Response::DescribeLogDirs(DescribeLogDirsResponse {
+            error_code: error_codes::CLUSTER_AUTHORIZATION_FAILED,
+            ..Default::default()
+        });
+    }
     let broker = &ctx.broker;
     let data_dir = broker.config.data_dir.as_path();
     let data_dir = data_dir

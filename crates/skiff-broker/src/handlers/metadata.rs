@@ -1,8 +1,10 @@
 //! Metadata v0-13: brokers, cluster ID, topics with their IDs and partitions; lookup by name or
-//! (v10+) by topic ID; auto-creation of unknown topics when allowed.
+//! (v10+) by topic ID; auto-creation of unknown topics when allowed. Only topics the principal
+//! may DESCRIBE are shown; auto-creation needs CREATE.
 
 use std::collections::{HashMap, HashSet};
 
+use skiff_auth::acl::{AclOperation, ResourceType};
 use skiff_meta::NewTopic;
 use skiff_protocol::generated::MetadataRequest;
 use skiff_protocol::generated::metadata_request::MetadataRequestTopic;
@@ -15,53 +17,6 @@ use super::RequestContext;
 use crate::partition::Topic;
 use crate::state::Broker;
 
-/// Kafka's ACL operation codes, as bits in the authorized-operations fields.
-const OP_READ: i32 = 3;
-const OP_WRITE: i32 = 4;
-const OP_CREATE: i32 = 5;
-const OP_DELETE: i32 = 6;
-const OP_ALTER: i32 = 7;
-const OP_DESCRIBE: i32 = 8;
-const OP_CLUSTER_ACTION: i32 = 9;
-const OP_DESCRIBE_CONFIGS: i32 = 10;
-const OP_ALTER_CONFIGS: i32 = 11;
-const OP_IDEMPOTENT_WRITE: i32 = 12;
-
-fn bits(ops: &[i32]) -> i32 {
-    ops.iter().fold(0, |acc, op| acc | (1 << op))
-}
-
-/// Skiff has no authorization: every client may do everything.
-pub fn topic_authorized_operations() -> i32 {
-    bits(&[
-        OP_READ,
-        OP_WRITE,
-        OP_CREATE,
-        OP_DELETE,
-        OP_ALTER,
-        OP_DESCRIBE,
-        OP_DESCRIBE_CONFIGS,
-        OP_ALTER_CONFIGS,
-    ])
-}
-
-/// Group operations: READ, DELETE, DESCRIBE.
-pub fn group_authorized_operations() -> i32 {
-    bits(&[OP_READ, OP_DELETE, OP_DESCRIBE])
-}
-
-pub fn cluster_authorized_operations() -> i32 {
-    bits(&[
-        OP_CREATE,
-        OP_ALTER,
-        OP_DESCRIBE,
-        OP_CLUSTER_ACTION,
-        OP_DESCRIBE_CONFIGS,
-        OP_ALTER_CONFIGS,
-        OP_IDEMPOTENT_WRITE,
-    ])
-}
-
 pub fn handle(ctx: &RequestContext, request: MetadataRequest) -> Response {
     let broker = &ctx.broker;
     let version = ctx.version;
@@ -69,19 +24,32 @@ pub fn handle(ctx: &RequestContext, request: MetadataRequest) -> Response {
 
     let topics = match request.topics {
         // v0: an empty list means all topics; v1+: null means all, empty means none.
-        None => all_topics(broker, include_topic_ops),
-        Some(list) if version == 0 && list.is_empty() => all_topics(broker, include_topic_ops),
+        None => all_topics(ctx, include_topic_ops),
+        Some(list) if version == 0 && list.is_empty() => all_topics(ctx, include_topic_ops),
         Some(list) => {
             let auto_create = version < 4 || request.allow_auto_topic_creation;
+            // Auto-creation needs CREATE on the cluster, or on the topic; naming a topic at all
+            // needs DESCRIBE on it (Kafka does not tell others whether it exists).
+            let may_create_any = ctx.allows_on_cluster(AclOperation::Create);
+            let may_create = |name: &str| {
+                may_create_any || ctx.authorized(AclOperation::Create, ResourceType::Topic, name)
+            };
+            let described = |t: &MetadataRequestTopic| {
+                t.name.as_deref().is_none_or(|name| {
+                    ctx.authorized(AclOperation::Describe, ResourceType::Topic, name)
+                })
+            };
+            let (visible, hidden): (Vec<_>, Vec<_>) = list.into_iter().partition(described);
             let created = if auto_create {
-                create_missing(broker, &list)
+                create_missing(broker, &visible, may_create)
             } else {
                 HashMap::new()
             };
-            list.into_iter()
+            let mut topics: Vec<MetadataResponseTopic> = visible
+                .into_iter()
                 .map(|t| {
                     requested_topic(
-                        broker,
+                        ctx,
                         t.name,
                         t.topic_id,
                         auto_create,
@@ -89,7 +57,13 @@ pub fn handle(ctx: &RequestContext, request: MetadataRequest) -> Response {
                         include_topic_ops,
                     )
                 })
-                .collect()
+                .collect();
+            topics.extend(hidden.into_iter().map(|t| MetadataResponseTopic {
+                error_code: error_codes::TOPIC_AUTHORIZATION_FAILED,
+                name: t.name,
+                ..Default::default()
+            }));
+            topics
         }
     };
 
@@ -108,7 +82,7 @@ pub fn handle(ctx: &RequestContext, request: MetadataRequest) -> Response {
         cluster_authorized_operations: if (8..=10).contains(&version)
             && request.include_cluster_authorized_operations
         {
-            cluster_authorized_operations()
+            ctx.cluster_authorized_operations()
         } else {
             i32::MIN
         },
@@ -116,11 +90,13 @@ pub fn handle(ctx: &RequestContext, request: MetadataRequest) -> Response {
     })
 }
 
-fn all_topics(broker: &Broker, include_ops: bool) -> Vec<MetadataResponseTopic> {
-    broker
+/// Every topic the request may DESCRIBE.
+fn all_topics(ctx: &RequestContext, include_ops: bool) -> Vec<MetadataResponseTopic> {
+    ctx.broker
         .all_topics()
         .iter()
-        .map(|t| describe(broker, t, include_ops))
+        .filter(|t| ctx.allows(AclOperation::Describe, ResourceType::Topic, &t.info.name))
+        .map(|t| describe(ctx, t, include_ops))
         .collect()
 }
 
@@ -128,7 +104,13 @@ fn all_topics(broker: &Broker, include_ops: bool) -> Vec<MetadataResponseTopic> 
 /// exist yet (a request naming 10,000 new topics must not cost 10,000 writes). Returns what
 /// became of each: the topic created (described even if deleted again at once), or the error
 /// code (a name another request created meanwhile is no failure, and not listed).
-fn create_missing(broker: &Broker, list: &[MetadataRequestTopic]) -> Created {
+/// Names the request may not create (`may_create`) are left out, and answered
+/// TOPIC_AUTHORIZATION_FAILED by [`requested_topic`].
+fn create_missing(
+    broker: &Broker,
+    list: &[MetadataRequestTopic],
+    may_create: impl Fn(&str) -> bool,
+) -> Created {
     if !broker.meta().auto_create_topics_enable() {
         return HashMap::new();
     }
@@ -139,6 +121,7 @@ fn create_missing(broker: &Broker, list: &[MetadataRequestTopic]) -> Created {
         .filter(|name| {
             skiff_meta::validate_topic_name(name).is_ok()
                 && broker.topic_by_name(name).is_none()
+                && may_create(name)
                 && seen.insert(name.to_string())
         })
         .map(|name| NewTopic::new(name, -1))
@@ -169,13 +152,14 @@ fn create_missing(broker: &Broker, list: &[MetadataRequestTopic]) -> Created {
 type Created = HashMap<String, Result<std::sync::Arc<Topic>, ErrorCode>>;
 
 fn requested_topic(
-    broker: &Broker,
+    ctx: &RequestContext,
     name: Option<ByteString>,
     topic_id: Uuid,
     auto_create: bool,
     created: &Created,
     include_ops: bool,
 ) -> MetadataResponseTopic {
+    let broker = &ctx.broker;
     let error = |code: i16, name: Option<ByteString>, topic_id: Uuid| MetadataResponseTopic {
         error_code: code,
         name,
@@ -185,7 +169,7 @@ fn requested_topic(
     match name {
         Some(name) => {
             if let Some(topic) = broker.topic_by_name(&name) {
-                return describe(broker, &topic, include_ops);
+                return describe(ctx, &topic, include_ops);
             }
             if let Err(e) = skiff_meta::validate_topic_name(&name) {
                 return error(e.kafka_error_code().code(), Some(name), Uuid::ZERO);
@@ -193,6 +177,15 @@ fn requested_topic(
             if !(auto_create && broker.meta().auto_create_topics_enable()) {
                 return error(
                     error_codes::UNKNOWN_TOPIC_OR_PARTITION,
+                    Some(name),
+                    Uuid::ZERO,
+                );
+            }
+            if !ctx.allows_on_cluster(AclOperation::Create)
+                && !ctx.allows(AclOperation::Create, ResourceType::Topic, &name)
+            {
+                return error(
+                    error_codes::TOPIC_AUTHORIZATION_FAILED,
                     Some(name),
                     Uuid::ZERO,
                 );
@@ -207,29 +200,38 @@ fn requested_topic(
                         name: Some(name.clone()),
                         ..Default::default()
                     }];
-                    create_missing(broker, &again).remove(&*name)
+                    create_missing(broker, &again, |_| true).remove(&*name)
                 }
             };
             match outcome {
-                Some(Ok(topic)) => describe(broker, &topic, include_ops),
+                Some(Ok(topic)) => describe(ctx, &topic, include_ops),
                 Some(Err(code)) => error(code.code(), Some(name), Uuid::ZERO),
                 // Another request created it in the meantime.
                 None => match broker.topic_by_name(&name) {
-                    Some(topic) => describe(broker, &topic, include_ops),
+                    Some(topic) => describe(ctx, &topic, include_ops),
                     None => error(error_codes::LEADER_NOT_AVAILABLE, Some(name), Uuid::ZERO),
                 },
             }
         }
         None if !topic_id.is_zero() => match broker.topic_by_id(topic_id) {
-            Some(topic) => describe(broker, &topic, include_ops),
+            Some(topic)
+                if !ctx.authorized(
+                    AclOperation::Describe,
+                    ResourceType::Topic,
+                    &topic.info.name,
+                ) =>
+            {
+                error(error_codes::TOPIC_AUTHORIZATION_FAILED, None, topic_id)
+            }
+            Some(topic) => describe(ctx, &topic, include_ops),
             None => error(error_codes::UNKNOWN_TOPIC_ID, None, topic_id),
         },
         None => error(error_codes::INVALID_REQUEST, None, Uuid::ZERO),
     }
 }
 
-fn describe(broker: &Broker, topic: &Topic, include_ops: bool) -> MetadataResponseTopic {
-    let node = broker.node_id();
+fn describe(ctx: &RequestContext, topic: &Topic, include_ops: bool) -> MetadataResponseTopic {
+    let node = ctx.broker.node_id();
     MetadataResponseTopic {
         error_code: error_codes::NONE,
         name: Some(ByteString::from(topic.info.name.clone())),
@@ -250,7 +252,7 @@ fn describe(broker: &Broker, topic: &Topic, include_ops: bool) -> MetadataRespon
             })
             .collect(),
         topic_authorized_operations: if include_ops {
-            topic_authorized_operations()
+            ctx.authorized_operations(ResourceType::Topic, &topic.info.name)
         } else {
             i32::MIN
         },

@@ -12,6 +12,8 @@ use skiff_protocol::{Request, Response, Uuid, error_codes};
 
 use crate::state::Broker;
 
+pub mod access;
+pub mod acls;
 pub mod api_versions;
 pub mod cluster;
 pub mod configs;
@@ -46,6 +48,10 @@ pub struct RequestContext {
     /// The connection's KIP-1313 client instance ID, once fixed.
     pub instance_id: Option<Uuid>,
     pub peer: SocketAddr,
+    /// Who the request acts as (`User:ANONYMOUS` on PLAINTEXT listeners).
+    pub principal: Arc<skiff_auth::principal::KafkaPrincipal>,
+    /// The peer's IP address as text, as ACL host entries name it.
+    pub host: Arc<str>,
     /// Client software name and version from the connection's ApiVersions (v3+).
     pub software: Option<(String, String)>,
     /// Becomes `true` when the broker shuts down: waiting replies (long polls) answer at once.
@@ -127,6 +133,9 @@ pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
         Request::ListTransactions(r) => txn::list_transactions(ctx, r).into(),
         Request::DescribeUserScramCredentials(r) => scram::describe(ctx, r).into(),
         Request::AlterUserScramCredentials(r) => scram::alter(ctx, r).into(),
+        Request::CreateAcls(r) => acls::create(ctx, r).into(),
+        Request::DescribeAcls(r) => acls::describe(ctx, r).into(),
+        Request::DeleteAcls(r) => acls::delete(ctx, r).into(),
         other => {
             // Unreachable in practice: the connection checks `supported_versions` first.
             skiff_protocol::error_response::error_response(

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use skiff_auth::acl::{AclOperation, ResourceType};
 use skiff_protocol::generated::ProduceRequest;
 use skiff_protocol::generated::produce_response::{
     PartitionProduceResponse, ProduceResponse, TopicProduceResponse,
@@ -29,16 +30,33 @@ pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
     let mut waits: Vec<(usize, usize, Arc<Partition>, i64)> = Vec::new();
     let mut responses = Vec::with_capacity(request.topic_data.len());
 
+    let transactional_id = request.transactional_id.as_deref();
     let request_error = if !matches!(acks, -1..=1) {
         Some(KafkaError::new(
             ErrorCode::INVALID_REQUIRED_ACKS,
             "acks must be 0, 1 or -1",
+        ))
+    } else if transactional_id
+        .is_some_and(|id| !ctx.authorized(AclOperation::Write, ResourceType::TransactionalId, id))
+    {
+        Some(KafkaError::new(
+            ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "not authorized to write with this transactional ID",
         ))
     } else {
         None
     };
 
     for (t, topic_data) in request.topic_data.into_iter().enumerate() {
+        let topic_error = (request_error.is_none()
+            && !ctx.authorized(AclOperation::Write, ResourceType::Topic, &topic_data.name))
+        .then(|| {
+            KafkaError::new(
+                ErrorCode::TOPIC_AUTHORIZATION_FAILED,
+                "not authorized to write to this topic",
+            )
+        });
+        let request_error = request_error.as_ref().or(topic_error.as_ref());
         let topic = ctx.broker.topic_by_name(&topic_data.name);
         let mut partitions = Vec::with_capacity(topic_data.partition_data.len());
         for (p, data) in topic_data.partition_data.into_iter().enumerate() {
@@ -50,7 +68,7 @@ pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
                 ..Default::default()
             };
             let partition = topic.as_ref().and_then(|t| t.partition(data.index));
-            let outcome = match (&request_error, partition) {
+            let outcome = match (request_error, partition) {
                 (Some(refused), _) => Err(refused.clone()),
                 (None, None) => Err(KafkaError::new(
                     ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,

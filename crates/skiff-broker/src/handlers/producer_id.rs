@@ -1,5 +1,9 @@
 //! InitProducerId v0-5.
 //!
+//! Authorization comes first, as in Kafka's `KafkaApis`: a transactional ID needs WRITE on it
+//! (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer needs IDEMPOTENT_WRITE on
+//! the cluster or WRITE on some topic (else CLUSTER_AUTHORIZATION_FAILED). Then:
+//!
 //! - No transactional ID and no producer ID/epoch: a fresh producer ID with epoch 0.
 //! - No transactional ID with an existing producer ID and epoch (v3+, KIP-360): the same ID with
 //!   the epoch bumped; when the bump would reach `i16::MAX` a fresh ID with epoch 0 instead, as
@@ -11,6 +15,7 @@
 //! - Any other transactional ID: the transaction coordinator's answer ([`super::txn`]): the ID's
 //!   producer ID with its epoch bumped, fencing the previous producer of the ID.
 
+use skiff_auth::acl::{AclOperation, ResourceType};
 use skiff_protocol::generated::InitProducerIdRequest;
 use skiff_protocol::generated::init_producer_id_response::InitProducerIdResponse;
 use skiff_protocol::{Response, error_codes};
@@ -20,6 +25,18 @@ use super::{Reply, RequestContext};
 const NO_PRODUCER_ID: i64 = -1;
 const NO_PRODUCER_EPOCH: i16 = -1;
 
+/// Kafka's authorization of an InitProducerId: the refusal's code. The cluster check logs no
+/// denial, as in Kafka: WRITE on a topic may still allow the producer.
+fn refusal(ctx: &RequestContext, transactional_id: Option<&str>) -> Option<i16> {
+    match transactional_id {
+        Some(id) => (!ctx.authorized(AclOperation::Write, ResourceType::TransactionalId, id))
+            .then_some(error_codes::TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+        None => (!ctx.allows_on_cluster(AclOperation::IdempotentWrite)
+            && !ctx.authorized_on_any(AclOperation::Write, ResourceType::Topic))
+        .then_some(error_codes::CLUSTER_AUTHORIZATION_FAILED),
+    }
+}
+
 pub fn handle(ctx: &RequestContext, request: InitProducerIdRequest) -> Reply {
     let failed = |code: i16| InitProducerIdResponse {
         error_code: code,
@@ -27,6 +44,9 @@ pub fn handle(ctx: &RequestContext, request: InitProducerIdRequest) -> Reply {
         producer_epoch: NO_PRODUCER_EPOCH,
         ..Default::default()
     };
+    if let Some(code) = refusal(ctx, request.transactional_id.as_deref()) {
+        return Response::InitProducerId(failed(code)).into();
+    }
     // Fields a version lacks decode as their defaults (-1/-1).
     let existing = match (request.producer_id, request.producer_epoch) {
         (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) => None,

@@ -3,6 +3,7 @@
 //! on a single node); a negative offset or one past the high watermark is OFFSET_OUT_OF_RANGE; a
 //! compact-only topic is POLICY_VIOLATION. The answer carries the new low watermark.
 
+use skiff_auth::acl::{AclOperation, ResourceType};
 use skiff_protocol::generated::DeleteRecordsRequest;
 use skiff_protocol::generated::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsResponse, DeleteRecordsTopicResult,
@@ -22,6 +23,7 @@ pub fn handle(ctx: &RequestContext, request: DeleteRecordsRequest) -> Response {
         .topics
         .into_iter()
         .map(|topic| {
+            let deletable = ctx.authorized(AclOperation::Delete, ResourceType::Topic, &topic.name);
             let found = broker.topic_by_name(&topic.name);
             let compact_only = found
                 .as_ref()
@@ -32,6 +34,7 @@ pub fn handle(ctx: &RequestContext, request: DeleteRecordsRequest) -> Response {
                 .map(|p| {
                     let outcome = match found.as_ref().and_then(|t| t.partition(p.partition_index))
                     {
+                        _ if !deletable => Err(ErrorCode::TOPIC_AUTHORIZATION_FAILED),
                         None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
                         Some(_) if compact_only => Err(ErrorCode::POLICY_VIOLATION),
                         Some(partition) => delete_before(partition, p.offset),

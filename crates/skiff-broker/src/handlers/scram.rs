@@ -1,9 +1,11 @@
 //! DescribeUserScramCredentials and AlterUserScramCredentials (KIP-554): the credential store,
 //! as Kafka's controller checks and answers them. A request changes each user at most once;
-//! every valid change is saved (crash-safely) before the answer.
+//! every valid change is saved (crash-safely) before the answer. Describing needs DESCRIBE on the
+//! cluster, altering ALTER.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use skiff_auth::acl::AclOperation;
 use skiff_auth::scram::{ScramCredential, ScramMechanism};
 use skiff_protocol::generated::alter_user_scram_credentials_request::{
     AlterUserScramCredentialsRequest, ScramCredentialUpsertion,
@@ -20,6 +22,14 @@ use skiff_protocol::{Response, error_codes};
 use super::{RequestContext, bs};
 
 pub fn describe(ctx: &RequestContext, request: DescribeUserScramCredentialsRequest) -> Response {
+    if !ctx.authorized_on_cluster(AclOperation::Describe) {
+        return DescribeUserScramCredentialsResponse {
+            error_code: error_codes::CLUSTER_AUTHORIZATION_FAILED,
+            error_message: Some(bs("Cluster authorization failed.")),
+            ..Default::default()
+        }
+        .into();
+    }
     let credentials = ctx.broker.security.credentials();
     let info = |mechanisms: Vec<(ScramMechanism, u32)>| {
         mechanisms
@@ -98,6 +108,27 @@ enum Change {
 }
 
 pub fn alter(ctx: &RequestContext, request: AlterUserScramCredentialsRequest) -> Response {
+    if !ctx.authorized_on_cluster(AclOperation::Alter) {
+        let users: BTreeSet<String> = request
+            .deletions
+            .iter()
+            .map(|d| d.name.to_string())
+            .chain(request.upsertions.iter().map(|u| u.name.to_string()))
+            .collect();
+        return AlterUserScramCredentialsResponse {
+            results: users
+                .into_iter()
+                .map(|user| AlterUserScramCredentialsResult {
+                    user: bs(user),
+                    error_code: error_codes::CLUSTER_AUTHORIZATION_FAILED,
+                    error_message: Some(bs("Cluster authorization failed.")),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+        .into();
+    }
     let mut errors: BTreeMap<String, (i16, String)> = BTreeMap::new();
     let mut changes: BTreeMap<String, Change> = BTreeMap::new();
     let twice = || {

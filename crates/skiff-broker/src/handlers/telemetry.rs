@@ -40,6 +40,24 @@ pub fn get_subscriptions(
 }
 
 pub fn push(ctx: &RequestContext, request: PushTelemetryRequest) -> Response {
+    // With `client.instance.id.binding = enforce`, a push for an instance another principal
+    // owns is not accepted (the connection-level rule already refuses the header's ID; the
+    // body's ID may differ from it on a connection without one).
+    if ctx.broker.config.security.instance_binding == crate::config::InstanceBinding::Enforce
+        && let crate::owners::Claim::Conflict { owner } = ctx
+            .broker
+            .security
+            .owners
+            .instance_owner_is(request.client_instance_id, &ctx.principal)
+    {
+        tracing::info!(client_instance_id = %request.client_instance_id, principal = %ctx.principal, %owner, "telemetry refused: the instance ID belongs to another principal");
+        return Response::PushTelemetry(
+            skiff_protocol::generated::push_telemetry_response::PushTelemetryResponse {
+                error_code: skiff_protocol::error_codes::INVALID_REQUEST,
+                ..Default::default()
+            },
+        );
+    }
     let client = selectors(ctx);
     let (response, decoded) =
         ctx.broker
@@ -63,6 +81,12 @@ pub fn list_config_resources(
     ctx: &RequestContext,
     request: ListConfigResourcesRequest,
 ) -> Response {
+    if !ctx.authorized_on_cluster(skiff_auth::acl::AclOperation::DescribeConfigs) {
+        return Response::ListConfigResources(ListConfigResourcesResponse {
+            error_code: skiff_protocol::error_codes::CLUSTER_AUTHORIZATION_FAILED,
+            ..Default::default()
+        });
+    }
     // v0 (ListClientMetricsResources) lists client metrics only; v1 filters by type, empty = all.
     let wants = |t: i8| {
         ctx.version == 0 || request.resource_types.is_empty() || request.resource_types.contains(&t)

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use skiff_auth::acl::{AclOperation, ResourceType};
 use skiff_meta::{ConfigEntry, MetaError, NewTopic, TopicRef};
 use skiff_protocol::generated::create_partitions_response::{
     CreatePartitionsResponse, CreatePartitionsTopicResult,
@@ -50,6 +51,8 @@ pub fn handle_create_topics(ctx: &RequestContext, request: CreateTopicsRequest) 
         *counts.entry(topic.name.clone()).or_default() += 1;
     }
     let mut reported_duplicates = HashSet::new();
+    // CREATE on the cluster, or on each topic.
+    let may_create_any = ctx.allows_on_cluster(AclOperation::Create);
     // Each topic is checked first; the valid ones are then created with one metadata write (a
     // request for thousands of topics must not rewrite the metadata thousands of times).
     let mut checked: Vec<(ByteString, Result<NewTopic, KafkaError>)> = Vec::new();
@@ -68,6 +71,16 @@ pub fn handle_create_topics(ctx: &RequestContext, request: CreateTopicsRequest) 
             continue;
         }
         let name = topic.name.clone();
+        if !may_create_any && !ctx.authorized(AclOperation::Create, ResourceType::Topic, &name) {
+            checked.push((
+                name,
+                Err(KafkaError::new(
+                    error_codes::TOPIC_AUTHORIZATION_FAILED,
+                    "Authorization failed.",
+                )),
+            ));
+            continue;
+        }
         checked.push((name, check_one(broker, topic)));
     }
     let _admin = admin_lock();
@@ -93,7 +106,10 @@ pub fn handle_create_topics(ctx: &RequestContext, request: CreateTopicsRequest) 
                     std::io::Error::other("not created"),
                 ))
             })?;
+            let configs_visible =
+                ctx.allows(AclOperation::DescribeConfigs, ResourceType::Topic, &name);
             describe_created(broker, name.clone(), &new, &topic, request.validate_only)
+                .map(|created| hide_configs_unless(configs_visible, created))
         });
         topics.push(result.unwrap_or_else(|error| failed_creation(name, error)));
     }
@@ -188,6 +204,15 @@ fn check_one(broker: &Broker, topic: CreatableTopic) -> Result<NewTopic, KafkaEr
         replication_factor: topic.replication_factor,
         configs,
     })
+}
+
+/// Kafka shows a created topic's configs only to a principal that may DESCRIBE_CONFIGS it.
+fn hide_configs_unless(visible: bool, mut created: CreatableTopicResult) -> CreatableTopicResult {
+    if !visible {
+        created.topic_config_error_code = error_codes::TOPIC_AUTHORIZATION_FAILED;
+        created.configs = Some(Vec::new());
+    }
+    created
 }
 
 /// The answer for a topic just created (or, with `validate_only`, that would be).
@@ -361,13 +386,27 @@ pub fn handle_delete_topics(ctx: &RequestContext, request: DeleteTopicsRequest) 
                     KafkaError::new(error_codes::INVALID_REQUEST, "Duplicate topic id."),
                 )
             }
+            Target::Name(name)
+                if !ctx.authorized(AclOperation::Delete, ResourceType::Topic, &name) =>
+            {
+                deletion_error(Some(name), Uuid::ZERO, not_authorized())
+            }
             Target::Name(name) => match delete_one(broker, TopicRef::Name(&name), version) {
                 Ok((_, id)) => deleted(Some(name), id),
                 Err(error) => deletion_error(Some(name), Uuid::ZERO, error),
             },
-            Target::Id(id) => match delete_one(broker, TopicRef::Id(id), version) {
-                Ok((name, id)) => deleted(Some(bs(name)), id),
-                Err(error) => deletion_error(None, id, error),
+            Target::Id(id) => match broker.topic_by_id(id).map(|t| t.info.name.clone()) {
+                // The name is not told to a principal that may not DESCRIBE the topic.
+                Some(name) if !ctx.allows(AclOperation::Describe, ResourceType::Topic, &name) => {
+                    deletion_error(None, id, not_authorized())
+                }
+                Some(name) if !ctx.authorized(AclOperation::Delete, ResourceType::Topic, &name) => {
+                    deletion_error(Some(bs(name)), id, not_authorized())
+                }
+                _ => match delete_one(broker, TopicRef::Id(id), version) {
+                    Ok((name, id)) => deleted(Some(bs(name)), id),
+                    Err(error) => deletion_error(None, id, error),
+                },
             },
         };
         responses.push(result);
@@ -376,6 +415,13 @@ pub fn handle_delete_topics(ctx: &RequestContext, request: DeleteTopicsRequest) 
         responses,
         ..Default::default()
     })
+}
+
+fn not_authorized() -> KafkaError {
+    KafkaError::new(
+        error_codes::TOPIC_AUTHORIZATION_FAILED,
+        "Authorization failed.",
+    )
 }
 
 fn deleted(name: Option<ByteString>, topic_id: Uuid) -> DeletableTopicResult {
@@ -446,6 +492,8 @@ pub fn handle_create_partitions(
                 error_codes::INVALID_REQUEST,
                 "Duplicate topic name.",
             ))
+        } else if !ctx.authorized(AclOperation::Alter, ResourceType::Topic, &topic.name) {
+            Err(not_authorized())
         } else {
             grow_one(
                 broker,

@@ -5,20 +5,31 @@
 //! The protocol work is `skiff-txn`'s; these handlers check the request against the broker's
 //! topics and groups, persist every change before answering (and with `flush = always` wait for
 //! it to be durable), and run transaction ends through [`crate::txn_end::finish_detached`].
+//!
+//! Authorization comes first, as in Kafka's `KafkaApis`: WRITE on the transactional ID for every
+//! request of a producer, then READ on the group for offsets, WRITE on each topic added and READ
+//! on each topic whose offsets are committed; the admin views need DESCRIBE on each
+//! transactional ID they show and READ on each topic DescribeProducers looks into.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use skiff_auth::acl::{AclOperation, ResourceType};
 use skiff_protocol::generated::add_offsets_to_txn_response::AddOffsetsToTxnResponse;
 use skiff_protocol::generated::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use skiff_protocol::generated::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResponse, AddPartitionsToTxnTopicResult,
 };
+use skiff_protocol::generated::describe_producers_request::TopicRequest;
 use skiff_protocol::generated::describe_producers_response::{
     DescribeProducersResponse, PartitionResponse, ProducerState, TopicResponse,
 };
-use skiff_protocol::generated::describe_transactions_response::DescribeTransactionsResponse;
+use skiff_protocol::generated::describe_transactions_response::{
+    DescribeTransactionsResponse, TransactionState,
+};
 use skiff_protocol::generated::end_txn_response::EndTxnResponse;
 use skiff_protocol::generated::init_producer_id_response::InitProducerIdResponse;
+use skiff_protocol::generated::txn_offset_commit_request::TxnOffsetCommitRequestTopic;
 use skiff_protocol::generated::txn_offset_commit_response::{
     TxnOffsetCommitResponse, TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
@@ -44,6 +55,20 @@ fn fenced(code: ErrorCode, knows_fenced: bool) -> i16 {
     } else {
         code.code()
     }
+}
+
+/// Whether the request may WRITE with the transactional ID.
+fn may_write(ctx: &RequestContext, transactional_id: &str) -> bool {
+    ctx.authorized(
+        AclOperation::Write,
+        ResourceType::TransactionalId,
+        transactional_id,
+    )
+}
+
+/// Whether the request may do `operation` on the topic.
+fn on_topic(ctx: &RequestContext, operation: AclOperation, topic: &str) -> bool {
+    ctx.authorized(operation, ResourceType::Topic, topic)
 }
 
 /// Hands out a fresh producer ID.
@@ -180,24 +205,37 @@ pub fn add_partitions_to_txn(ctx: &RequestContext, request: AddPartitionsToTxnRe
     let broker = &ctx.broker;
     let knows_fenced = ctx.version >= 2;
     let topics = request.v3_and_below_topics;
-    // Every partition must exist; if one does not, none is added (Kafka: the others get
-    // OPERATION_NOT_ATTEMPTED).
-    let missing = |name: &str, index: i32| {
-        broker
+    if !may_write(ctx, &request.v3_and_below_transactional_id) {
+        return Reply::Now(add_partitions_response(&topics, |_, _| {
+            error_codes::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        }));
+    }
+    let names: BTreeSet<&str> = topics.iter().map(|t| &*t.name).collect();
+    let unwritable: BTreeSet<&str> = names
+        .into_iter()
+        .filter(|name| !on_topic(ctx, AclOperation::Write, name))
+        .collect();
+    // Every partition must be writable and exist; if one is not, none is added (Kafka: the
+    // others get OPERATION_NOT_ATTEMPTED).
+    let refusal = |name: &str, index: i32| {
+        if unwritable.contains(name) {
+            Some(error_codes::TOPIC_AUTHORIZATION_FAILED)
+        } else if broker
             .topic_by_name(name)
             .and_then(|t| t.partition(index).cloned())
             .is_none()
+        {
+            Some(error_codes::UNKNOWN_TOPIC_OR_PARTITION)
+        } else {
+            None
+        }
     };
     if topics
         .iter()
-        .any(|t| t.partitions.iter().any(|p| missing(&t.name, *p)))
+        .any(|t| t.partitions.iter().any(|p| refusal(&t.name, *p).is_some()))
     {
         return Reply::Now(add_partitions_response(&topics, |name, index| {
-            if missing(name, index) {
-                error_codes::UNKNOWN_TOPIC_OR_PARTITION
-            } else {
-                error_codes::OPERATION_NOT_ATTEMPTED
-            }
+            refusal(name, index).unwrap_or(error_codes::OPERATION_NOT_ATTEMPTED)
         }));
     }
     let partitions: Vec<TopicPartition> = topics
@@ -223,6 +261,12 @@ pub fn add_offsets_to_txn(ctx: &RequestContext, request: AddOffsetsToTxnRequest)
             ..Default::default()
         })
     };
+    if !may_write(ctx, &request.transactional_id) {
+        return Reply::Now(respond(error_codes::TRANSACTIONAL_ID_AUTHORIZATION_FAILED));
+    }
+    if !ctx.authorized(AclOperation::Read, ResourceType::Group, &request.group_id) {
+        return Reply::Now(respond(error_codes::GROUP_AUTHORIZATION_FAILED));
+    }
     if request.group_id.is_empty() {
         return Reply::Now(respond(error_codes::INVALID_GROUP_ID));
     }
@@ -239,26 +283,59 @@ pub fn add_offsets_to_txn(ctx: &RequestContext, request: AddOffsetsToTxnRequest)
     })
 }
 
+/// Kafka's refusal of a whole TxnOffsetCommit: WRITE on the transactional ID, then READ on the
+/// group.
+fn txn_commit_refusal(ctx: &RequestContext, request: &TxnOffsetCommitRequest) -> Option<i16> {
+    if !may_write(ctx, &request.transactional_id) {
+        Some(error_codes::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    } else if !ctx.authorized(AclOperation::Read, ResourceType::Group, &request.group_id) {
+        Some(error_codes::GROUP_AUTHORIZATION_FAILED)
+    } else {
+        None
+    }
+}
+
+/// The TxnOffsetCommit answer for topics the request may not READ.
+fn unreadable_commits(topics: &[TxnOffsetCommitRequestTopic]) -> Vec<TxnOffsetCommitResponseTopic> {
+    topics
+        .iter()
+        .map(|topic| TxnOffsetCommitResponseTopic {
+            name: topic.name.clone(),
+            partitions: topic
+                .partitions
+                .iter()
+                .map(|p| TxnOffsetCommitResponsePartition {
+                    partition_index: p.partition_index,
+                    error_code: error_codes::TOPIC_AUTHORIZATION_FAILED,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        })
+        .collect()
+}
+
 pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) -> Reply {
+    if let Some(code) = txn_commit_refusal(ctx, &request) {
+        return Reply::Now(skiff_protocol::error_response::error_response(
+            &request.into(),
+            ctx.version,
+            code,
+            None,
+        ));
+    }
     let broker = &ctx.broker;
     let now = now_ms();
     let group_id = request.group_id.to_string();
-    let group_check = if group_id.is_empty() {
-        Err(ErrorCode::INVALID_GROUP_ID)
-    } else {
-        broker.groups.validate_txn_commit(
-            broker,
-            &group_id,
-            &request.member_id,
-            request.generation_id,
-            request.group_instance_id.as_deref(),
-            now,
-        )
-    };
+    let (topics, unreadable): (Vec<_>, Vec<_>) = request
+        .topics
+        .into_iter()
+        .partition(|t| on_topic(ctx, AclOperation::Read, &t.name));
+    let unreadable = unreadable_commits(&unreadable);
     // Per-partition checks; the accepted offsets go to the transaction together.
     let mut offsets = Vec::new();
-    let mut codes: Vec<Vec<i16>> = Vec::with_capacity(request.topics.len());
-    for topic in &request.topics {
+    let mut codes: Vec<Vec<i16>> = Vec::with_capacity(topics.len());
+    for topic in &topics {
         let exists = broker.topic_by_name(&topic.name);
         codes.push(
             topic
@@ -290,20 +367,36 @@ pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) 
                 .collect(),
         );
     }
-    let persisted = group_check.and_then(|()| {
-        broker.txns.commit_offsets(
-            &request.transactional_id,
-            request.producer_id,
-            request.producer_epoch,
-            &group_id,
-            offsets,
-            now,
-        )
-    });
-    let topics = request.topics;
+    let persisted = if topics.is_empty() && !unreadable.is_empty() {
+        // Nothing left to commit: Kafka does not ask the coordinator.
+        Ok(None)
+    } else if group_id.is_empty() {
+        Err(ErrorCode::INVALID_GROUP_ID)
+    } else {
+        broker
+            .groups
+            .validate_txn_commit(
+                broker,
+                &group_id,
+                &request.member_id,
+                request.generation_id,
+                request.group_instance_id.as_deref(),
+                now,
+            )
+            .and_then(|()| {
+                broker.txns.commit_offsets(
+                    &request.transactional_id,
+                    request.producer_id,
+                    request.producer_epoch,
+                    &group_id,
+                    offsets,
+                    now,
+                )
+            })
+    };
     let respond = move |group_code: ErrorCode| {
-        Response::TxnOffsetCommit(TxnOffsetCommitResponse {
-            topics: topics
+        let answered =
+            topics
                 .iter()
                 .zip(&codes)
                 .map(|(topic, codes)| TxnOffsetCommitResponseTopic {
@@ -323,8 +416,9 @@ pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) 
                         })
                         .collect(),
                     ..Default::default()
-                })
-                .collect(),
+                });
+        Response::TxnOffsetCommit(TxnOffsetCommitResponse {
+            topics: answered.chain(unreadable).collect(),
             ..Default::default()
         })
     };
@@ -341,6 +435,9 @@ pub fn end_txn(ctx: &RequestContext, request: EndTxnRequest) -> Reply {
             ..Default::default()
         })
     };
+    if !may_write(ctx, &request.transactional_id) {
+        return Reply::Now(respond(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED));
+    }
     let outcome = ctx.broker.txns.end(
         &request.transactional_id,
         request.producer_id,
@@ -370,27 +467,81 @@ pub fn end_txn(ctx: &RequestContext, request: EndTxnRequest) -> Reply {
     }
 }
 
+/// Whether the request may DESCRIBE the transactional ID.
+fn may_describe(ctx: &RequestContext, transactional_id: &str) -> bool {
+    ctx.authorized(
+        AclOperation::Describe,
+        ResourceType::TransactionalId,
+        transactional_id,
+    )
+}
+
+/// The transactions asked for that the request may DESCRIBE, each showing only the topics it
+/// may DESCRIBE; TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the others.
 pub fn describe_transactions(
     ctx: &RequestContext,
     request: DescribeTransactionsRequest,
 ) -> Response {
+    let mut transaction_states = super::groups::answer_allowed(
+        &request.transactional_ids,
+        |id| may_describe(ctx, id),
+        |allowed| ctx.broker.txns.describe(&allowed),
+        |id| TransactionState {
+            error_code: error_codes::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            transactional_id: id.clone(),
+            ..Default::default()
+        },
+    );
+    for state in &mut transaction_states {
+        state
+            .topics
+            .retain(|t| on_topic(ctx, AclOperation::Describe, &t.topic));
+    }
     Response::DescribeTransactions(DescribeTransactionsResponse {
-        transaction_states: ctx.broker.txns.describe(&request.transactional_ids),
+        transaction_states,
         ..Default::default()
     })
 }
 
+/// The transactions the request may DESCRIBE.
 pub fn list_transactions(ctx: &RequestContext, request: ListTransactionsRequest) -> Response {
-    Response::ListTransactions(ctx.broker.txns.list(&request, now_ms()))
+    let mut response = ctx.broker.txns.list(&request, now_ms());
+    response
+        .transaction_states
+        .retain(|t| may_describe(ctx, &t.transactional_id));
+    Response::ListTransactions(response)
 }
 
-/// DescribeProducers: the producers each partition knows, with their open transaction's start
-/// (what `kafka-transactions.sh describe-producers` and `find-hanging` read).
+/// DescribeProducers' answer for a topic the request may not READ: TOPIC_AUTHORIZATION_FAILED on
+/// each partition, whether the topic exists or not.
+fn unreadable_topic(topic: &TopicRequest) -> TopicResponse {
+    TopicResponse {
+        name: topic.name.clone(),
+        partitions: topic
+            .partition_indexes
+            .iter()
+            .map(|index| PartitionResponse {
+                partition_index: *index,
+                error_code: error_codes::TOPIC_AUTHORIZATION_FAILED,
+                error_message: Some(bs("Topic authorization failed.")),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// DescribeProducers: the producers each partition of a topic the request may READ knows, with
+/// their open transaction's start (what `kafka-transactions.sh describe-producers` and
+/// `find-hanging` read).
 pub fn describe_producers(ctx: &RequestContext, request: DescribeProducersRequest) -> Response {
     let topics = request
         .topics
         .iter()
         .map(|topic| {
+            if !on_topic(ctx, AclOperation::Read, &topic.name) {
+                return unreadable_topic(topic);
+            }
             let found = ctx.broker.topic_by_name(&topic.name);
             TopicResponse {
                 name: topic.name.clone(),

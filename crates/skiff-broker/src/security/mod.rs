@@ -2,6 +2,7 @@
 //! connection acts as. The rules themselves (mechanisms, principal mapping, ACLs) are
 //! `skiff-auth`'s; this module holds the files, the sockets and the clock.
 
+pub mod acls;
 pub mod credentials;
 pub mod oauth;
 pub mod sasl;
@@ -26,6 +27,12 @@ pub struct SecurityState {
     data_dir: PathBuf,
     credentials: RwLock<Credentials>,
     pub oauth: Option<OauthVerifier>,
+    /// The ACLs, when `authorizer = "standard"`.
+    pub acls: Option<acls::Acls>,
+    /// `User:ANONYMOUS`, shared.
+    pub anonymous: Arc<KafkaPrincipal>,
+    /// Which principal owns which client instance and member ID.
+    pub owners: crate::owners::Owners,
 }
 
 impl SecurityState {
@@ -35,6 +42,14 @@ impl SecurityState {
             data_dir: config.data_dir.clone(),
             credentials: RwLock::new(Credentials::load(&config.data_dir)?),
             oauth: config.security.oauth.clone().map(OauthVerifier::new),
+            acls: config
+                .security
+                .authorizer
+                .as_ref()
+                .map(|settings| acls::Acls::open(&config.data_dir, settings))
+                .transpose()?,
+            anonymous: Arc::new(KafkaPrincipal::anonymous()),
+            owners: crate::owners::Owners::new(config.security.instance_binding_ms),
         })
     }
 
@@ -135,7 +150,7 @@ pub async fn reload_certificates(
 }
 
 /// How long a client has to finish the TLS handshake.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The reading half of a connection's byte stream (plain TCP or TLS).
 pub type ReadHalf = Box<dyn tokio::io::AsyncRead + Send + Unpin>;

@@ -203,7 +203,7 @@ fn read_keystore(path: &Path) -> Result<(Vec<CertificateDer<'static>>, PrivateKe
 }
 
 /// The CA certificates of a PEM truststore.
-fn read_roots(path: &Path) -> Result<RootCertStore> {
+pub(crate) fn read_roots(path: &Path) -> Result<RootCertStore> {
     let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let mut roots = RootCertStore::empty();
     for certificate in CertificateDer::pem_slice_iter(&pem) {

@@ -129,3 +129,20 @@ pub async fn connect_tls(
         .connect(name, tcp)
         .await
 }
+
+/// A rustls server configuration presenting `identity` (for test servers the broker calls).
+pub fn server_config(identity: &Issued) -> Arc<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let chain = CertificateDer::pem_slice_iter(identity.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .expect("chain");
+    let key = PrivateKeyDer::from_pem_slice(identity.key_pem.as_bytes()).expect("key");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("server certificate");
+    Arc::new(config)
+}

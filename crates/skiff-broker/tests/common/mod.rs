@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod sasl;
 
 use std::path::PathBuf;
 use std::time::Duration;
