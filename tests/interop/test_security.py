@@ -125,26 +125,31 @@ def pki(tmp_path_factory) -> Pki:
     return Pki(tmp_path_factory.mktemp("pki"))
 
 
-@pytest.fixture(scope="module")
-def secure(pki, tmp_path_factory) -> SecureBroker:
-    b = SecureBroker(_require_binary(), tmp_path_factory.mktemp("secure"), pki)
-    _LIVE.append(b)
-    try:
-        b.start()
-        from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
-                                           UserScramCredentialUpsertion)
+def running(broker: SecureBroker, users: dict[str, str]):
+    """Starts ``broker``, creates SCRAM-SHA-512 and -256 credentials for ``users`` over its
+    PLAINTEXT listener (Kafka changes a user once per request: one request per mechanism), yields
+    it, and stops it."""
+    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialUpsertion)
 
-        admin = AdminClient({"bootstrap.servers": b.bootstrap})
-        # Kafka changes a user once per request: one request per mechanism.
+    _LIVE.append(broker)
+    try:
+        broker.start()
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         for mechanism in (ScramMechanism.SCRAM_SHA_512, ScramMechanism.SCRAM_SHA_256):
             upserts = [UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, 4096), pw.encode())
-                       for user, pw in USERS.items()]
-            for user, future in admin.alter_user_scram_credentials(upserts).items():
+                       for user, pw in users.items()]
+            for future in admin.alter_user_scram_credentials(upserts).values():
                 future.result(timeout=20)
-        yield b
+        yield broker
     finally:
-        b.stop()
-        _LIVE.remove(b)
+        broker.stop()
+        _LIVE.remove(broker)
+
+
+@pytest.fixture(scope="module")
+def secure(pki, tmp_path_factory) -> SecureBroker:
+    yield from running(SecureBroker(_require_binary(), tmp_path_factory.mktemp("secure"), pki), USERS)
 
 
 def sasl_conf(pki: Pki, mechanism: str, user: str = "alice", password: str | None = None) -> dict:
@@ -281,13 +286,14 @@ def test_kafka_python_sasl_ssl(secure, pki, mechanism):
     assert sorted(got) == sorted(f"v{i}".encode() for i in range(10))
 
 
-def test_aiokafka_sasl_ssl_scram(secure, pki):
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "PLAIN"])
+def test_aiokafka_sasl_ssl(secure, pki, mechanism):
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.helpers import create_ssl_context
 
     async def run() -> list[bytes]:
         conf = dict(bootstrap_servers=secure.addr("SASL_SSL"), security_protocol="SASL_SSL",
-                    ssl_context=create_ssl_context(cafile=str(pki.ca)), sasl_mechanism="SCRAM-SHA-512",
+                    ssl_context=create_ssl_context(cafile=str(pki.ca)), sasl_mechanism=mechanism,
                     sasl_plain_username="bob", sasl_plain_password=USERS["bob"])
         topic = f"aio-{uuid.uuid4().hex[:8]}"
         p = AIOKafkaProducer(**conf)
@@ -337,22 +343,8 @@ class AuthzBroker(SecureBroker):
 
 @pytest.fixture(scope="module")
 def authz(pki, tmp_path_factory) -> AuthzBroker:
-    b = AuthzBroker(_require_binary(), tmp_path_factory.mktemp("authz"), pki)
-    _LIVE.append(b)
-    try:
-        b.start()
-        from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
-                                           UserScramCredentialUpsertion)
-
-        admin = AdminClient({"bootstrap.servers": b.bootstrap})
-        upserts = [UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
-                                                pw.encode()) for user, pw in {**USERS, "admin": "admin-pw"}.items()]
-        for future in admin.alter_user_scram_credentials(upserts).values():
-            future.result(timeout=20)
-        yield b
-    finally:
-        b.stop()
-        _LIVE.remove(b)
+    broker = AuthzBroker(_require_binary(), tmp_path_factory.mktemp("authz"), pki)
+    yield from running(broker, {**USERS, "admin": "admin-pw"})
 
 
 def test_confluent_acls_decide_what_alice_may_do(authz, pki):

@@ -152,22 +152,17 @@ async fn reload_files(
     tls: Option<Arc<TlsServer>>,
     token: Option<Arc<BearerToken>>,
     interval: Duration,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stopped(&mut shutdown) => return,
-        }
+    crate::shutdown::every(interval, shutdown, || {
         if let Some(tls) = &tls {
             log_reload("TLS certificates", tls.reload_if_changed());
         }
         if let Some(token) = &token {
             log_reload("token", token.reload_if_changed());
         }
-    }
+    })
+    .await
 }
 
 fn log_reload(what: &str, reloaded: Result<bool>) {

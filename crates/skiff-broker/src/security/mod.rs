@@ -123,15 +123,9 @@ impl Listener {
 pub async fn reload_certificates(
     listeners: Vec<Arc<Listener>>,
     interval: Duration,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = crate::shutdown::stopped(&mut shutdown) => return,
-        }
+    crate::shutdown::every(interval, shutdown, || {
         for listener in &listeners {
             let Some(tls) = &listener.tls else { continue };
             match tls.reload_if_changed() {
@@ -146,7 +140,8 @@ pub async fn reload_certificates(
                 ),
             }
         }
-    }
+    })
+    .await
 }
 
 /// How long a client has to finish the TLS handshake.
