@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""What TLS + SASL cost on one Skiff broker: confluent-kafka produce and consume throughput
+through a PLAINTEXT listener and a SASL_SSL (SCRAM-SHA-512) listener of the same release broker.
+Prints figures; asserts nothing (the issue's target is SASL_SSL >= 0.7x PLAINTEXT).
+
+One run:
+  * makes a CA and a broker certificate (SAN IP:127.0.0.1) with `openssl` in a temp dir;
+  * starts target/release/skiff with PLAINTEXT and SASL_SSL listeners on loopback, a temp data
+    dir and `flush = "interval"` (so the disk does not dominate), and creates a SCRAM user with
+    AdminClient over PLAINTEXT;
+  * PLAINTEXT, SASL_SSL, PLAINTEXT, SASL_SSL: each produces 1 KiB values to a fresh
+    one-partition topic as fast as it can (linger.ms=5, batch.size=1000000, acks=1, no
+    compression) for --seconds (default 10) or --mib MiB, then consumes that topic from the
+    beginning; MB/s (10^6 bytes of values, acknowledged or received) per run, the best of each
+    listener and the SASL_SSL/PLAINTEXT ratios. Each client connects and logs in before its
+    clock starts (the producer with one untimed warm-up record, counted in "records");
+  * with --authorizer, then runs `cargo bench -p skiff-auth --bench authorizer` (about 2 min to
+    compile) and prints its per-check times.
+The broker is stopped (SIGTERM, SIGKILL after 10 s) and the temp dirs removed, whatever happens.
+
+    cargo build --release -p skiff --bin skiff
+    .venv/bin/python bench/security.py [--seconds N] [--mib M] [--authorizer]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism,
+                                   UserScramCredentialUpsertion)
+
+ROOT = Path(__file__).resolve().parents[1]
+BINARY = ROOT / "target/release/skiff"
+USER, PASSWORD = "bench", "bench-secret"
+VALUE = os.urandom(1024)
+MB = 1e6
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+
+def make_certs(d: Path) -> tuple[Path, Path]:
+    """The CA certificate, and one PEM file with the broker's key and certificate."""
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{d}/ca.key", "-out", f"{d}/ca.pem",
+            "-days", "2", "-subj", "/CN=Skiff bench CA")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{d}/broker.key", "-out", f"{d}/broker.csr",
+            "-subj", "/CN=localhost")
+    (d / "broker.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", f"{d}/broker.csr", "-CA", f"{d}/ca.pem", "-CAkey", f"{d}/ca.key",
+            "-CAcreateserial", "-out", f"{d}/broker.crt", "-days", "2", "-extfile", f"{d}/broker.ext")
+    (d / "broker.pem").write_bytes((d / "broker.key").read_bytes() + (d / "broker.crt").read_bytes())
+    return d / "ca.pem", d / "broker.pem"
+
+
+def start_broker(d: Path, ports: dict[str, int], keystore: Path) -> subprocess.Popen:
+    config = d / "skiff.toml"
+    config.write_text(f"""
+listeners = "PLAINTEXT://127.0.0.1:{ports['PLAINTEXT']},SASL_SSL://127.0.0.1:{ports['SASL_SSL']}"
+"admin.listen" = "none"
+"flush" = "interval"
+"ssl.keystore.type" = "PEM"
+"ssl.keystore.location" = "{keystore}"
+"sasl.enabled.mechanisms" = "SCRAM-SHA-512"
+""")
+    with open(d / "broker.log", "wb") as log:
+        proc = subprocess.Popen([str(BINARY), "broker", "--config", str(config), "--data-dir", str(d / "data")],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                                env={**os.environ, "RUST_LOG": "warn"})
+    deadline = time.monotonic() + 30
+    for port in ports.values():
+        while True:
+            if proc.poll() is not None:
+                sys.exit(f"the broker exited ({proc.returncode}):\n{(d / 'broker.log').read_text()[:3000]}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after 30 s")
+                time.sleep(0.05)
+    return proc
+
+
+def stop_broker(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def produce(conf: dict, topic: str, seconds: float, mib: float | None) -> tuple[float, int]:
+    """(MB/s of acknowledged values, records acknowledged, the warm-up one included)."""
+    acked, failed = [0], [0]
+
+    def on_delivery(err, _msg):
+        if err is None:
+            acked[0] += 1
+        else:
+            failed[0] += 1
+
+    p = Producer({**conf, "linger.ms": 5, "batch.size": 1000000, "acks": 1, "compression.type": "none",
+                  "queue.buffering.max.kbytes": 32768, "on_delivery": on_delivery})
+    p.produce(topic, VALUE)  # connects (and authenticates) outside the clock
+    if p.flush(30) != 0:
+        raise RuntimeError(f"{topic}: the warm-up record was not acknowledged in 30 s")
+    limit = int(mib * 1024) if mib else None
+    started = time.monotonic()
+    deadline = started + (seconds if limit is None else 600)  # --mib: at most 10 min
+    sent = 0
+    while time.monotonic() < deadline and (limit is None or sent < limit):
+        try:
+            p.produce(topic, VALUE)
+            sent += 1
+            if sent % 1000 == 0:
+                p.poll(0)
+        except BufferError:  # the 32 MiB queue is full
+            p.poll(0.005)
+    left = p.flush(60)
+    elapsed = time.monotonic() - started
+    if left or failed[0]:
+        print(f"    ({failed[0]} records failed, {left} not acknowledged after a 60 s flush)")
+    return (acked[0] - 1) * len(VALUE) / MB / elapsed, acked[0]
+
+
+def consume(conf: dict, topic: str, expected: int) -> tuple[float, int]:
+    """(MB/s of values received, records received), reading from the beginning with assign()."""
+    c = Consumer({**conf, "group.id": f"bench-{topic}", "enable.auto.commit": False})
+    try:
+        c.list_topics(topic, timeout=30)  # connects (and authenticates) outside the clock
+        got = size = 0
+        started = time.monotonic()
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline = started + 120
+        while got < expected and time.monotonic() < deadline:
+            for m in c.consume(10000, 0.5):
+                if m.error() is None:
+                    got += 1
+                    size += len(m.value())
+        elapsed = time.monotonic() - started
+        if got < expected:
+            print(f"    (only {got} of {expected} records in 120 s)")
+        return size / MB / elapsed, got
+    finally:
+        c.close()
+
+
+def authorizer_bench() -> None:
+    print("\n== cargo bench -p skiff-auth --bench authorizer (compiles first): time per check over 1,000 ACLs, "
+          "criterion's estimate", flush=True)
+    r = subprocess.run(["cargo", "bench", "-p", "skiff-auth", "--bench", "authorizer"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=1800)
+    name = None
+    for line in r.stdout.splitlines():
+        if line.startswith("authorize"):
+            name = line.split()[0]
+        m = re.search(r"time:\s+\[\S+ \S+ (\S+ \S+) \S+ \S+\]", line)
+        if m and name:
+            print(f"  {name:32} {m.group(1)}")
+    if r.returncode != 0:
+        print(f"  cargo bench failed ({r.returncode}):\n{r.stderr[-3000:]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=10, help="produce for this long per run (default 10)")
+    ap.add_argument("--mib", type=float, help="produce this many MiB per run instead")
+    ap.add_argument("--authorizer", action="store_true", help="also run the authorizer micro-benchmark")
+    args = ap.parse_args()
+    if not BINARY.exists():
+        sys.exit(f"{BINARY} is missing: run `cargo build --release -p skiff --bin skiff` first")
+
+    tmp = Path(tempfile.mkdtemp(prefix="skiff-security-bench-"))
+    proc = None
+    try:
+        ca, keystore = make_certs(tmp)
+        ports = {"PLAINTEXT": free_port(), "SASL_SSL": free_port()}
+        proc = start_broker(tmp, ports, keystore)
+        quiet = {"log_level": 4}  # librdkafka's warnings and errors, not its info lines
+        plain = {**quiet, "bootstrap.servers": f"127.0.0.1:{ports['PLAINTEXT']}"}
+        admin = AdminClient(plain)
+        cred = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+        for f in admin.alter_user_scram_credentials(
+                [UserScramCredentialUpsertion(USER, cred, PASSWORD.encode())]).values():
+            f.result(timeout=20)
+        sasl_ssl = {**quiet, "bootstrap.servers": f"127.0.0.1:{ports['SASL_SSL']}", "security.protocol": "SASL_SSL",
+                    "ssl.ca.location": str(ca), "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": USER,
+                    "sasl.password": PASSWORD}
+        confs = {"PLAINTEXT": plain, "SASL_SSL": sasl_ssl}
+        amount = f"{args.mib:g} MiB" if args.mib else f"{args.seconds:g} s"
+        print(f"broker: {BINARY} (flush = \"interval\", fdatasync every 1 s: the disk is not what is measured)")
+        print(f"load: confluent-kafka, 1 KiB values, {amount} per produce run, 1 partition, acks=1; "
+              f"MB = 10^6 bytes of values; loopback; load average {os.getloadavg()[0]:.1f} "
+              f"on {os.cpu_count()} CPUs (client, broker and anything else share them: figures are noisy)")
+        best: dict[str, dict[str, float]] = {name: {"produce": 0.0, "consume": 0.0} for name in confs}
+        for i, name in enumerate(["PLAINTEXT", "SASL_SSL"] * 2):
+            topic = f"security-bench-{i}-{name.lower()}"
+            for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+                f.result(timeout=20)
+            p_rate, n = produce(confs[name], topic, args.seconds, args.mib)
+            c_rate, got = consume(confs[name], topic, n)
+            print(f"  run {i + 1} {name:10} produce {p_rate:7.1f} MB/s ({n} records)   "
+                  f"consume {c_rate:7.1f} MB/s ({got} records)")
+            best[name]["produce"] = max(best[name]["produce"], p_rate)
+            best[name]["consume"] = max(best[name]["consume"], c_rate)
+            for f in admin.delete_topics([topic]).values():  # keep the temp dir small
+                try:
+                    f.result(timeout=20)
+                except KafkaException as e:
+                    print(f"    (could not delete {topic}: {e})")
+        print("best of 2:")
+        for name, b in best.items():
+            print(f"  {name:10} produce {b['produce']:7.1f} MB/s   consume {b['consume']:7.1f} MB/s")
+        for what in ("produce", "consume"):
+            ratio = best["SASL_SSL"][what] / best["PLAINTEXT"][what] if best["PLAINTEXT"][what] else float("nan")
+            print(f"SASL_SSL / PLAINTEXT {what}: {ratio:.2f}x (target >= 0.7x)")
+        del admin  # before the broker stops, so that it does not log the lost connection
+    finally:
+        if proc is not None:
+            stop_broker(proc)
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.authorizer:
+        authorizer_bench()
+
+
+if __name__ == "__main__":
+    main()
