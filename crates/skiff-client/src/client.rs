@@ -13,7 +13,9 @@ use tokio::time::Instant;
 
 use crate::connection::{Connection, ConnectionSettings, typed_response};
 use crate::error::{Error, Result};
+use crate::security::SecurityConfig;
 use crate::telemetry::{self, ClientMetrics, Telemetry, TelemetryTransport};
+use crate::tls::TlsClient;
 use crate::util::{backoff, lock};
 
 /// FindCoordinator key types.
@@ -46,6 +48,8 @@ pub struct ClientConfig {
     /// KIP-714 `enable.metrics.push`: push this client's metrics when the cluster subscribes to
     /// them (GetTelemetrySubscriptions/PushTelemetry with the instance ID). Default on.
     pub enable_metrics_push: bool,
+    /// `security.protocol` with its TLS and SASL settings. Default: PLAINTEXT.
+    pub security: SecurityConfig,
 }
 
 impl ClientConfig {
@@ -77,6 +81,7 @@ impl Default for ClientConfig {
             max_frame_size: 256 * 1024 * 1024,
             allow_auto_create_topics: false,
             enable_metrics_push: true,
+            security: SecurityConfig::default(),
         }
     }
 }
@@ -204,7 +209,8 @@ impl Client {
         Self::with_instance_id(config, instance_id)
     }
 
-    /// Creates a client with a given (non-zero) instance ID; for tests and tools.
+    /// Creates a client with a given (non-zero) instance ID; for tests and tools. The TLS files
+    /// are read here: one that does not load is [`Error::Config`].
     pub fn with_instance_id(config: ClientConfig, instance_id: Uuid) -> Result<Client> {
         if config.bootstrap.is_empty() {
             return Err(Error::Config("no bootstrap broker given".into()));
@@ -212,11 +218,19 @@ impl Client {
         if instance_id.is_zero() {
             return Err(Error::Config("the instance ID must not be zero".into()));
         }
+        let security = &config.security;
+        security.validate()?;
         let settings = ConnectionSettings {
             client_id: Arc::from(config.client_id.as_str()),
             instance_id,
             connect_timeout: config.connect_timeout,
             max_frame_size: config.max_frame_size,
+            tls: security
+                .protocol
+                .uses_tls()
+                .then(|| TlsClient::new(&security.tls))
+                .transpose()?,
+            sasl: security.sasl.clone(),
         };
         Ok(Client {
             inner: Arc::new(Inner {

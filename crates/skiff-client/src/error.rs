@@ -14,6 +14,11 @@ pub enum Error {
         broker: String,
         reason: String,
     },
+    /// The broker refused this client: SASL authentication failed (the reason is the broker's
+    /// message, never a password), or the TLS handshake did (an untrusted or misnamed broker
+    /// certificate, a refused client certificate). Retrying with the same settings cannot help.
+    #[error("authentication with {broker} failed: {reason}")]
+    Authentication { broker: String, reason: String },
     /// The connection broke while the request was pending (or before it was sent).
     #[error("{api} to {broker} failed: connection broken ({reason})")]
     ConnectionBroken {

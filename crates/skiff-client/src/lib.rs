@@ -15,18 +15,27 @@
 //! - [`Consumer`]: a KIP-848 group member whose member ID is the instance ID (KIP-1082), or a
 //!   plain assigned consumer; offsets, long-poll fetch, seek, pause/resume; read_committed by
 //!   default ([`IsolationLevel`]: aborted and open transactions skipped, markers never returned).
-//! - [`Admin`]: topics, groups and client-metrics subscriptions.
+//! - [`Admin`]: topics, groups, client-metrics subscriptions, SCRAM users and ACLs.
+//! - Security ([`SecurityConfig`], Kafka's `security.protocol`): TLS with rustls (a CA file or the
+//!   system's CAs, an optional client certificate, host name checks on or off), and SASL PLAIN,
+//!   SCRAM-SHA-256/512 and OAUTHBEARER (a token callback) after ApiVersions on every connection;
+//!   when the broker limits a session (`connections.max.reauth.ms`), the connection
+//!   re-authenticates before it ends, between requests (KIP-368).
 //! - KIP-714 telemetry: when the cluster subscribes to client metrics, each [`Client`] fetches its
 //!   subscription and pushes its own metrics (OTLP, body ID = header ID = its instance ID), with a
 //!   terminating push on [`Client::close`]; [`ClientConfig::enable_metrics_push`] turns it off.
 
 mod admin;
+mod admin_security;
 mod client;
 pub mod connection;
 mod consumer;
 mod error;
 mod producer;
+mod sasl;
+mod security;
 mod telemetry;
+mod tls;
 mod transaction;
 mod util;
 
@@ -34,6 +43,7 @@ pub use admin::{
     Admin, AlterConfigOp, CLIENT_METRICS_RESOURCE, ConfigEntry, GroupDescription, GroupListing,
     GroupMember, NewTopic, TopicDescription,
 };
+pub use admin_security::ScramUser;
 pub use client::{BrokerInfo, Client, ClientConfig, Metadata, PartitionMetadata, TopicMetadata};
 pub use connection::{Connection, client_versions};
 pub use consumer::GroupMetadata;
@@ -46,5 +56,12 @@ pub use producer::{
     Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata, murmur2,
     partition_for_key,
 };
+pub use security::{
+    EndpointIdentification, OauthTokenCallback, SaslConfig, ScramMechanism, SecurityConfig,
+    SecurityProtocol, TlsConfig,
+};
+/// The ACL types [`Admin::create_acls`], [`Admin::describe_acls`] and [`Admin::delete_acls`]
+/// take and return.
+pub use skiff_auth::acl;
 pub use skiff_protocol::Uuid;
 pub use skiff_records::Compression;

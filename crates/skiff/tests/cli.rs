@@ -1,145 +1,14 @@
 //! The real `skiff` binary: a `skiff broker` child on an ephemeral port, and the client
 //! subcommands against it (tables, `--json`, exit codes).
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+mod common;
+
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_skiff");
-
-struct Broker {
-    child: Child,
-    addr: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts `skiff broker` on port 0 and learns its address from the startup log line. No admin
-/// listener: its default port (9644) would collide between tests running in parallel.
-fn start_broker() -> Broker {
-    start_broker_with(&["--set", "admin.listen=none"])
-}
-
-/// `start_broker` with extra broker arguments.
-fn start_broker_with(extra: &[&str]) -> Broker {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(BIN)
-        .args(["broker", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
-        .args(["--set", "num.partitions=2"])
-        .args(extra)
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn skiff broker");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    let early = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let early_lines = std::sync::Arc::clone(&early);
-    std::thread::spawn(move || {
-        let mut sent = false;
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if !sent && let Ok(mut kept) = early_lines.lock() {
-                kept.push(line.clone());
-            }
-            if !sent && line.contains("skiff broker started") {
-                let clean: String = strip_ansi(&line);
-                if let Some(addr) = clean
-                    .split_whitespace()
-                    .find_map(|w| w.strip_prefix("listen="))
-                {
-                    let _ = tx.send(addr.to_string());
-                    sent = true;
-                }
-            }
-            // Keep draining so the broker never blocks on a full pipe.
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(20))
-        .unwrap_or_else(|e| {
-            let said = early.lock().map(|l| l.join("\n")).unwrap_or_default();
-            panic!("the broker did not report its address ({e}); it said:\n{said}")
-        });
-    Broker {
-        child,
-        addr,
-        _dir: dir,
-    }
-}
-
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::new();
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-fn skiff(broker: &Broker, args: &[&str]) -> Output {
-    skiff_stdin(broker, args, None)
-}
-
-fn skiff_stdin(broker: &Broker, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .args(["--bootstrap", &broker.addr])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn skiff");
-    let mut input = child.stdin.take().expect("stdin");
-    if let Some(text) = stdin {
-        input.write_all(text.as_bytes()).expect("write stdin");
-    }
-    drop(input);
-    wait_bounded(child)
-}
-
-/// Waits for a child at most 30 s (then kills it and fails).
-fn wait_bounded(child: Child) -> Output {
-    let (tx, rx) = mpsc::channel();
-    let id = child.id();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(out) => out.expect("wait"),
-        Err(_) => {
-            let _ = Command::new("kill").arg(id.to_string()).status();
-            panic!("skiff command timed out");
-        }
-    }
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use common::{
+    BIN, Broker, free_port, skiff, skiff_stdin, start_broker, start_broker_with, stderr, stdout,
+};
 
 #[test]
 fn help_lists_commands_examples_and_exit_codes() {
@@ -153,6 +22,9 @@ fn help_lists_commands_examples_and_exit_codes() {
         "consume",
         "group",
         "clients",
+        "user",
+        "acl",
+        "--command-config",
         "Examples",
         "Exit codes",
     ] {
@@ -232,7 +104,7 @@ fn topics_produce_consume_and_groups() {
         "{}",
         stderr(&out)
     );
-    let file = broker._dir.path().join("more.txt");
+    let file = broker.dir.path().join("more.txt");
     std::fs::write(&file, "a\nb\nc\n").expect("write file");
     let out = skiff(
         &broker,
@@ -333,15 +205,6 @@ fn topics_produce_consume_and_groups() {
     assert!(out.status.success(), "{}", stderr(&out));
     let out = skiff(&broker, &["topic", "list", "--json"]);
     assert!(!stdout(&out).contains("\"tmp\""));
-}
-
-/// A free local port (bound then released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
 }
 
 /// A broker with its admin HTTP listener on a free port; returns it and the admin base URL.

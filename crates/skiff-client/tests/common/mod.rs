@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -46,16 +48,24 @@ impl TestBroker {
 
     /// A broker that tells clients to connect to `advertise` (a proxy) instead of itself.
     pub async fn start_advertising(advertise: Option<(String, u16)>) -> TestBroker {
+        let to_proxy = advertise.clone();
+        let mut broker = Self::start_with(|config| config.advertise = to_proxy).await;
+        broker.advertise = advertise;
+        broker
+    }
+
+    /// A broker with the test config as `adjust` changes it (not kept for restarts).
+    pub async fn start_with(adjust: impl FnOnce(&mut BrokerConfig)) -> TestBroker {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut config = test_config(dir.path(), "127.0.0.1:0".parse().expect("addr"));
-        config.advertise = advertise.clone();
+        adjust(&mut config);
         let running = skiff_broker::start(config).await.expect("broker starts");
         let addr = running.local_addr;
         TestBroker {
             running: Some(running),
             addr,
             dir,
-            advertise,
+            advertise: None,
         }
     }
 

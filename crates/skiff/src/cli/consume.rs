@@ -10,7 +10,7 @@ use super::{CmdResult, Conn, print_json};
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  skiff consume orders --from-beginning\n  skiff consume orders --group billing --max 100\n  skiff consume orders --from-beginning --json --idle-exit-ms 2000 | jq .value"
+    after_help = "Examples:\n  skiff consume orders --from-beginning\n  skiff consume orders --group billing --max 100\n  skiff consume orders --from-beginning --json --idle-exit-ms 2000 | jq .value\n  skiff consume orders --bootstrap broker:9093 --command-config client.properties"
 )]
 pub struct ConsumeArgs {
     /// Topic to read.

@@ -9,7 +9,9 @@ use super::{CmdResult, Conn, print_json, print_table};
 #[derive(Subcommand, Debug)]
 pub enum GroupCommand {
     /// List consumer groups.
-    #[command(after_help = "Examples:\n  skiff group list\n  skiff group list --json")]
+    #[command(
+        after_help = "Examples:\n  skiff group list\n  skiff group list --json\n  skiff group list --bootstrap broker:9093 --command-config client.properties"
+    )]
     List,
     /// Show a group's members, assignments, committed offsets and lag.
     #[command(after_help = "Examples:\n  skiff group describe billing")]

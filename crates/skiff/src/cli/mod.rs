@@ -1,11 +1,16 @@
-//! Client subcommands: `topic`, `produce`, `consume`, `group`, built on `skiff-client`.
+//! Client subcommands: `topic`, `produce`, `consume`, `group`, `user`, `acl`, built on
+//! `skiff-client`.
 
+pub mod acl;
 pub mod clients;
+pub mod command_config;
 pub mod consume;
 pub mod group;
 pub mod produce;
 pub mod topic;
+pub mod user;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
@@ -27,6 +32,8 @@ pub mod exit {
     pub const EXISTS: u8 = 5;
     /// The broker rejected the request (a Kafka error code).
     pub const REJECTED: u8 = 6;
+    /// Authentication failed (SASL credentials, or the TLS handshake).
+    pub const AUTHENTICATION: u8 = 7;
 }
 
 /// Options every client subcommand takes.
@@ -41,15 +48,23 @@ pub struct Conn {
     /// Request timeout in milliseconds.
     #[arg(long, default_value_t = 10_000, global = true)]
     pub timeout_ms: u64,
+    /// Kafka client properties for TLS and SASL (security.protocol, sasl.mechanism,
+    /// sasl.username, sasl.password or sasl.jaas.config, ssl.ca.location, ...), one KEY=VALUE a
+    /// line.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub command_config: Option<PathBuf>,
 }
 
 impl Conn {
-    pub fn client(&self) -> Result<Client, Error> {
+    pub fn client(&self) -> Result<Client, Failure> {
         let mut config = ClientConfig::new(&self.bootstrap);
         config.client_id = "skiff-cli".into();
         config.request_timeout = Duration::from_millis(self.timeout_ms);
         config.connect_timeout = Duration::from_millis(self.timeout_ms.min(5_000));
-        Client::new(config)
+        if let Some(path) = &self.command_config {
+            config.security = command_config::load(path)?;
+        }
+        Ok(Client::new(config)?)
     }
 }
 
@@ -68,11 +83,13 @@ impl From<Error> for Failure {
             }
             Error::UnknownTopic(_) | Error::UnknownPartition { .. } => exit::NOT_FOUND,
             Error::Broker {
-                code: 3 | 69 | 100, ..
+                code: 3 | 69 | 91 | 100,
+                ..
             } => exit::NOT_FOUND,
             Error::Broker { code: 36, .. } => exit::EXISTS,
             Error::Broker { .. } | Error::InstanceIdRejected { .. } => exit::REJECTED,
             Error::Config(_) => exit::USAGE,
+            Error::Authentication { .. } => exit::AUTHENTICATION,
             _ => exit::FAILURE,
         };
         Failure {

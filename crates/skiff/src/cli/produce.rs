@@ -22,7 +22,7 @@ pub enum AcksArg {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  echo hello | skiff produce greetings\n  skiff produce orders --file orders.txt --key-separator :\n  seq 1 100000 | skiff produce numbers --acks 1 --linger-ms 20\n  skiff produce payments --file batch.txt --transactional-id payments-loader"
+    after_help = "Examples:\n  echo hello | skiff produce greetings\n  skiff produce orders --file orders.txt --key-separator :\n  seq 1 100000 | skiff produce numbers --acks 1 --linger-ms 20\n  skiff produce payments --file batch.txt --transactional-id payments-loader\n  echo hello | skiff produce greetings --bootstrap broker:9093 --command-config client.properties"
 )]
 pub struct ProduceArgs {
     /// Topic to write to.

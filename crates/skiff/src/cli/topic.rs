@@ -25,7 +25,9 @@ pub enum TopicCommand {
         configs: Vec<String>,
     },
     /// List topics.
-    #[command(after_help = "Examples:\n  skiff topic list\n  skiff topic list --json")]
+    #[command(
+        after_help = "Examples:\n  skiff topic list\n  skiff topic list --json\n  skiff topic list --bootstrap broker:9093 --command-config client.properties"
+    )]
     List,
     /// Show a topic's partitions, leaders and offsets.
     #[command(after_help = "Examples:\n  skiff topic describe orders")]
