@@ -1,0 +1,198 @@
+//! `/metrics`: the broker's counters and gauges in Prometheus's text format.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use skiff_protocol::ApiKey;
+
+use crate::identity::RejectReason;
+use crate::state::Broker;
+
+/// Prometheus text exposition format, version 0.0.4.
+pub(super) async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
+    // Broker metrics, then the latest client telemetry labelled by client instance ID.
+    let mut text = render_metrics(&broker);
+    text.push_str(&broker.lock_telemetry().render_prometheus());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+}
+
+pub fn render_metrics(broker: &Broker) -> String {
+    let m = &broker.metrics;
+    let mut out = String::new();
+    let mut gauge = |name: &str, help: &str, kind: &str, value: u64| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    };
+    gauge(
+        "skiff_connections_open",
+        "Open client connections.",
+        "gauge",
+        m.connections_open.load(Ordering::Relaxed),
+    );
+    let (sessions, session_partitions) = {
+        let sessions = broker.lock_fetch_sessions();
+        (sessions.len(), sessions.total_partitions())
+    };
+    gauge(
+        "skiff_fetch_sessions",
+        "Incremental fetch sessions held (KIP-227).",
+        "gauge",
+        sessions as u64,
+    );
+    gauge(
+        "skiff_fetch_session_partitions",
+        "Partitions held by all incremental fetch sessions.",
+        "gauge",
+        session_partitions as u64,
+    );
+    let (transactional_ids, ongoing) = {
+        let inner = broker.txns.lock();
+        let all = inner.state.all();
+        let ongoing = all
+            .iter()
+            .filter(|t| t.state == skiff_txn::TxnState::Ongoing)
+            .count();
+        (all.len(), ongoing)
+    };
+    gauge(
+        "skiff_transactional_ids",
+        "Transactional IDs the transaction coordinator knows.",
+        "gauge",
+        transactional_ids as u64,
+    );
+    gauge(
+        "skiff_transactions_ongoing",
+        "Transactions in progress (partitions added, not yet committed or aborted).",
+        "gauge",
+        ongoing as u64,
+    );
+    let (partitions, offline) = broker
+        .all_topics()
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .fold((0u64, 0u64), |(all, offline), p| {
+            (all + 1, offline + u64::from(p.is_offline()))
+        });
+    gauge(
+        "skiff_partitions",
+        "Partitions this broker holds.",
+        "gauge",
+        partitions,
+    );
+    gauge(
+        "skiff_segment_files_open",
+        "Segment files whose descriptor is open (bounded by log.open.files.max; idle partitions hold none).",
+        "gauge",
+        broker.files.0.open_files() as u64,
+    );
+    gauge(
+        "skiff_segment_file_opens_total",
+        "Times a segment file was opened (a growing rate means log.open.files.max is too small for the partitions in use).",
+        "counter",
+        broker.files.0.opens() as u64,
+    );
+    gauge(
+        "skiff_partitions_offline",
+        "Partitions offline after a disk fault (a failed fdatasync or segment write): they answer KAFKA_STORAGE_ERROR to appends until the broker restarts.",
+        "gauge",
+        offline,
+    );
+    gauge(
+        "skiff_connections_accepted_total",
+        "Client connections accepted.",
+        "counter",
+        m.connections_accepted.load(Ordering::Relaxed),
+    );
+    gauge(
+        "skiff_authorization_denials_total",
+        "Requests (or parts of them) refused by the ACL authorizer.",
+        "counter",
+        broker
+            .security
+            .acls
+            .as_ref()
+            .map_or(0, |acls| acls.denials.load(Ordering::Relaxed)),
+    );
+    gauge(
+        "skiff_identity_conflicts_total",
+        "Client instance IDs or group member IDs presented by a principal other than their owner (client.instance.id.binding).",
+        "counter",
+        broker.security.owners.conflicts.load(Ordering::Relaxed),
+    );
+    gauge(
+        "skiff_tls_handshake_failures_total",
+        "Connections closed because their TLS handshake failed or timed out (a plaintext client on a TLS port, an untrusted or missing client certificate).",
+        "counter",
+        m.tls_handshake_failures.load(Ordering::Relaxed),
+    );
+    let _ = writeln!(
+        out,
+        "# HELP skiff_connections_identified_total Connections whose KIP-1313 identity was fixed, by whether it carries an ID.\n# TYPE skiff_connections_identified_total counter"
+    );
+    let _ = writeln!(
+        out,
+        "skiff_connections_identified_total{{client_instance_id=\"present\"}} {}",
+        m.connections_with_instance_id.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "skiff_connections_identified_total{{client_instance_id=\"absent\"}} {}",
+        m.connections_without_instance_id.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP skiff_sasl_authentications_total SASL authentications and re-authentications, by result.\n# TYPE skiff_sasl_authentications_total counter"
+    );
+    for (result, counter) in [
+        ("succeeded", &m.sasl_successes),
+        ("failed", &m.sasl_failures),
+    ] {
+        let _ = writeln!(
+            out,
+            "skiff_sasl_authentications_total{{result=\"{result}\"}} {}",
+            counter.load(Ordering::Relaxed)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP skiff_kip1313_rejections_total Requests rejected for breaking the connection's client instance ID.\n# TYPE skiff_kip1313_rejections_total counter"
+    );
+    for reason in RejectReason::ALL {
+        let _ = writeln!(
+            out,
+            "skiff_kip1313_rejections_total{{reason=\"{}\"}} {}",
+            reason.label(),
+            m.rejections(reason)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP skiff_requests_total Requests received, by API.\n# TYPE skiff_requests_total counter"
+    );
+    for &api in ApiKey::ALL {
+        let count = usize::try_from(api.key())
+            .ok()
+            .and_then(|i| m.requests.get(i))
+            .map_or(0, |c| c.load(Ordering::Relaxed));
+        if count > 0 {
+            let _ = writeln!(
+                out,
+                "skiff_requests_total{{api=\"{}\"}} {count}",
+                api.name()
+            );
+        }
+    }
+    out
+}
