@@ -102,7 +102,8 @@ enum Command {
     /// Client instances the broker knows (from its admin HTTP listener): IDs, connections,
     /// groups, telemetry and KIP-1313 rejections.
     #[command(
-        after_help = "Examples:\n  skiff clients\n  skiff clients --admin http://127.0.0.1:9644 --json\n  skiff clients show AAAAAAAAAAAAAAAAAAAAAA"
+        after_help = "Examples:\n  skiff clients\n  skiff clients --admin http://127.0.0.1:9644 --json\n  skiff clients show AAAAAAAAAAAAAAAAAAAAAA\n  \
+                      skiff clients --admin https://broker:9644 --admin-ca-file ca.pem --admin-token-file admin.token"
     )]
     Clients {
         #[command(flatten)]

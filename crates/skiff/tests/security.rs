@@ -1,6 +1,7 @@
 //! The `skiff` command against secured brokers: `--command-config` files (librdkafka's keys and
 //! Kafka Java's `sasl.jaas.config`) over SASL_SSL, `skiff user` through a broker and in a data
-//! directory before the broker starts, and `skiff acl`.
+//! directory before the broker starts, `skiff acl`, and `skiff clients` on an admin listener with
+//! TLS and a bearer token.
 
 mod common;
 
@@ -326,5 +327,124 @@ fn acls_are_added_listed_and_removed() {
     assert!(
         text.contains("DESCRIBE") && !text.contains("READ"),
         "{text}"
+    );
+}
+
+/// `skiff clients ARGS` with the environment `env`, and no token file from the caller's.
+fn skiff_clients(admin: &str, args: &[&str], env: &[(&str, &Path)]) -> std::process::Output {
+    let mut command = std::process::Command::new(common::BIN);
+    command
+        .args(["clients", "--admin", admin, "--timeout-ms", "10000"])
+        .args(args)
+        .env_remove("SKIFF_ADMIN_TOKEN_FILE")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    common::wait_bounded(command.spawn().expect("spawn skiff"))
+}
+
+#[test]
+fn clients_reads_an_admin_listener_with_tls_and_a_token() {
+    const TOKEN: &str = "s3cret-admin-token";
+    let files = tempfile::tempdir().expect("tempdir");
+    let ca = TestCa::new("skiff admin test CA");
+    let ca_file = files.path().join("ca.pem");
+    ca.write(&ca_file);
+    let keystore = files.path().join("admin.pem");
+    ca.server(&["127.0.0.1"]).write_keystore(&keystore);
+    let token = write(files.path(), "admin.token", &format!("{TOKEN}\n"));
+    let port = common::free_port();
+    let broker = common::start_broker_with(&[
+        "--set",
+        &format!("admin.listen=127.0.0.1:{port}"),
+        "--set",
+        &format!("admin.ssl.keystore.location={}", path(&keystore)),
+        "--set",
+        &format!("admin.token.file={}", path(&token)),
+    ]);
+    let admin = format!("https://127.0.0.1:{port}");
+    // `skiff clients` on the admin listener; whatever happens, it never prints the token.
+    let clients = |args: &[&str], env: &[(&str, &Path)]| {
+        let out = skiff_clients(&admin, args, env);
+        assert!(!stdout(&out).contains(TOKEN) && !stderr(&out).contains(TOKEN));
+        out
+    };
+
+    // A producer command that has ended stays listed under its instance ID.
+    let out = skiff(&broker, &["topic", "create", "seen"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = common::skiff_stdin(&broker, &["produce", "seen"], Some("one\n"));
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let trusted = ["--admin-ca-file", path(&ca_file)];
+    let with_token = [trusted[0], trusted[1], "--admin-token-file", path(&token)];
+    let out = clients(&[&with_token[..], &["--json"]].concat(), &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let list: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("json");
+    let producer = list
+        .as_array()
+        .expect("an array")
+        .iter()
+        .find(|v| v["producers"].as_array().is_some_and(|p| !p.is_empty()))
+        .expect("the producer's instance is listed");
+    let id = producer["client_instance_id"].as_str().expect("an ID");
+    assert_eq!(id.len(), 22, "{producer}");
+    let out = clients(&[&["show", id][..], &with_token].concat(), &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!("client instance {id}")),
+        "{}",
+        stdout(&out)
+    );
+
+    // The token file from the environment, the CA from the system's (SSL_CERT_FILE).
+    let out = clients(
+        &[],
+        &[
+            ("SKIFF_ADMIN_TOKEN_FILE", &token),
+            ("SSL_CERT_FILE", &ca_file),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains(id), "{}", stdout(&out));
+
+    // No token, a wrong token, an untrusted certificate: refused, with exit code 7.
+    let out = clients(&trusted, &[]);
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the admin listener needs a token: --admin-token-file"),
+        "{}",
+        stderr(&out)
+    );
+    let wrong = write(files.path(), "wrong.token", "not-the-token\n");
+    let out = clients(
+        &[trusted[0], trusted[1], "--admin-token-file", path(&wrong)],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("refused the token"),
+        "{}",
+        stderr(&out)
+    );
+    let other_ca = files.path().join("other-ca.pem");
+    TestCa::new("another CA").write(&other_ca);
+    let out = clients(
+        &[
+            "--admin-ca-file",
+            path(&other_ca),
+            "--admin-token-file",
+            path(&token),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("TLS handshake failed"),
+        "{}",
+        stderr(&out)
     );
 }

@@ -1,21 +1,38 @@
 //! `skiff clients` / `skiff clients show ID`: the broker's client-instance view, read from its
-//! admin HTTP listener (`GET /clients`, `GET /clients/{id}`) with a tiny HTTP/1.1 client.
+//! admin HTTP listener (`GET /clients`, `GET /clients/{id}`) over `http://` or `https://`, with
+//! the listener's bearer token when it asks for one.
 
+mod admin_http;
+
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
-use super::{CmdResult, Failure, exit, print_json, print_table};
+use self::admin_http::AdminHttp;
+use super::{CmdResult, Failure, print_json, print_table};
 
 /// Options of `skiff clients`.
 #[derive(Args, Debug, Clone)]
 pub struct ClientsArgs {
-    /// The broker's admin HTTP address (config `admin.listen`).
+    /// The broker's admin HTTP address (config `admin.listen`): http://HOST:PORT, or
+    /// https://HOST:PORT when the listener has TLS (`admin.ssl.*`).
     #[arg(long, default_value = "http://127.0.0.1:9644", global = true)]
     pub admin: String,
+    /// PEM CA bundle that an https:// admin listener's certificate must chain to (default: the
+    /// system's CAs).
+    #[arg(long, value_name = "PATH", global = true)]
+    pub admin_ca_file: Option<PathBuf>,
+    /// A file holding the admin listener's bearer token (`admin.token.file`; surrounding
+    /// whitespace is not part of it).
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "SKIFF_ADMIN_TOKEN_FILE",
+        global = true
+    )]
+    pub admin_token_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -31,19 +48,22 @@ pub enum ClientsCommand {
     },
 }
 
-/// The largest response body accepted.
-const MAX_BODY: usize = 64 * 1024 * 1024;
-
+/// Lists the client instances, or shows one, as tables or (`json`) as the admin listener's JSON.
 pub async fn run(
     json: bool,
     timeout_ms: u64,
     args: ClientsArgs,
     command: Option<ClientsCommand>,
 ) -> CmdResult {
-    let timeout = Duration::from_millis(timeout_ms);
+    let admin = AdminHttp::new(
+        &args.admin,
+        args.admin_ca_file.as_deref(),
+        args.admin_token_file.as_deref(),
+        Duration::from_millis(timeout_ms),
+    )?;
     match command {
         None => {
-            let value = get_json(&args.admin, "/clients", timeout).await?;
+            let value = admin.get_json("/clients").await?;
             if json {
                 print_json(&value);
             } else {
@@ -60,7 +80,7 @@ pub async fn run(
                     "{id:?} is not a client instance ID (URL-safe base64)"
                 )));
             }
-            let value = get_json(&args.admin, &format!("/clients/{id}"), timeout).await?;
+            let value = admin.get_json(&format!("/clients/{id}")).await?;
             if json {
                 print_json(&value);
             } else {
@@ -69,157 +89,6 @@ pub async fn run(
         }
     }
     Ok(())
-}
-
-fn fail(code: u8, message: impl Into<String>) -> Failure {
-    Failure {
-        code,
-        message: message.into(),
-    }
-}
-
-/// Splits `http://host:port[/prefix]` (or `host:port`) into the address and the path prefix.
-fn parse_base(base: &str) -> Result<(String, String), Failure> {
-    let rest = if let Some(r) = base.strip_prefix("http://") {
-        r
-    } else if base.starts_with("https://") {
-        return Err(Failure::usage("--admin: https is not supported"));
-    } else {
-        base
-    };
-    let (host, prefix) = match rest.find('/') {
-        Some(i) => (
-            rest.get(..i).unwrap_or_default(),
-            rest.get(i..).unwrap_or_default(),
-        ),
-        None => (rest, ""),
-    };
-    if host.is_empty() {
-        return Err(Failure::usage(format!("--admin {base:?}: no host")));
-    }
-    let host = if host
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-    {
-        host.to_string()
-    } else {
-        format!("{host}:80")
-    };
-    Ok((host, prefix.trim_end_matches('/').to_string()))
-}
-
-/// GETs `path` from the admin listener and parses the JSON body.
-async fn get_json(base: &str, path: &str, timeout: Duration) -> Result<Value, Failure> {
-    let (addr, prefix) = parse_base(base)?;
-    let (status, body) = tokio::time::timeout(timeout, get(&addr, &format!("{prefix}{path}")))
-        .await
-        .map_err(|_| fail(exit::UNREACHABLE, format!("admin {base}: timed out")))??;
-    let text = String::from_utf8_lossy(&body);
-    match status {
-        200 => serde_json::from_slice(&body)
-            .map_err(|e| fail(exit::FAILURE, format!("admin {base}{path}: not JSON ({e})"))),
-        404 => Err(fail(
-            exit::NOT_FOUND,
-            format!("admin {base}{path}: {}", text.trim()),
-        )),
-        400 => Err(fail(
-            exit::USAGE,
-            format!("admin {base}{path}: {}", text.trim()),
-        )),
-        _ => Err(fail(
-            exit::FAILURE,
-            format!("admin {base}{path}: HTTP {status}: {}", text.trim()),
-        )),
-    }
-}
-
-/// One HTTP/1.1 GET with `Connection: close`; returns the status and the (de-chunked) body.
-async fn get(addr: &str, path: &str) -> Result<(u16, Vec<u8>), Failure> {
-    let mut stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| fail(exit::UNREACHABLE, format!("admin {addr}: {e}")))?;
-    let host = addr;
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\nUser-Agent: skiff-cli\r\nConnection: close\r\n\r\n"
-    );
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|e| fail(exit::UNREACHABLE, format!("admin {addr}: {e}")))?;
-    let mut raw = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        let n = stream
-            .read(&mut chunk)
-            .await
-            .map_err(|e| fail(exit::UNREACHABLE, format!("admin {addr}: {e}")))?;
-        if n == 0 {
-            break;
-        }
-        raw.extend_from_slice(chunk.get(..n).unwrap_or_default());
-        if raw.len() > MAX_BODY {
-            return Err(fail(
-                exit::FAILURE,
-                format!("admin {addr}: response too large"),
-            ));
-        }
-    }
-    parse_response(&raw)
-        .ok_or_else(|| fail(exit::FAILURE, format!("admin {addr}: bad HTTP response")))
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// Parses an HTTP/1.x response: status code and body (content-length, chunked or close-delimited).
-fn parse_response(raw: &[u8]) -> Option<(u16, Vec<u8>)> {
-    let end = find(raw, b"\r\n\r\n")?;
-    let head = std::str::from_utf8(raw.get(..end)?).ok()?;
-    let body = raw.get(end + 4..)?;
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next()?;
-    let mut parts = status_line.split_whitespace();
-    if !parts.next()?.starts_with("HTTP/1.") {
-        return None;
-    }
-    let status: u16 = parts.next()?.parse().ok()?;
-    let mut chunked = false;
-    let mut length: Option<usize> = None;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = value.to_ascii_lowercase().contains("chunked");
-        } else if name.eq_ignore_ascii_case("content-length") {
-            length = value.parse().ok();
-        }
-    }
-    if chunked {
-        return dechunk(body).map(|b| (status, b));
-    }
-    match length {
-        Some(n) => Some((status, body.get(..n)?.to_vec())),
-        None => Some((status, body.to_vec())),
-    }
-}
-
-fn dechunk(mut body: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = find(body, b"\r\n")?;
-        let size_text = std::str::from_utf8(body.get(..line_end)?).ok()?;
-        let size_text = size_text.split(';').next()?.trim();
-        let size = usize::from_str_radix(size_text, 16).ok()?;
-        body = body.get(line_end + 2..)?;
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(body.get(..size)?);
-        body = body.get(size + 2..)?;
-    }
 }
 
 fn text(v: &Value) -> String {
@@ -533,36 +402,4 @@ fn print_show(v: &Value) {
         })
         .collect();
     print_table(&["METRIC", "KIND", "VALUE", "ATTRIBUTES"], &rows);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_length_and_chunked_responses() {
-        let raw = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n[]";
-        assert_eq!(parse_response(raw), Some((200, b"[]".to_vec())));
-        let raw =
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n[1\r\n1\r\n]\r\n0\r\n\r\n";
-        assert_eq!(parse_response(raw), Some((200, b"[1]".to_vec())));
-        assert_eq!(parse_response(b"garbage"), None);
-        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
-        assert_eq!(parse_response(raw), None);
-    }
-
-    #[test]
-    fn parses_admin_base() {
-        let ok = |s: &str| parse_base(s).ok();
-        assert_eq!(
-            ok("http://127.0.0.1:9644"),
-            Some(("127.0.0.1:9644".into(), String::new()))
-        );
-        assert_eq!(
-            ok("localhost:1/x/"),
-            Some(("localhost:1".into(), "/x".into()))
-        );
-        assert_eq!(ok("http://h"), Some(("h:80".into(), String::new())));
-        assert!(ok("https://h").is_none());
-    }
 }

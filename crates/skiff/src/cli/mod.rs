@@ -32,7 +32,7 @@ pub mod exit {
     pub const EXISTS: u8 = 5;
     /// The broker rejected the request (a Kafka error code).
     pub const REJECTED: u8 = 6;
-    /// Authentication failed (SASL credentials, or the TLS handshake).
+    /// Authentication failed (SASL credentials, the TLS handshake, or the admin token).
     pub const AUTHENTICATION: u8 = 7;
 }
 
