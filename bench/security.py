@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """What TLS + SASL cost on one Skiff broker: confluent-kafka produce and consume throughput
 through a PLAINTEXT listener and a SASL_SSL (SCRAM-SHA-512) listener of the same release broker.
-Prints figures; asserts nothing (the issue's target is SASL_SSL >= 0.7x PLAINTEXT).
+Prints figures; asserts nothing (the issue's target is SASL_SSL >= 0.7x PLAINTEXT). With the
+client on the same 2 cores, the client's own TLS work counts against the broker's throughput, so
+each run also prints the CPU milliseconds per MB of the broker and of the client.
 
 One run:
   * makes a CA and a broker certificate (SAN IP:127.0.0.1) with `openssl` in a temp dir;
@@ -54,6 +56,26 @@ def free_port() -> int:
 
 def openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """CPU time (user + system) of the broker process, or of this process (the client: Python
+    and librdkafka's threads) when `pid` is None."""
+    if pid is None:
+        t = os.times()
+        return t.user + t.system
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(pid: int, work):
+    """Runs `work()` -> (rate, count); returns it with the broker's and the client's CPU
+    milliseconds per MB moved."""
+    broker0, client0 = cpu_seconds(pid), cpu_seconds()
+    rate, count = work()
+    megabytes = max(count, 1) * len(VALUE) / MB
+    return rate, count, ((cpu_seconds(pid) - broker0) * 1000 / megabytes,
+                         (cpu_seconds() - client0) * 1000 / megabytes)
 
 
 def make_certs(d: Path) -> tuple[Path, Path]:
@@ -216,10 +238,12 @@ def main() -> None:
             topic = f"security-bench-{i}-{name.lower()}"
             for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
                 f.result(timeout=20)
-            p_rate, n = produce(confs[name], topic, args.seconds, args.mib)
-            c_rate, got = consume(confs[name], topic, n)
+            p_rate, n, p_cpu = measured(proc.pid, lambda: produce(confs[name], topic, args.seconds, args.mib))
+            c_rate, got, c_cpu = measured(proc.pid, lambda: consume(confs[name], topic, n))
             print(f"  run {i + 1} {name:10} produce {p_rate:7.1f} MB/s ({n} records)   "
                   f"consume {c_rate:7.1f} MB/s ({got} records)")
+            print(f"        CPU ms per MB, broker / client: produce {p_cpu[0]:.2f} / {p_cpu[1]:.2f}   "
+                  f"consume {c_cpu[0]:.2f} / {c_cpu[1]:.2f}")
             best[name]["produce"] = max(best[name]["produce"], p_rate)
             best[name]["consume"] = max(best[name]["consume"], c_rate)
             for f in admin.delete_topics([topic]).values():  # keep the temp dir small

@@ -147,6 +147,9 @@ pub async fn reload_certificates(
 /// How long a client has to finish the TLS handshake.
 pub(crate) const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The buffer under a TLS connection's reads.
+const TLS_READ_BUFFER: usize = 32 * 1024;
+
 /// The reading half of a connection's byte stream (plain TCP or TLS).
 pub type ReadHalf = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
 /// The writing half of a connection's byte stream.
@@ -173,6 +176,9 @@ pub async fn accept(listener: &Listener, tcp: TcpStream) -> Result<Transport> {
             principal: (!sasl).then(KafkaPrincipal::anonymous),
         });
     };
+    // rustls reads the socket 4 KiB at a time: a buffer under it turns most of those reads
+    // into copies instead of system calls (a 1 MiB produce batch took 256 reads).
+    let tcp = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER, tcp);
     let stream = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(tcp))
         .await
         .context("TLS handshake timed out")?

@@ -146,9 +146,13 @@ fn build(settings: &TlsSettings) -> Result<ServerConfig> {
         }
     };
     let (chain, key) = read_keystore(&settings.keystore)?;
-    builder
+    let mut config = builder
         .with_single_cert(chain, key)
-        .with_context(|| format!("{}: key and certificate", settings.keystore.display()))
+        .with_context(|| format!("{}: key and certificate", settings.keystore.display()))?;
+    // The server's order of cipher suites decides (as Java's servers do): `ssl.cipher.suites`
+    // as written, or AES-128-GCM first by default.
+    config.ignore_client_order = true;
+    Ok(config)
 }
 
 /// rustls' ring provider, with only the named cipher suites when `ssl.cipher.suites` is set.
@@ -156,6 +160,11 @@ fn build(settings: &TlsSettings) -> Result<ServerConfig> {
 fn provider(cipher_suites: &[String]) -> Result<CryptoProvider> {
     let mut provider = rustls::crypto::ring::default_provider();
     if cipher_suites.is_empty() {
+        // The server picks by its own order: AES-128-GCM first (as strong as needed, and a
+        // quarter cheaper than AES-256-GCM), the rest as rustls orders them.
+        provider
+            .cipher_suites
+            .sort_by_key(|suite| !iana_name(suite).contains("AES_128_GCM"));
         return Ok(provider);
     }
     let available = std::mem::take(&mut provider.cipher_suites);
@@ -217,4 +226,34 @@ pub(crate) fn read_roots(path: &Path) -> Result<RootCertStore> {
         bail!("{}: no certificate in the file", path.display());
     }
     Ok(roots)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cipher_suites_are_chosen_by_iana_name_and_unknown_ones_refused() {
+        let all = provider(&[]).expect("defaults");
+        assert!(all.cipher_suites.len() > 2);
+        let chosen = provider(&[
+            "TLS_AES_128_GCM_SHA256".to_string(),
+            "tls_ecdhe_rsa_with_aes_256_gcm_sha384".to_string(),
+        ])
+        .expect("known names");
+        let names: Vec<String> = chosen.cipher_suites.iter().map(iana_name).collect();
+        assert_eq!(
+            names,
+            [
+                "TLS_AES_128_GCM_SHA256",
+                "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"
+            ]
+        );
+        let error = provider(&["TLS_RSA_WITH_RC4_128_MD5".to_string()]).expect_err("unknown");
+        let message = format!("{error:#}");
+        assert!(
+            message.contains("not supported") && message.contains("TLS_AES_256_GCM_SHA384"),
+            "{message}"
+        );
+    }
 }
