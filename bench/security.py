@@ -16,11 +16,20 @@ One run:
     beginning; MB/s (10^6 bytes of values, acknowledged or received) per run, the best of each
     listener and the SASL_SSL/PLAINTEXT ratios. Each client connects and logs in before its
     clock starts (the producer with one untimed warm-up record, counted in "records");
+  * then, on the same broker, runs target/release/examples/raw_load (Skiff's raw-protocol load
+    generator: prebuilt 1 MiB batches, 4 connections x 8 in flight, no client library to speak
+    of) against the PLAINTEXT and the SASL_SSL listener, 5 s each, acks=1, twice with the order
+    swapped, and prints its output and the SASL_SSL/PLAINTEXT ratio within each run (the broker
+    slows down as its page cache fills, so a run's two targets, minutes apart from the other
+    run's, are the fair pair; the swapped order shows any first-position advantage); skipped
+    with a note when it is not
+    built (`cargo build --release -p skiff-interop --example raw_load`);
   * with --authorizer, then runs `cargo bench -p skiff-auth --bench authorizer` (about 2 min to
     compile) and prints its per-check times.
 The broker is stopped (SIGTERM, SIGKILL after 10 s) and the temp dirs removed, whatever happens.
 
     cargo build --release -p skiff --bin skiff
+    cargo build --release -p skiff-interop --example raw_load   # optional: the raw-protocol runs
     .venv/bin/python bench/security.py [--seconds N] [--mib M] [--authorizer]
 """
 
@@ -43,6 +52,7 @@ from confluent_kafka.admin import (AdminClient, NewTopic, ScramCredentialInfo, S
 
 ROOT = Path(__file__).resolve().parents[1]
 BINARY = ROOT / "target/release/skiff"
+RAW_LOAD = ROOT / "target/release/examples/raw_load"
 USER, PASSWORD = "bench", "bench-secret"
 VALUE = os.urandom(1024)
 MB = 1e6
@@ -186,6 +196,48 @@ def consume(conf: dict, topic: str, expected: int) -> tuple[float, int]:
         c.close()
 
 
+def raw_load_bench(ports: dict[str, int], ca: Path) -> None:
+    """raw_load against both listeners, twice with the order swapped; prints its output and the
+    SASL_SSL/PLAINTEXT ratio within each run."""
+    if not RAW_LOAD.exists():
+        print(f"\nraw_load: skipped ({RAW_LOAD} is missing: run "
+              "`cargo build --release -p skiff-interop --example raw_load`)")
+        return
+    targets = {"plaintext": f"127.0.0.1:{ports['PLAINTEXT']}",
+               "sasl_ssl": f"sasl_ssl://127.0.0.1:{ports['SASL_SSL']}"}
+    print("\n== raw_load (raw Kafka protocol, prebuilt batches: little client work), acks=1, 5 s per target")
+    # (run, position) -> {"name", "produce", "consume"} in MB/s
+    results: dict[tuple[int, int], dict] = {}
+    for run, order in enumerate([["plaintext", "sasl_ssl"], ["sasl_ssl", "plaintext"]], start=1):
+        cmd = [str(RAW_LOAD)]
+        for name in order:
+            cmd += ["--target", f"{name}={targets[name]}"]
+        cmd += ["--ca", str(ca), "--user", USER, "--password", PASSWORD, "--seconds", "5", "--acks", "1"]
+        print(f"-- run {run}: {' then '.join(order)}", flush=True)
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        except subprocess.TimeoutExpired:
+            print("  raw_load timed out after 600 s")
+            continue
+        for line in r.stdout.splitlines():
+            print(f"  {line}")
+            m = re.match(r"(\S+)\s+(produce|consume)\b.*?([\d.]+) MB/s", line)
+            if m and m.group(1) in order:
+                entry = results.setdefault((run, order.index(m.group(1))), {"name": m.group(1)})
+                entry[m.group(2)] = float(m.group(3))
+        if r.returncode != 0 or r.stderr.strip():
+            print(f"  (exit {r.returncode}) {r.stderr.strip()[-2000:]}")
+    for run in (1, 2):
+        by_name = {e["name"]: e for (r, _), e in results.items() if r == run}
+        plain, secure = by_name.get("plaintext", {}), by_name.get("sasl_ssl", {})
+        for what in ("produce", "consume"):
+            if plain.get(what) and what in secure:
+                print(f"raw_load run {run} SASL_SSL / PLAINTEXT {what}: "
+                      f"{secure[what]:.1f} / {plain[what]:.1f} MB/s = {secure[what] / plain[what]:.2f}x")
+            else:
+                print(f"raw_load run {run} SASL_SSL / PLAINTEXT {what}: n/a")
+
+
 def authorizer_bench() -> None:
     print("\n== cargo bench -p skiff-auth --bench authorizer (compiles first): time per check over 1,000 ACLs, "
           "criterion's estimate", flush=True)
@@ -257,6 +309,7 @@ def main() -> None:
         for what in ("produce", "consume"):
             ratio = best["SASL_SSL"][what] / best["PLAINTEXT"][what] if best["PLAINTEXT"][what] else float("nan")
             print(f"SASL_SSL / PLAINTEXT {what}: {ratio:.2f}x (target >= 0.7x)")
+        raw_load_bench(ports, ca)
         del admin  # before the broker stops, so that it does not log the lost connection
     finally:
         if proc is not None:

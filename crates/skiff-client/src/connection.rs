@@ -403,7 +403,12 @@ impl Connection {
     /// Writes `frame` with `writer` (this connection's, locked); a failed write breaks the
     /// connection.
     async fn write(&self, writer: &mut WriteHalf, api: ApiKey, frame: &[u8]) -> Result<()> {
-        if let Err(e) = writer.write_all(frame).await {
+        // A TLS stream may keep sealed records until flushed (when the socket would block).
+        let written = async {
+            writer.write_all(frame).await?;
+            writer.flush().await
+        };
+        if let Err(e) = written.await {
             let reason = format!("write failed: {e}");
             self.shared.poison(&reason);
             return Err(self.broken(api, reason));
@@ -584,6 +589,7 @@ async fn negotiate_versions(
         .map_err(|e| connect_err(format!("encoding ApiVersions: {e}")))?;
         let round_trip = async {
             write.write_all(&frame).await.map_err(|e| e.to_string())?;
+            write.flush().await.map_err(|e| e.to_string())?;
             reader
                 .read_frame()
                 .await

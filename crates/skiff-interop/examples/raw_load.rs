@@ -8,24 +8,38 @@
 //!     --target skiff=127.0.0.1:9092 --target tansu=127.0.0.1:9093 --seconds 5 --acks 1
 //! ```
 //!
+//! A target `NAME=sasl_ssl://IP:PORT` is reached over TLS (trusting the PEM CA of `--ca`, server
+//! name 127.0.0.1) and authenticated with SCRAM-SHA-512 (`--user`, `--password`) on every
+//! connection, before any timed work; `NAME=IP:PORT` is PLAINTEXT.
+//!
 //! Figures are printed, never asserted. Loopback targets only; every phase is time-bounded.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use skiff_auth::scram::{ClientExchange, ScramMechanism};
 use skiff_protocol::generated::create_topics_request::CreatableTopic;
 use skiff_protocol::generated::fetch_request::{FetchPartition, FetchTopic};
 use skiff_protocol::generated::produce_request::{PartitionProduceData, TopicProduceData};
-use skiff_protocol::generated::{CreateTopicsRequest, FetchRequest, ProduceRequest};
+use skiff_protocol::generated::{
+    CreateTopicsRequest, FetchRequest, ProduceRequest, SaslAuthenticateRequest,
+    SaslHandshakeRequest,
+};
 use skiff_protocol::header::{encode_request_frame, parse_response_frame};
 use skiff_protocol::{ApiKey, FrameReader, Request, Response};
 use skiff_records::RecordBatchBuilder;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 struct Args {
-    targets: Vec<(String, SocketAddr)>,
+    /// (name, address, SASL_SSL rather than PLAINTEXT)
+    targets: Vec<(String, SocketAddr, bool)>,
+    ca: Option<String>,
+    user: Option<String>,
+    password: Option<String>,
     mock: bool,
     connections: usize,
     in_flight: usize,
@@ -39,6 +53,9 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         targets: Vec::new(),
+        ca: None,
+        user: None,
+        password: None,
         mock: false,
         connections: 4,
         in_flight: 8,
@@ -55,13 +72,22 @@ fn parse_args() -> Result<Args, String> {
         match arg.as_str() {
             "--target" => {
                 let v = value()?;
-                let (name, addr) = v.split_once('=').ok_or("--target NAME=IP:PORT")?;
+                let (name, addr) = v
+                    .split_once('=')
+                    .ok_or("--target NAME=IP:PORT or NAME=sasl_ssl://IP:PORT")?;
+                let (addr, secure) = match addr.strip_prefix("sasl_ssl://") {
+                    Some(rest) => (rest, true),
+                    None => (addr, false),
+                };
                 let addr: SocketAddr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
                 if !addr.ip().is_loopback() {
                     return Err(format!("{addr}: loopback targets only"));
                 }
-                args.targets.push((name.to_string(), addr));
+                args.targets.push((name.to_string(), addr, secure));
             }
+            "--ca" => args.ca = Some(value()?),
+            "--user" => args.user = Some(value()?),
+            "--password" => args.password = Some(value()?),
             "--mock" => args.mock = true,
             "--connections" => args.connections = num(value()?)?.max(1),
             "--in-flight" => args.in_flight = num(value()?)?.max(1),
@@ -73,28 +99,159 @@ fn parse_args() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other}")),
         }
     }
+    if args.targets.iter().any(|t| t.2)
+        && (args.ca.is_none() || args.user.is_none() || args.password.is_none())
+    {
+        return Err("sasl_ssl:// targets need --ca FILE, --user U and --password P".into());
+    }
     Ok(args)
 }
 
+/// How a SASL_SSL target is reached: TLS, then SCRAM-SHA-512.
+struct SaslSsl {
+    tls: Arc<rustls::ClientConfig>,
+    user: String,
+    password: String,
+}
+
+impl SaslSsl {
+    /// A TLS client trusting the CA certificates of the PEM file `ca`.
+    fn new(ca: &str, user: &str, password: &str) -> Result<SaslSsl, String> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let pem = std::fs::read(ca).map_err(|e| format!("{ca}: {e}"))?;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            let cert = cert.map_err(|e| format!("{ca}: {e}"))?;
+            roots.add(cert).map_err(|e| format!("{ca}: {e}"))?;
+        }
+        if roots.is_empty() {
+            return Err(format!("{ca}: no certificate"));
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(SaslSsl {
+            tls: Arc::new(config),
+            user: user.to_string(),
+            password: password.to_string(),
+        })
+    }
+}
+
+/// Where a target is and how it is reached.
+#[derive(Clone)]
+struct Endpoint {
+    addr: SocketAddr,
+    /// None: PLAINTEXT.
+    sasl_ssl: Option<Arc<SaslSsl>>,
+}
+
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+
 struct Conn {
-    reader: FrameReader<tokio::net::tcp::OwnedReadHalf>,
-    writer: tokio::net::tcp::OwnedWriteHalf,
+    reader: FrameReader<Reader>,
+    writer: Writer,
     next_id: i32,
 }
 
+/// A SCRAM client nonce: printable, without `,`, different on every connection.
+fn client_nonce() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "raw-load-{}-{now:x}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 impl Conn {
-    async fn open(addr: SocketAddr) -> Result<Conn, String> {
-        let stream = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
+    async fn open(endpoint: &Endpoint) -> Result<Conn, String> {
+        let connect = async {
+            let stream = TcpStream::connect(endpoint.addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            let _ = stream.set_nodelay(true);
+            let Some(sasl_ssl) = &endpoint.sasl_ssl else {
+                let (r, w) = stream.into_split();
+                return Ok::<_, String>((Box::new(r) as Reader, Box::new(w) as Writer));
+            };
+            let name = rustls::pki_types::ServerName::IpAddress(
+                std::net::IpAddr::from([127, 0, 0, 1]).into(),
+            );
+            let tls = tokio_rustls::TlsConnector::from(Arc::clone(&sasl_ssl.tls))
+                .connect(name, stream)
+                .await
+                .map_err(|e| format!("TLS handshake: {e}"))?;
+            let (r, w) = tokio::io::split(tls);
+            Ok((Box::new(r) as Reader, Box::new(w) as Writer))
+        };
+        let (r, w) = tokio::time::timeout(Duration::from_secs(5), connect)
             .await
-            .map_err(|_| "connect timed out".to_string())?
-            .map_err(|e| e.to_string())?;
-        let _ = stream.set_nodelay(true);
-        let (r, w) = stream.into_split();
-        Ok(Conn {
+            .map_err(|_| "connect timed out".to_string())??;
+        let mut conn = Conn {
             reader: FrameReader::new(r, 512 * 1024 * 1024),
             writer: w,
             next_id: 1,
-        })
+        };
+        if let Some(sasl_ssl) = &endpoint.sasl_ssl {
+            conn.scram_login(sasl_ssl).await?;
+        }
+        Ok(conn)
+    }
+
+    /// SaslHandshake v1 (SCRAM-SHA-512), then SaslAuthenticate v2 twice; checks the broker's
+    /// proof.
+    async fn scram_login(&mut self, sasl_ssl: &SaslSsl) -> Result<(), String> {
+        let mechanism = ScramMechanism::Sha512;
+        let handshake = Request::SaslHandshake(SaslHandshakeRequest {
+            mechanism: mechanism.name().into(),
+            ..Default::default()
+        });
+        match self.call(handshake, 1).await? {
+            Response::SaslHandshake(r) if r.error_code == 0 => {}
+            Response::SaslHandshake(r) => {
+                return Err(format!("SaslHandshake answered {}", r.error_code));
+            }
+            _ => return Err("unexpected response to SaslHandshake".into()),
+        }
+        let (mut exchange, first) = ClientExchange::new(
+            mechanism,
+            &sasl_ssl.user,
+            sasl_ssl.password.as_bytes(),
+            &client_nonce(),
+        );
+        let server_first = self.authenticate(first).await?;
+        let last = exchange
+            .server_first(&server_first)
+            .map_err(|e| format!("SCRAM server-first: {e}"))?;
+        let server_final = self.authenticate(last).await?;
+        exchange
+            .server_final(&server_final)
+            .map_err(|e| format!("SCRAM server-final: {e}"))
+    }
+
+    /// One SaslAuthenticate v2 round: the broker's bytes.
+    async fn authenticate(&mut self, bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+        let request = Request::SaslAuthenticate(SaslAuthenticateRequest {
+            auth_bytes: bytes.into(),
+            ..Default::default()
+        });
+        match self.call(request, 2).await? {
+            Response::SaslAuthenticate(r) if r.error_code == 0 => Ok(r.auth_bytes.to_vec()),
+            Response::SaslAuthenticate(r) => Err(format!(
+                "SaslAuthenticate answered {} ({:?})",
+                r.error_code, r.error_message
+            )),
+            _ => Err("unexpected response to SaslAuthenticate".into()),
+        }
     }
 
     async fn send(&mut self, request: &Request, version: i16) -> Result<(), String> {
@@ -105,7 +262,9 @@ impl Conn {
         self.writer
             .write_all(&frame)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        // TLS may keep sealed records until flushed.
+        self.writer.flush().await.map_err(|e| e.to_string())
     }
 
     async fn receive(&mut self, api: ApiKey, version: i16) -> Result<Response, String> {
@@ -126,8 +285,8 @@ impl Conn {
     }
 }
 
-async fn create_topic(addr: SocketAddr, topic: &str, partitions: usize) -> Result<(), String> {
-    let mut conn = Conn::open(addr).await?;
+async fn create_topic(endpoint: &Endpoint, topic: &str, partitions: usize) -> Result<(), String> {
+    let mut conn = Conn::open(endpoint).await?;
     let request = Request::CreateTopics(CreateTopicsRequest {
         topics: vec![CreatableTopic {
             name: topic.into(),
@@ -158,7 +317,7 @@ struct Load {
 
 /// One connection producing to `partition` for `load.duration`: returns acknowledged records.
 async fn produce_loop(
-    addr: SocketAddr,
+    endpoint: Endpoint,
     topic: String,
     partition: i32,
     batch: Bytes,
@@ -170,7 +329,7 @@ async fn produce_loop(
         in_flight,
         duration,
     } = load;
-    let mut conn = Conn::open(addr).await?;
+    let mut conn = Conn::open(&endpoint).await?;
     let request = Request::Produce(ProduceRequest {
         acks: args_acks,
         timeout_ms: 30_000,
@@ -220,13 +379,13 @@ async fn produce_loop(
 
 /// Fetches every partition of the topic from offset 0 until `records` records were returned.
 async fn consume_all(
-    addr: SocketAddr,
+    endpoint: &Endpoint,
     topic: &str,
     partitions: usize,
     records: usize,
     timeout: Duration,
 ) -> Result<(usize, usize, f64), String> {
-    let mut conn = Conn::open(addr).await?;
+    let mut conn = Conn::open(endpoint).await?;
     let start = Instant::now();
     let mut offsets = vec![0i64; partitions];
     let (mut count, mut bytes) = (0usize, 0usize);
@@ -297,7 +456,7 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 
 async fn run_target(
     name: &str,
-    addr: SocketAddr,
+    endpoint: &Endpoint,
     args: &Args,
     batch: &Bytes,
     mock: Option<
@@ -310,14 +469,16 @@ async fn run_target(
         Some(cluster) => cluster
             .create_topic(&topic, args.partitions as i32, 1)
             .map_err(|e| e.to_string())?,
-        None => create_topic(addr, &topic, args.partitions).await?,
+        None => create_topic(endpoint, &topic, args.partitions)
+            .await
+            .map_err(|e| format!("create topic: {e}"))?,
     }
     let duration = Duration::from_secs(args.seconds);
     let start = Instant::now();
     let tasks: Vec<_> = (0..args.connections)
         .map(|connection| {
             tokio::spawn(produce_loop(
-                addr,
+                endpoint.clone(),
                 topic.clone(),
                 (connection % args.partitions) as i32,
                 batch.clone(),
@@ -333,7 +494,10 @@ async fn run_target(
     let mut acked = 0;
     let mut latencies = Vec::new();
     for task in tasks {
-        let (n, mut l) = task.await.map_err(|e| e.to_string())??;
+        let (n, mut l) = task
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("produce: {e}"))?;
         acked += n;
         latencies.append(&mut l);
     }
@@ -354,13 +518,14 @@ async fn run_target(
         return Ok(());
     }
     let (count, bytes, secs) = consume_all(
-        addr,
+        endpoint,
         &topic,
         args.partitions,
         acked,
         Duration::from_secs(120),
     )
-    .await?;
+    .await
+    .map_err(|e| format!("consume: {e}"))?;
     println!(
         "{name:<8} consume          {:>10.0} rec/s {:>8.1} MB/s  ({} records)",
         count as f64 / secs,
@@ -405,8 +570,22 @@ async fn main() {
         batch.len() / 1024,
         args.seconds
     );
-    for (name, addr) in &args.targets {
-        if let Err(e) = run_target(name, *addr, &args, &batch, None).await {
+    let sasl_ssl = match (&args.ca, &args.user, &args.password) {
+        (Some(ca), Some(user), Some(password)) => match SaslSsl::new(ca, user, password) {
+            Ok(s) => Some(Arc::new(s)),
+            Err(e) => {
+                eprintln!("raw_load: {e}");
+                std::process::exit(2);
+            }
+        },
+        _ => None,
+    };
+    for (name, addr, secure) in &args.targets {
+        let endpoint = Endpoint {
+            addr: *addr,
+            sasl_ssl: if *secure { sasl_ssl.clone() } else { None },
+        };
+        if let Err(e) = run_target(name, &endpoint, &args, &batch, None).await {
             println!("{name:<8} FAILED: {e}");
         }
     }
@@ -422,8 +601,12 @@ async fn main() {
                     .and_then(|a| a.parse::<SocketAddr>().ok());
                 match addr {
                     Some(addr) => {
+                        let endpoint = Endpoint {
+                            addr,
+                            sasl_ssl: None,
+                        };
                         if let Err(e) =
-                            run_target("mock", addr, &args, &batch, Some(&cluster)).await
+                            run_target("mock", &endpoint, &args, &batch, Some(&cluster)).await
                         {
                             println!("mock     FAILED: {e}");
                         }

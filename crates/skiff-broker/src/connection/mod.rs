@@ -253,7 +253,13 @@ impl Connection {
                         next = pending.next().now_or_never().flatten();
                     }
                     let mut chain = ChunkChain::from(out.take_chunks());
-                    if let Err(e) = self.writer.write_all_buf(&mut chain).await {
+                    // TLS may keep the last records it sealed until flushed (when the socket
+                    // would block mid-write): without the flush an answer could wait forever.
+                    let written = async {
+                        self.writer.write_all_buf(&mut chain).await?;
+                        self.writer.flush().await
+                    };
+                    if let Err(e) = written.await {
                         tracing::debug!(error = %e, "write failed");
                         return "write error";
                     }

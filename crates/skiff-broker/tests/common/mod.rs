@@ -159,6 +159,8 @@ impl Client {
 
     pub async fn send_raw(&mut self, bytes: &[u8]) {
         self.writer.write_all(bytes).await.expect("write");
+        // A TLS stream may keep sealed records until flushed.
+        self.writer.flush().await.expect("flush");
     }
 
     /// Reads the next response frame, raw.
