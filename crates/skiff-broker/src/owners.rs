@@ -151,11 +151,10 @@ impl Owners {
 
     /// The member left its group: its ID may be created again by anyone.
     pub fn forget_member(&self, group: &str, member: &str) {
+        // Its place in the creation order stays until it comes round (removing it there would
+        // cost a scan); by then its key may name a newer member, which is forgotten early.
         let mut members = self.members.lock().unwrap_or_else(PoisonError::into_inner);
-        let (owners, order) = &mut *members;
-        // Its place in `order` stays until it comes round (removing it there would cost a scan).
-        let _ = order;
-        owners.remove(&(group.to_string(), member.to_string()));
+        members.0.remove(&(group.to_string(), member.to_string()));
     }
 
     fn count_conflict(&self) {

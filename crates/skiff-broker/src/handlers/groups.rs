@@ -325,8 +325,9 @@ pub fn consumer_group_heartbeat(
                 .security
                 .owners
                 .forget_member(&request.group_id, member);
-        } else {
-            // A v0 member's ID is the broker's: it is its principal's from the first answer.
+        } else if request.member_id.is_empty() {
+            // A v0 member's ID is the broker's: it is its principal's from the first answer (an
+            // ID the request named was claimed before the coordinator saw it).
             names_anothers_member(ctx, &request.group_id, member, None);
         }
     }
