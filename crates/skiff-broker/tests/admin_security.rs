@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::certs::{TestCa, client_config, connect_tls, listener_files};
 use common::{TIMEOUT, TestBroker};
 use skiff_broker::{BrokerConfig, ClientAuth, TlsProtocol, TlsSettings};
+use skiff_testkit::certs::{TestCa, client_config, connect_tls, listener_files};
 use tempfile::TempDir;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -13,7 +13,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use common::certs::{Issued, TestCa, server_config};
 use common::{Client, TIMEOUT, TestBroker};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use ring::rand::SystemRandom;
@@ -25,6 +24,7 @@ use skiff_broker::{ListenerConfig, SaslMechanism, SecurityProtocol};
 use skiff_protocol::Response;
 use skiff_protocol::error_codes;
 use skiff_protocol::generated::{SaslAuthenticateRequest, SaslHandshakeRequest};
+use skiff_testkit::certs::{Issued, TestCa, server_config};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;

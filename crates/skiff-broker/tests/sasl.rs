@@ -8,7 +8,6 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::certs::{TestCa, client_config, connect_tls, listener_files};
 use common::sasl::{authenticate, handshake, scram_login};
 use common::{Client, TestBroker, http_get};
 use skiff_auth::scram::{ClientExchange, ScramMechanism};
@@ -24,6 +23,7 @@ use skiff_protocol::generated::describe_user_scram_credentials_request::{
 };
 use skiff_protocol::generated::{ApiVersionsRequest, MetadataRequest, SaslAuthenticateRequest};
 use skiff_protocol::{ApiKey, Request, error_codes};
+use skiff_testkit::certs::{TestCa, client_config, connect_tls, listener_files};
 
 const DELAY_MS: u64 = 150;
 

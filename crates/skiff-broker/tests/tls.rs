@@ -7,11 +7,11 @@ mod common;
 
 use std::path::Path;
 
-use common::certs::{TestCa, client_config, connect_tls, listener_files};
 use common::{Client, TIMEOUT, TestBroker, http_get};
 use skiff_broker::{ClientAuth, ListenerConfig, SecurityProtocol, TlsProtocol, TlsSettings};
 use skiff_protocol::Response;
 use skiff_protocol::generated::{ApiVersionsRequest, MetadataRequest};
+use skiff_testkit::certs::{TestCa, client_config, connect_tls, listener_files};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn tls_listener(dir: &Path, ca: &TestCa, client_auth: ClientAuth) -> ListenerConfig {

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::certs::TestCa;
 use common::{TIMEOUT, TestBroker, client, client_config, eventually};
 use skiff_broker::{
     BrokerConfig, ClientAuth, ListenerConfig, Overrides, SaslMechanism,
@@ -22,6 +21,7 @@ use skiff_client::{
     OauthTokenCallback, OffsetReset, Producer, ProducerConfig, ProducerRecord, SaslConfig,
     ScramMechanism, SecurityConfig, SecurityProtocol, TlsConfig, TopicPartition,
 };
+use skiff_testkit::certs::TestCa;
 use tempfile::TempDir;
 use tokio::time::timeout;
 
@@ -47,7 +47,7 @@ impl SecureBroker {
         let tls = protocol.uses_tls().then(|| {
             let keystore = files.path().join("broker.pem");
             let truststore = files.path().join("ca.pem");
-            ca.server(server_names).write_keystore(&keystore);
+            ca.server_for(server_names).write_keystore(&keystore);
             ca.write(&truststore);
             TlsSettings {
                 keystore,
@@ -240,7 +240,10 @@ async fn ssl_with_a_client_certificate_produces_and_consumes() {
         |_| {},
     )
     .await;
-    let (certificate, key) = secure.ca.client("carol").write_pair(secure.dir(), "carol");
+    let (certificate, key) = secure
+        .ca
+        .client_cn("carol")
+        .write_pair(secure.dir(), "carol");
     let with_certificate = SecurityConfig {
         protocol: SecurityProtocol::Ssl,
         tls: TlsConfig {

@@ -7,8 +7,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::certs::TestCa;
 use common::{Broker, skiff, skiff_at, spawn_broker, stderr, stdout};
+use skiff_testkit::certs::TestCa;
 
 /// A broker from a TOML config in `files`: a PLAINTEXT listener on port 0 (its `addr`), then
 /// `secured` (`NAME://127.0.0.1:PORT`) with the `extra` keys; on the data directory `data`.
@@ -45,7 +45,7 @@ fn command_config_files_connect_over_sasl_ssl() {
     let ca_file = files.path().join("ca.pem");
     ca.write(&ca_file);
     let keystore = files.path().join("broker.pem");
-    ca.server(&["127.0.0.1"]).write_keystore(&keystore);
+    ca.server_for(&["127.0.0.1"]).write_keystore(&keystore);
     let port = common::free_port();
     let broker = start_secured(
         files.path(),
@@ -354,7 +354,7 @@ fn clients_reads_an_admin_listener_with_tls_and_a_token() {
     let ca_file = files.path().join("ca.pem");
     ca.write(&ca_file);
     let keystore = files.path().join("admin.pem");
-    ca.server(&["127.0.0.1"]).write_keystore(&keystore);
+    ca.server_for(&["127.0.0.1"]).write_keystore(&keystore);
     let token = write(files.path(), "admin.token", &format!("{TOKEN}\n"));
     let port = common::free_port();
     let broker = common::start_broker_with(&[

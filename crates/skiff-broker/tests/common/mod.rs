@@ -2,7 +2,6 @@
 
 #![allow(dead_code)]
 
-pub mod certs;
 pub mod sasl;
 
 use std::path::PathBuf;

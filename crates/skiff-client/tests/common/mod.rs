@@ -3,8 +3,6 @@
 
 #![allow(dead_code)]
 
-pub mod certs;
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

@@ -3,8 +3,6 @@
 
 #![allow(dead_code)]
 
-pub mod certs;
-
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
