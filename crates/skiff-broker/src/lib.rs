@@ -7,6 +7,8 @@
 mod admin;
 mod clients;
 pub mod clock;
+mod cluster;
+mod cluster_admin;
 pub mod config;
 mod connection;
 mod coordinator_store;
@@ -30,8 +32,9 @@ mod txns;
 pub mod versions;
 
 pub use config::{
-    AuthorizerSettings, BrokerConfig, ClientAuth, FlushMode, InstanceBinding, ListenerConfig,
-    Overrides, SaslMechanism, SecurityConfig, SecurityProtocol, TlsProtocol, TlsSettings,
+    AuthorizerSettings, BrokerConfig, ClientAuth, ClusterConfig, FlushMode, InstanceBinding,
+    ListenerConfig, Overrides, SaslMechanism, SecurityConfig, SecurityProtocol, TlsProtocol,
+    TlsSettings,
 };
 pub use partition::{Partition, Topic};
 pub use security::credentials::Credentials;

@@ -31,6 +31,11 @@ pub fn write_atomically(path: &Path, contents: &[u8]) -> Result<()> {
 }
 
 /// The cluster ID of this data directory, created (random, Kafka text form) on first start.
+/// A fresh cluster ID (Kafka's 22-character form of a random UUID).
+pub fn new_cluster_id() -> String {
+    Uuid::random().unwrap_or(Uuid::ONE).to_string()
+}
+
 pub fn load_or_create_cluster_id(data_dir: &Path) -> Result<String> {
     let path = data_dir.join(CLUSTER_ID_FILE);
     match fs::read_to_string(&path) {

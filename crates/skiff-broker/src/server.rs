@@ -69,7 +69,46 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker> {
     }
     let bound: Vec<SocketAddr> = listener_addrs.iter().map(|(_, addr)| *addr).collect();
     let local_addr = *bound.first().context("no listener")?;
-    let broker = Broker::open(config, &bound)?;
+    let cluster = match &config.cluster {
+        Some(cluster_config) => {
+            // Registered with every listener's advertised address.
+            let mut listeners = std::collections::BTreeMap::new();
+            for (listener, addr) in config.effective_listeners().into_iter().zip(&bound) {
+                let (host, port) = listener
+                    .advertised
+                    .unwrap_or_else(|| (addr.ip().to_string(), addr.port()));
+                listeners.insert(listener.name, (host, i32::from(port)));
+            }
+            let (host, port) = listeners
+                .values()
+                .next()
+                .cloned()
+                .unwrap_or_else(|| (local_addr.ip().to_string(), i32::from(local_addr.port())));
+            let first = config
+                .effective_listeners()
+                .into_iter()
+                .next()
+                .and_then(|l| listeners.get(&l.name).cloned())
+                .unwrap_or((host, port));
+            let endpoints = skiff_cluster::membership::Endpoints {
+                host: first.0,
+                port: first.1,
+                listeners,
+            };
+            let cluster =
+                crate::cluster::Cluster::join(cluster_config.clone(), config.node_id, endpoints)
+                    .await?;
+            let topics = skiff_cluster::topics::list(&cluster.db)
+                .await
+                .context("reading the cluster's topics")?
+                .into_iter()
+                .map(crate::cluster::topic_info)
+                .collect();
+            Some((cluster, topics))
+        }
+        None => None,
+    };
+    let broker = Broker::open_in(config, &bound, cluster)?;
     let (shutdown, shutdown_rx) = watch::channel(false);
     let admin = match broker.config.admin_listen {
         Some(addr) => {
@@ -157,6 +196,23 @@ async fn serve(
                 oauth.keep_fresh(shutdown).await;
             }
         }
+    });
+    let cluster_tasks = match broker.cluster() {
+        Some(cluster) => crate::cluster::spawn_tasks(
+            Arc::clone(&broker) as Arc<dyn crate::cluster::Host>,
+            Arc::clone(cluster),
+            shutdown.clone(),
+        ),
+        None => Vec::new(),
+    };
+    // The produce pipeline stops after the connections: what they submit until then is
+    // committed.
+    let (pipeline_stop, pipeline_stop_rx) = watch::channel(false);
+    let pipeline = broker.cluster().map(|cluster| {
+        tokio::spawn(crate::cluster::produce::run(
+            Arc::clone(cluster),
+            pipeline_stop_rx,
+        ))
     });
     let security: Vec<Arc<Listener>> = listeners.iter().map(|(_, l)| Arc::clone(l)).collect();
     let certificates = tokio::spawn(crate::security::reload_certificates(
@@ -273,6 +329,16 @@ async fn serve(
         );
         let _ = kill.send(true);
         let _ = done_rx.recv().await;
+    }
+    let _ = pipeline_stop.send(true);
+    if let Some(pipeline) = pipeline {
+        let _ = pipeline.await;
+    }
+    for task in cluster_tasks {
+        task.abort();
+    }
+    if let Some(cluster) = broker.cluster() {
+        cluster.leave().await;
     }
     maintenance.abort();
     certificates.abort();

@@ -74,6 +74,51 @@ impl crate::groups::TopicsSource for Broker {
     }
 }
 
+impl crate::cluster::Host for Broker {
+    fn mirror(&self, topics: Vec<TopicInfo>) {
+        let mirrored = self.meta_mut().mirror_topics(topics);
+        match mirrored {
+            Ok(_) => {
+                self.mirror_cluster_topics();
+            }
+            Err(e) => tracing::error!(error = %e, "mirroring the cluster's topics failed"),
+        }
+    }
+
+    fn retention_targets(&self) -> Vec<crate::cluster::RetentionTarget> {
+        self.all_topics()
+            .into_iter()
+            .filter_map(|topic| {
+                let config = self.meta().effective_topic_config(&topic.info.name).ok()?;
+                let ms = (config.retention_ms >= 0).then_some(config.retention_ms);
+                let bytes = (config.retention_bytes >= 0).then_some(config.retention_bytes);
+                (ms.is_some() || bytes.is_some()).then(|| crate::cluster::RetentionTarget {
+                    name: topic.info.name.clone(),
+                    id: topic.info.id,
+                    partitions: topic.info.partitions,
+                    ms,
+                    bytes,
+                })
+            })
+            .collect()
+    }
+
+    fn retention_check_interval_ms(&self) -> u64 {
+        self.meta()
+            .broker_value("log.retention.check.interval.ms")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(300_000)
+    }
+}
+
+/// A broker as Metadata lists it.
+pub(crate) struct Node {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+}
+
 /// Counters shown on the admin endpoint and in logs.
 pub struct Metrics {
     pub connections_accepted: AtomicU64,
@@ -164,6 +209,9 @@ pub struct Broker {
     pub files: skiff_log::FileCacheHandle,
     /// Credentials and the OAuth key set.
     pub(crate) security: crate::security::SecurityState,
+    /// Cluster mode: PostgreSQL and object storage hold the topics and their records; the
+    /// topics here are a mirror without local partitions.
+    pub(crate) cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl Broker {
@@ -171,16 +219,40 @@ impl Broker {
     /// Must run inside a tokio runtime (group committers are tasks).
     /// `bound`: the address each listener bound, in `BrokerConfig::effective_listeners` order.
     pub fn open(config: BrokerConfig, bound: &[SocketAddr]) -> Result<Arc<Broker>> {
+        Broker::open_in(config, bound, None)
+    }
+
+    /// [`Broker::open`]; with `cluster`, in cluster mode: `topics` (as PostgreSQL holds them)
+    /// replace the local metadata's, and no partition is opened on local disk.
+    pub(crate) fn open_in(
+        config: BrokerConfig,
+        bound: &[SocketAddr],
+        cluster: Option<(Arc<crate::cluster::Cluster>, Vec<TopicInfo>)>,
+    ) -> Result<Arc<Broker>> {
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("creating data directory {}", config.data_dir.display()))?;
         let mut meta = MetadataStore::open(&config.data_dir, &config.kafka)
             .with_context(|| format!("opening metadata in {}", config.data_dir.display()))?;
-        let found = crate::partition_dirs::scan(&config.data_dir)?;
-        if !meta.found_on_disk() && !found.is_empty() {
+        let (cluster, cluster_topics) = match cluster {
+            Some((c, topics)) => (Some(c), Some(topics)),
+            None => (None, None),
+        };
+        let found = if cluster_topics.is_some() {
+            Vec::new()
+        } else {
+            crate::partition_dirs::scan(&config.data_dir)?
+        };
+        if let Some(topics) = cluster_topics {
+            meta.mirror_topics(topics)
+                .context("mirroring the cluster's topics")?;
+        } else if !meta.found_on_disk() && !found.is_empty() {
             restore_lost_metadata(&mut meta, &found, &config)?;
         }
         meta.ensure_written().context("writing the metadata file")?;
-        let cluster_id = crate::node_file::load_or_create_cluster_id(&config.data_dir)?;
+        let cluster_id = match &cluster {
+            Some(c) => c.cluster_id.clone(),
+            None => crate::node_file::load_or_create_cluster_id(&config.data_dir)?,
+        };
         let producer_ids = crate::producer_ids::ProducerIdAllocator::open(&config.data_dir)?;
         let advertised = config
             .effective_listeners()
@@ -234,7 +306,12 @@ impl Broker {
             started_ms: now_ms(),
             files: skiff_log::FileCacheHandle(skiff_log::FileCache::new(open_files_max)),
             security,
+            cluster,
         });
+        if broker.cluster.is_some() {
+            broker.mirror_cluster_topics();
+            return Ok(broker);
+        }
         let infos: Vec<TopicInfo> = broker.meta().topics().cloned().collect();
         // The markers the scan read: each partition directory is read once at start.
         let scanned: HashMap<PathBuf, Option<crate::partition_dirs::Marker>> = found
@@ -251,6 +328,40 @@ impl Broker {
         broker.clean_up_partition_dirs(&found)?;
         broker.keep_producer_ids_unique();
         Ok(broker)
+    }
+
+    /// Cluster mode's state, when the broker runs in it.
+    pub(crate) fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
+        self.cluster.as_ref()
+    }
+
+    /// Cluster mode: makes the registered topics match the (mirrored) metadata, without local
+    /// partitions. Returns whether anything changed.
+    pub(crate) fn mirror_cluster_topics(&self) -> bool {
+        let infos: Vec<TopicInfo> = self.meta().topics().cloned().collect();
+        let mut topics = self.topics.write().unwrap_or_else(PoisonError::into_inner);
+        let same = topics.len() == infos.len()
+            && infos
+                .iter()
+                .all(|i| topics.get(&i.id).is_some_and(|t| t.info == *i));
+        if same {
+            return false;
+        }
+        *topics = infos
+            .into_iter()
+            .map(|info| {
+                (
+                    info.id,
+                    Arc::new(Topic {
+                        info,
+                        partitions: Vec::new(),
+                    }),
+                )
+            })
+            .collect();
+        drop(topics);
+        self.topics_changed();
+        true
     }
 
     pub fn meta(&self) -> RwLockReadGuard<'_, MetadataStore> {
@@ -284,6 +395,24 @@ impl Broker {
 
     /// The versions this broker serves of `api` (what ApiVersions advertises).
     pub fn serves(&self, api: ApiKey) -> Option<(i16, i16)> {
+        // Cluster mode has no transactions yet, and no local partitions to describe.
+        if self.cluster.is_some()
+            && matches!(
+                api,
+                ApiKey::AddPartitionsToTxn
+                    | ApiKey::AddOffsetsToTxn
+                    | ApiKey::EndTxn
+                    | ApiKey::TxnOffsetCommit
+                    | ApiKey::WriteTxnMarkers
+                    | ApiKey::DescribeTransactions
+                    | ApiKey::ListTransactions
+                    | ApiKey::DescribeProducers
+                    | ApiKey::DescribeLogDirs
+                    | ApiKey::OffsetForLeaderEpoch
+            )
+        {
+            return None;
+        }
         if !self.config.telemetry_enabled
             && matches!(
                 api,
@@ -317,10 +446,79 @@ impl Broker {
 
     /// Hands out a fresh producer ID (never one handed out before, across restarts).
     pub fn allocate_producer_id(&self) -> Result<i64> {
+        if self.cluster.is_some() {
+            return self
+                .cluster_allocate_producer_id()
+                .map_err(|e| anyhow::anyhow!("{e}"));
+        }
         self.producer_ids
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .allocate()
+    }
+
+    /// The brokers Metadata and DescribeCluster list, with their addresses for clients of
+    /// listener `listener`: this broker alone, or in cluster mode the live brokers.
+    pub(crate) fn nodes_for(&self, listener: usize) -> Vec<Node> {
+        let Some(cluster) = &self.cluster else {
+            let (host, port) = self.advertised_for(listener);
+            return vec![Node {
+                node_id: self.node_id(),
+                host: host.to_owned(),
+                port: i32::from(port),
+                rack: None,
+            }];
+        };
+        let name = self
+            .config
+            .effective_listeners()
+            .into_iter()
+            .nth(listener)
+            .map(|l| l.name)
+            .unwrap_or_default();
+        cluster
+            .live()
+            .iter()
+            .map(|b| {
+                let (host, port) = b.address(&name);
+                Node {
+                    node_id: b.node_id,
+                    host: host.to_owned(),
+                    port,
+                    rack: b.rack.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// Cluster mode: the live broker coordinating group `key` (placed like a partition), with
+    /// its address for clients of `listener`.
+    pub(crate) fn group_coordinator(&self, key: &str, listener: usize) -> Option<Node> {
+        let cluster = self.cluster.as_ref()?;
+        let ids: Vec<i32> = cluster.live().iter().map(|b| b.node_id).collect();
+        let owner = crate::cluster::placement::owner_of_key(key, &ids)?;
+        self.nodes_for(listener)
+            .into_iter()
+            .find(|n| n.node_id == owner)
+    }
+
+    /// The controller Metadata names: this broker, or in cluster mode the lowest live one.
+    pub(crate) fn controller_id(&self) -> i32 {
+        self.cluster
+            .as_ref()
+            .map_or(self.node_id(), |c| c.controller())
+    }
+
+    /// The leader of partition `index` of `topic` (`None`: no live broker, or no such
+    /// partition).
+    pub(crate) fn partition_leader(&self, topic: &Topic, index: i32) -> Option<i32> {
+        match &self.cluster {
+            Some(cluster) if (0..topic.info.partitions).contains(&index) => {
+                cluster.leader(topic.info.id, index)
+            }
+            Some(_) => None,
+            None => topic.partition(index).map(|_| self.node_id()),
+        }
     }
 
     /// The host and port advertised to clients of listener `listener` (the first listener's
@@ -451,6 +649,17 @@ impl Broker {
         new: &skiff_meta::NewTopic,
         validate_only: bool,
     ) -> Result<Arc<Topic>, skiff_meta::MetaError> {
+        if self.cluster.is_some() && !validate_only {
+            return self
+                .cluster_create_topics(std::slice::from_ref(new))
+                .pop()
+                .unwrap_or_else(|| {
+                    Err(skiff_meta::MetaError::io(
+                        "creating a topic",
+                        std::io::Error::other("nothing created"),
+                    ))
+                });
+        }
         let info = self.meta_mut().create_topic(new, validate_only)?;
         if validate_only {
             return Ok(Arc::new(Topic {
@@ -538,6 +747,9 @@ impl Broker {
         &self,
         news: &[skiff_meta::NewTopic],
     ) -> Vec<Result<Arc<Topic>, skiff_meta::MetaError>> {
+        if self.cluster.is_some() {
+            return self.cluster_create_topics(news);
+        }
         let created = self.meta_mut().create_topics(news);
         let infos: Vec<TopicInfo> = created.iter().flatten().cloned().collect();
         let mut opened = self.open_new_topics(infos).into_iter();

@@ -301,6 +301,28 @@ impl MetadataStore {
         Ok(topic)
     }
 
+    /// Makes the topics exactly `topics` (cluster mode: PostgreSQL holds the topics and this
+    /// store mirrors them, so every reader of topics and configs works unchanged). Writes only
+    /// when something changed; returns whether it did. Topics that left are not tombstoned:
+    /// their data is the cluster's, not this broker's.
+    pub fn mirror_topics(&mut self, topics: Vec<TopicInfo>) -> Result<bool> {
+        let same = topics.len() == self.state.topics.len()
+            && topics
+                .iter()
+                .all(|t| self.state.topics.get(&t.name) == Some(t));
+        if same {
+            return Ok(false);
+        }
+        let mut next = self.state.clone();
+        next.topics.clear();
+        next.by_id.clear();
+        for topic in topics {
+            next.insert_topic(topic);
+        }
+        self.commit(next)?;
+        Ok(true)
+    }
+
     // ----- Topic mutations -------------------------------------------------------------------
 
     /// Creates a topic (CreateTopics). With `validate_only` nothing is written and the returned
@@ -507,15 +529,28 @@ impl MetadataStore {
     /// IncrementalAlterConfigs for a topic. Errors: UNKNOWN_TOPIC_OR_PARTITION, INVALID_CONFIG
     /// (unknown key, bad value, APPEND/SUBTRACT on a non-LIST key), INVALID_REQUEST (duplicate
     /// key, missing value). Nothing is applied unless every op is valid.
+    /// The overrides a topic would have after `ops`, checked as
+    /// [`MetadataStore::incremental_alter_topic_configs`] checks them, without changing anything
+    /// (cluster mode stores them elsewhere first).
+    pub fn plan_topic_configs(
+        &self,
+        name: &str,
+        ops: &[AlterConfigOp],
+    ) -> Result<BTreeMap<String, String>> {
+        let topic = self.resolve(TopicRef::Name(name))?;
+        let configs = resolve::apply_ops(&topic.configs, ops, Level::Topic)?;
+        resolve::validate_topic_values(&resolve::topic_values(&configs, self.tiers())?)?;
+        Ok(configs)
+    }
+
     pub fn incremental_alter_topic_configs(
         &mut self,
         name: &str,
         ops: &[AlterConfigOp],
         validate_only: bool,
     ) -> Result<()> {
+        let configs = self.plan_topic_configs(name, ops)?;
         let topic = self.resolve(TopicRef::Name(name))?;
-        let configs = resolve::apply_ops(&topic.configs, ops, Level::Topic)?;
-        resolve::validate_topic_values(&resolve::topic_values(&configs, self.tiers())?)?;
         if validate_only || configs == topic.configs {
             return Ok(());
         }

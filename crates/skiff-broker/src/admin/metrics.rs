@@ -137,6 +137,62 @@ pub fn render_metrics(broker: &Broker) -> String {
         "counter",
         m.tls_handshake_failures.load(Ordering::Relaxed),
     );
+    if let Some(cluster) = broker.cluster() {
+        let st = &cluster.stats;
+        let series: [(&str, &str, &str, u64); 8] = [
+            (
+                "skiff_cluster_objects_put_total",
+                "Objects uploaded by this broker (one per commit interval with batches).",
+                "counter",
+                st.objects_put.load(Ordering::Relaxed),
+            ),
+            (
+                "skiff_cluster_object_bytes_put_total",
+                "Bytes of the objects this broker uploaded.",
+                "counter",
+                st.bytes_put.load(Ordering::Relaxed),
+            ),
+            (
+                "skiff_cluster_commits_total",
+                "Objects this broker committed in PostgreSQL.",
+                "counter",
+                st.commits.load(Ordering::Relaxed),
+            ),
+            (
+                "skiff_cluster_upload_failures_total",
+                "Object uploads that failed (their batches were answered KAFKA_STORAGE_ERROR).",
+                "counter",
+                st.upload_failures.load(Ordering::Relaxed),
+            ),
+            (
+                "skiff_cluster_commit_failures_total",
+                "Commits PostgreSQL did not confirm (their batches were answered KAFKA_STORAGE_ERROR).",
+                "counter",
+                st.commit_failures.load(Ordering::Relaxed),
+            ),
+            (
+                "skiff_cluster_fetch_cache_hits_total",
+                "Batches fetches found in the fetch cache.",
+                "counter",
+                cluster.cache.hits.load(Ordering::Relaxed),
+            ),
+            (
+                "skiff_cluster_fetch_cache_misses_total",
+                "Batches fetches read from the object store.",
+                "counter",
+                cluster.cache.misses.load(Ordering::Relaxed),
+            ),
+            (
+                "skiff_cluster_fetch_cache_bytes",
+                "Bytes held by the fetch cache (fetch.cache.max.bytes bounds it).",
+                "gauge",
+                cluster.cache.bytes() as u64,
+            ),
+        ];
+        for (name, help, kind, value) in series {
+            gauge(name, help, kind, value);
+        }
+    }
     let _ = writeln!(
         out,
         "# HELP skiff_connections_identified_total Connections whose KIP-1313 identity was fixed, by whether it carries an ID.\n# TYPE skiff_connections_identified_total counter"

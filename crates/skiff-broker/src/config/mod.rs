@@ -11,7 +11,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
+mod cluster;
 mod security;
+
+pub use cluster::ClusterConfig;
 pub use security::{
     AuthorizerSettings, ClientAuth, InstanceBinding, OauthSettings, SaslMechanism, SecurityConfig,
     SecurityProtocol, TlsProtocol, TlsSettings,
@@ -135,6 +138,8 @@ pub struct BrokerConfig {
     pub transactions: skiff_txn::TxnConfig,
     /// Authentication settings shared by the listeners.
     pub security: SecurityConfig,
+    /// Cluster mode (`cluster.metadata` + `cluster.objects`); `None`: the embedded log.
+    pub cluster: Option<ClusterConfig>,
     /// Every other key: static Kafka broker configs, validated by `skiff-meta`.
     pub kafka: BTreeMap<String, String>,
 }
@@ -163,6 +168,7 @@ impl Default for BrokerConfig {
             groups: skiff_group::GroupConfig::default(),
             transactions: skiff_txn::TxnConfig::default(),
             security: SecurityConfig::default(),
+            cluster: None,
             kafka: BTreeMap::new(),
         }
     }
@@ -343,6 +349,7 @@ impl BrokerConfig {
                 parse_num(&v, "transactional.id.expiration.ms", 1, i64::from(i32::MAX))?;
         }
         take_group_config(&mut entries, &mut config.groups)?;
+        config.cluster = cluster::take_cluster(&mut entries)?;
         config.kafka = entries;
         Ok(config)
     }

@@ -48,21 +48,24 @@ pub fn handle(ctx: &RequestContext, request: DescribeClusterRequest) -> Response
             );
         }
     }
-    let (host, port) = broker.advertised_for(ctx.listener);
     Response::DescribeCluster(DescribeClusterResponse {
         error_code: error_codes::NONE,
         error_message: None,
         endpoint_type: ENDPOINT_BROKER,
         cluster_id: ByteString::from(broker.cluster_id.clone()),
-        controller_id: broker.node_id(),
-        brokers: vec![DescribeClusterBroker {
-            broker_id: broker.node_id(),
-            host: ByteString::from(host.to_owned()),
-            port: i32::from(port),
-            rack: None,
-            is_fenced: false,
-            ..Default::default()
-        }],
+        controller_id: broker.controller_id(),
+        brokers: broker
+            .nodes_for(ctx.listener)
+            .into_iter()
+            .map(|n| DescribeClusterBroker {
+                broker_id: n.node_id,
+                host: ByteString::from(n.host),
+                port: n.port,
+                rack: n.rack.map(ByteString::from),
+                is_fenced: false,
+                ..Default::default()
+            })
+            .collect(),
         cluster_authorized_operations: if request.include_cluster_authorized_operations {
             ctx.cluster_authorized_operations()
         } else {

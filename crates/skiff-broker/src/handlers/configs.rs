@@ -368,6 +368,14 @@ fn alter_resource(
     match resource.resource_type {
         RESOURCE_TOPIC => {
             let _admin = admin_lock();
+            if broker.cluster().is_some() {
+                let configs = broker.meta().plan_topic_configs(name, &ops)?;
+                let current = broker.meta().topic(name).map(|t| t.configs.clone());
+                if !validate_only && current.as_ref() != Some(&configs) {
+                    broker.cluster_set_topic_configs(name, &configs)?;
+                }
+                return Ok(());
+            }
             broker
                 .meta_mut()
                 .incremental_alter_topic_configs(name, &ops, validate_only)?;

@@ -22,16 +22,24 @@ use tokio::sync::watch;
 use super::{Reply, RequestContext};
 use crate::clock::now_ms;
 use crate::fetch_session::{self, FetchContext, PartitionKey, SessionPartition};
-use crate::partition::{Isolation, Partition};
+use crate::partition::{Isolation, Partition, PartitionRead};
 use crate::state::Broker;
 
 /// Longest wait a client may ask for; longer requests are cut to this.
 const MAX_WAIT: Duration = Duration::from_secs(30);
 
+/// Where a requested partition's records are.
+enum Source {
+    /// A partition of this broker's log.
+    Local(Arc<Partition>),
+    /// A partition in the cluster's storage; `true` when its topic stamps `LogAppendTime`.
+    Cluster(skiff_cluster::commit::PartitionKey, bool),
+}
+
 /// One requested partition, resolved once.
 struct Target {
     topic: usize,
-    partition: Result<Arc<Partition>, ErrorCode>,
+    partition: Result<Source, ErrorCode>,
     index: i32,
     fetch_offset: i64,
     max_bytes: usize,
@@ -79,10 +87,20 @@ pub fn handle(ctx: &RequestContext, mut request: FetchRequest) -> Reply {
     };
     let readable = |topic: &str| ctx.authorized(AclOperation::Read, ResourceType::Topic, topic);
     let plan = plan(&ctx.broker, version, &topics, &request, session, readable);
-    let (response, bytes, errors) = read(&plan);
     let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
     let max_wait =
         Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0)).min(MAX_WAIT);
+    if let Some(cluster) = ctx.broker.cluster() {
+        return Reply::Later(Box::pin(cluster_fetch(
+            Arc::clone(&ctx.broker),
+            Arc::clone(cluster),
+            plan,
+            min_bytes,
+            max_wait,
+            ctx.shutdown.clone(),
+        )));
+    }
+    let (response, bytes, errors) = read(&plan);
     if bytes >= min_bytes || errors || max_wait.is_zero() || plan.targets.is_empty() {
         return Reply::Now(complete(&ctx.broker, &plan, response));
     }
@@ -145,7 +163,10 @@ async fn long_poll(
     let mut signals: Vec<watch::Receiver<i64>> = plan
         .targets
         .iter()
-        .filter_map(|t| t.partition.as_ref().ok().map(|p| p.watch_end_offset()))
+        .filter_map(|t| match &t.partition {
+            Ok(Source::Local(p)) => Some(p.watch_end_offset()),
+            _ => None,
+        })
         .collect();
     loop {
         let any_append = async {
@@ -195,13 +216,35 @@ fn plan(
             None => Some(&*fetch_topic.topic),
         };
         let denied = name.is_some_and(|name| !readable(name));
+        let log_append_time = match (&topic, broker.cluster()) {
+            (Some(topic), Some(_)) => broker
+                .meta()
+                .effective_topic_config(&topic.info.name)
+                .is_ok_and(|c| {
+                    c.message_timestamp_type == skiff_meta::TimestampType::LogAppendTime
+                }),
+            _ => false,
+        };
         for p in &fetch_topic.partitions {
-            let partition = match &topic {
+            let partition = match (&topic, broker.cluster()) {
                 _ if denied => Err(ErrorCode::TOPIC_AUTHORIZATION_FAILED),
-                None => Err(missing),
-                Some(topic) => topic
+                (None, _) => Err(missing),
+                (Some(topic), Some(cluster)) => {
+                    if p.partition < 0 || p.partition >= topic.info.partitions {
+                        Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+                    } else if !cluster.leads(topic.info.id, p.partition) {
+                        Err(ErrorCode::NOT_LEADER_OR_FOLLOWER)
+                    } else {
+                        Ok(Source::Cluster(
+                            crate::cluster::key(topic.info.id, p.partition),
+                            log_append_time,
+                        ))
+                    }
+                }
+                (Some(topic), None) => topic
                     .partition(p.partition)
                     .cloned()
+                    .map(Source::Local)
                     .ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
             };
             targets.push(Target {
@@ -235,6 +278,30 @@ fn plan(
 /// Reads every target once. Returns the response, the bytes of records in it, and whether any
 /// partition has an error (which ends a long poll at once).
 fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
+    let isolation = if plan.read_committed {
+        Isolation::ReadCommitted
+    } else {
+        Isolation::ReadUncommitted
+    };
+    assemble(plan, |_, source, offset, want| match source {
+        Source::Local(partition) => partition.read(offset, want, isolation),
+        // Cluster partitions are read by `cluster_fetch`, never here.
+        Source::Cluster(..) => PartitionRead {
+            high_watermark: -1,
+            last_stable_offset: -1,
+            log_start_offset: -1,
+            records: Err(ErrorCode::NOT_LEADER_OR_FOLLOWER),
+            aborted: None,
+        },
+    })
+}
+
+/// Builds the response from one read per target (`read_one(index, source, offset, want)`),
+/// within the request's byte budget.
+fn assemble(
+    plan: &Plan,
+    mut read_one: impl FnMut(usize, &Source, i64, usize) -> PartitionRead,
+) -> (FetchResponse, usize, bool) {
     let mut topics: Vec<FetchableTopicResponse> = plan
         .topics
         .iter()
@@ -248,7 +315,7 @@ fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
     let mut budget = plan.max_bytes;
     let mut total = 0usize;
     let mut any_error = false;
-    for target in &plan.targets {
+    for (i, target) in plan.targets.iter().enumerate() {
         let mut data = PartitionData {
             partition_index: target.index,
             high_watermark: -1,
@@ -264,11 +331,11 @@ fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
                 any_error = true;
             }
             Ok(_) if target.leader_epoch > 0 => {
-                // Skiff's single node always leads with epoch 0.
+                // Skiff always leads with epoch 0.
                 data.error_code = error_codes::UNKNOWN_LEADER_EPOCH;
                 any_error = true;
             }
-            Ok(partition) => {
+            Ok(source) => {
                 // The first batch is returned even if larger than the budget (KIP-74); after the
                 // budget is spent, partitions get no records.
                 let limit = target.max_bytes.min(budget);
@@ -277,12 +344,7 @@ fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
                 } else {
                     0
                 };
-                let isolation = if plan.read_committed {
-                    Isolation::ReadCommitted
-                } else {
-                    Isolation::ReadUncommitted
-                };
-                let read = partition.read(target.fetch_offset, want, isolation);
+                let read = read_one(i, source, target.fetch_offset, want);
                 data.high_watermark = read.high_watermark;
                 data.last_stable_offset = read.last_stable_offset;
                 data.log_start_offset = read.log_start_offset;
@@ -325,4 +387,111 @@ fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
         total,
         any_error,
     )
+}
+
+/// Reads the cluster partitions of `plan` (each up to its own and the request's limit),
+/// then assembles the response within the request's budget from whole batches.
+async fn cluster_read(
+    cluster: &crate::cluster::Cluster,
+    plan: &Plan,
+) -> (FetchResponse, usize, bool) {
+    let mut reads: Vec<Option<Result<crate::cluster::fetch::Read, ErrorCode>>> =
+        Vec::with_capacity(plan.targets.len());
+    for target in &plan.targets {
+        let read = match &target.partition {
+            Ok(Source::Cluster(key, log_append_time)) if target.leader_epoch <= 0 => {
+                let want = target.max_bytes.min(plan.max_bytes).max(1);
+                Some(
+                    crate::cluster::fetch::read(
+                        cluster,
+                        *key,
+                        target.fetch_offset,
+                        want,
+                        *log_append_time,
+                    )
+                    .await
+                    .map_err(|(code, message)| {
+                        if code == ErrorCode::KAFKA_STORAGE_ERROR {
+                            tracing::warn!(error = %message, "cluster fetch failed");
+                        }
+                        code
+                    }),
+                )
+            }
+            _ => None,
+        };
+        reads.push(read);
+    }
+    assemble(plan, |i, _, _, want| {
+        let Some(Some(read)) = reads.get_mut(i).map(Option::take) else {
+            return PartitionRead {
+                high_watermark: -1,
+                last_stable_offset: -1,
+                log_start_offset: -1,
+                records: Err(ErrorCode::UNKNOWN_SERVER_ERROR),
+                aborted: None,
+            };
+        };
+        match read {
+            Err(code) => PartitionRead {
+                high_watermark: -1,
+                last_stable_offset: -1,
+                log_start_offset: -1,
+                records: Err(code),
+                aborted: None,
+            },
+            Ok(read) => {
+                let mut records = bytes::BytesMut::new();
+                for batch in read.batches {
+                    if !records.is_empty() && records.len() + batch.len() > want {
+                        break;
+                    }
+                    records.extend_from_slice(&batch);
+                    if want == 0 {
+                        break;
+                    }
+                }
+                if want == 0 {
+                    records.clear();
+                }
+                PartitionRead {
+                    high_watermark: read.high_watermark,
+                    // No transactions in cluster mode yet: everything committed is stable.
+                    last_stable_offset: read.high_watermark,
+                    log_start_offset: read.log_start,
+                    records: Ok(records.freeze()),
+                    aborted: plan.read_committed.then(Vec::new),
+                }
+            }
+        }
+    })
+}
+
+/// A fetch in cluster mode: read now, and when there is less than `min_bytes`, wait for commits
+/// (this broker's and, through NOTIFY, the others') until `max_wait`.
+async fn cluster_fetch(
+    broker: Arc<Broker>,
+    cluster: Arc<crate::cluster::Cluster>,
+    plan: Plan,
+    min_bytes: usize,
+    max_wait: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) -> Response {
+    let deadline = tokio::time::Instant::now() + max_wait;
+    let mut commits = cluster.commits.subscribe();
+    loop {
+        commits.borrow_and_update();
+        let (response, bytes, errors) = cluster_read(&cluster, &plan).await;
+        if bytes >= min_bytes || errors || max_wait.is_zero() || plan.targets.is_empty() {
+            return complete(&broker, &plan, response);
+        }
+        let finished = tokio::select! {
+            woken = tokio::time::timeout_at(deadline, commits.changed()) => woken.is_err(),
+            _ = crate::shutdown::stopped(&mut shutdown) => true,
+        };
+        if finished || tokio::time::Instant::now() >= deadline {
+            let (response, _, _) = cluster_read(&cluster, &plan).await;
+            return complete(&broker, &plan, response);
+        }
+    }
 }

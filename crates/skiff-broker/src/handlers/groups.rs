@@ -206,6 +206,29 @@ pub fn find_coordinator(ctx: &RequestContext, request: FindCoordinatorRequest) -
                 error_codes::INVALID_REQUEST,
                 "the transactional ID is empty",
             ),
+            KEY_TYPE_TRANSACTION if ctx.broker.cluster().is_some() => no_coordinator(
+                key,
+                error_codes::INVALID_REQUEST,
+                "transactions are not available in cluster mode yet",
+            ),
+            KEY_TYPE_GROUP if ctx.broker.cluster().is_some() => {
+                match ctx.broker.group_coordinator(key, ctx.listener) {
+                    Some(n) => Coordinator {
+                        key: key.clone(),
+                        node_id: n.node_id,
+                        host: bs(&n.host),
+                        port: n.port,
+                        error_code: error_codes::NONE,
+                        error_message: None,
+                        ..Default::default()
+                    },
+                    None => no_coordinator(
+                        key,
+                        error_codes::COORDINATOR_NOT_AVAILABLE,
+                        "no broker is live",
+                    ),
+                }
+            }
             KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION => Coordinator {
                 key: key.clone(),
                 node_id: node,

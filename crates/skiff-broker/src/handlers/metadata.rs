@@ -67,17 +67,20 @@ pub fn handle(ctx: &RequestContext, request: MetadataRequest) -> Response {
         }
     };
 
-    let (host, port) = broker.advertised_for(ctx.listener);
     Response::Metadata(MetadataResponse {
-        brokers: vec![MetadataResponseBroker {
-            node_id: broker.node_id(),
-            host: ByteString::from(host.to_owned()),
-            port: i32::from(port),
-            rack: None,
-            ..Default::default()
-        }],
+        brokers: broker
+            .nodes_for(ctx.listener)
+            .into_iter()
+            .map(|n| MetadataResponseBroker {
+                node_id: n.node_id,
+                host: ByteString::from(n.host),
+                port: n.port,
+                rack: n.rack.map(ByteString::from),
+                ..Default::default()
+            })
+            .collect(),
         cluster_id: Some(ByteString::from(broker.cluster_id.clone())),
-        controller_id: broker.node_id(),
+        controller_id: broker.controller_id(),
         topics,
         cluster_authorized_operations: if (8..=10).contains(&version)
             && request.include_cluster_authorized_operations
@@ -231,24 +234,30 @@ fn requested_topic(
 }
 
 fn describe(ctx: &RequestContext, topic: &Topic, include_ops: bool) -> MetadataResponseTopic {
-    let node = ctx.broker.node_id();
     MetadataResponseTopic {
         error_code: error_codes::NONE,
         name: Some(ByteString::from(topic.info.name.clone())),
         topic_id: topic.info.id,
         is_internal: false,
-        partitions: topic
-            .partitions
-            .iter()
-            .map(|p| MetadataResponsePartition {
-                error_code: error_codes::NONE,
-                partition_index: p.index,
-                leader_id: node,
-                leader_epoch: 0,
-                replica_nodes: vec![node],
-                isr_nodes: vec![node],
-                offline_replicas: Vec::new(),
-                ..Default::default()
+        partitions: (0..topic.info.partitions)
+            .map(|index| match ctx.broker.partition_leader(topic, index) {
+                Some(node) => MetadataResponsePartition {
+                    error_code: error_codes::NONE,
+                    partition_index: index,
+                    leader_id: node,
+                    leader_epoch: 0,
+                    replica_nodes: vec![node],
+                    isr_nodes: vec![node],
+                    offline_replicas: Vec::new(),
+                    ..Default::default()
+                },
+                None => MetadataResponsePartition {
+                    error_code: error_codes::LEADER_NOT_AVAILABLE,
+                    partition_index: index,
+                    leader_id: -1,
+                    leader_epoch: 0,
+                    ..Default::default()
+                },
             })
             .collect(),
         topic_authorized_operations: if include_ops {

@@ -25,6 +25,9 @@ pub fn records_bytes(request: &ProduceRequest) -> usize {
 }
 
 pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
+    if let Some(cluster) = ctx.broker.cluster() {
+        return cluster_produce(ctx, Arc::clone(cluster), request);
+    }
     let acks = request.acks;
     let now = now_ms();
     let mut waits: Vec<(usize, usize, Arc<Partition>, i64)> = Vec::new();
@@ -129,6 +132,227 @@ pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
                     r.error_message = Some(ByteString::from(format!("disk sync failed: {e}")));
                     r.base_offset = -1;
                 }
+            }
+        }
+        Response::Produce(response)
+    }))
+}
+
+/// What a cluster-mode produce waits for, per partition.
+struct Pending {
+    topic: usize,
+    partition: usize,
+    log_append_time: bool,
+    outcome: tokio::sync::oneshot::Receiver<crate::cluster::produce::Outcome>,
+}
+
+/// Checks one partition's records for the cluster pipeline: the batches as `BatchInfo`s.
+fn cluster_batches(
+    records: &bytes::Bytes,
+    max_message_bytes: usize,
+    log_append_time: bool,
+) -> Result<Vec<skiff_cluster::commit::BatchInfo>, KafkaError> {
+    let batches = skiff_records::RecordBatches::parse_produce(records.clone())
+        .map_err(|e| KafkaError::new(crate::partition::records_error(&e), e.to_string()))?;
+    let mut infos = Vec::with_capacity(batches.len());
+    let mut at = 0u64;
+    for batch in &batches {
+        let size = batch.size_in_bytes();
+        if size > max_message_bytes {
+            return Err(KafkaError::new(
+                ErrorCode::MESSAGE_TOO_LARGE,
+                format!("a batch of {size} bytes is over max.message.bytes ({max_message_bytes})"),
+            ));
+        }
+        if batch.is_transactional() {
+            return Err(KafkaError::new(
+                ErrorCode::INVALID_TXN_STATE,
+                "transactions are not available in cluster mode yet",
+            ));
+        }
+        infos.push(skiff_cluster::commit::BatchInfo {
+            byte_offset: at,
+            byte_size: size as u32,
+            record_count: batch.last_offset_delta() + 1,
+            producer_id: batch.producer_id(),
+            producer_epoch: batch.producer_epoch(),
+            base_sequence: batch.base_sequence(),
+            last_sequence: batch
+                .base_sequence()
+                .wrapping_add(batch.last_offset_delta()),
+            max_timestamp: batch.max_timestamp(),
+            log_append_time,
+        });
+        at += size as u64;
+    }
+    Ok(infos)
+}
+
+/// Produce in cluster mode: checks each partition here (authorization, leadership, the
+/// batches), hands its records to the pipeline, and answers once their object is committed
+/// (acks=0: at once, without waiting).
+fn cluster_produce(
+    ctx: &RequestContext,
+    cluster: Arc<crate::cluster::Cluster>,
+    request: ProduceRequest,
+) -> Reply {
+    let acks = request.acks;
+    let mut responses = Vec::with_capacity(request.topic_data.len());
+    let mut pending = Vec::new();
+    let request_error = if !matches!(acks, -1..=1) {
+        Some(KafkaError::new(
+            ErrorCode::INVALID_REQUIRED_ACKS,
+            "acks must be 0, 1 or -1",
+        ))
+    } else if request.transactional_id.is_some() {
+        Some(KafkaError::new(
+            ErrorCode::INVALID_TXN_STATE,
+            "transactions are not available in cluster mode yet",
+        ))
+    } else {
+        None
+    };
+    for (t, topic_data) in request.topic_data.into_iter().enumerate() {
+        let topic_error = (request_error.is_none()
+            && !ctx.authorized(AclOperation::Write, ResourceType::Topic, &topic_data.name))
+        .then(|| {
+            KafkaError::new(
+                ErrorCode::TOPIC_AUTHORIZATION_FAILED,
+                "not authorized to write to this topic",
+            )
+        });
+        let request_error = request_error.as_ref().or(topic_error.as_ref());
+        let topic = ctx.broker.topic_by_name(&topic_data.name);
+        let config = topic
+            .as_ref()
+            .and_then(|t| ctx.broker.meta().effective_topic_config(&t.info.name).ok());
+        let log_append_time = config
+            .as_ref()
+            .is_some_and(|c| c.message_timestamp_type == skiff_meta::TimestampType::LogAppendTime);
+        let mut partitions = Vec::with_capacity(topic_data.partition_data.len());
+        for (p, data) in topic_data.partition_data.into_iter().enumerate() {
+            let mut response = PartitionProduceResponse {
+                index: data.index,
+                base_offset: -1,
+                log_append_time_ms: -1,
+                log_start_offset: -1,
+                ..Default::default()
+            };
+            let checked = match (request_error, &topic, &config) {
+                (Some(refused), _, _) => Err(refused.clone()),
+                (None, Some(topic), Some(config))
+                    if (0..topic.info.partitions).contains(&data.index) =>
+                {
+                    if cluster.leads(topic.info.id, data.index) {
+                        let records = data.records.unwrap_or_default();
+                        cluster_batches(
+                            &records,
+                            config.max_message_bytes as usize,
+                            log_append_time,
+                        )
+                        .map(|infos| {
+                            (
+                                crate::cluster::key(topic.info.id, data.index),
+                                records,
+                                infos,
+                            )
+                        })
+                    } else {
+                        Err(KafkaError::new(
+                            ErrorCode::NOT_LEADER_OR_FOLLOWER,
+                            "another broker leads this partition",
+                        ))
+                    }
+                }
+                _ => Err(KafkaError::new(
+                    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                    "this topic-partition does not exist",
+                )),
+            };
+            match checked {
+                Ok((key, records, infos)) => {
+                    let outcome = cluster.pipeline.submit(key, &records, infos);
+                    pending.push(Pending {
+                        topic: t,
+                        partition: p,
+                        log_append_time,
+                        outcome,
+                    });
+                }
+                Err(refused) => {
+                    response.error_code = refused.error_code();
+                    response.error_message = refused.message.map(ByteString::from);
+                }
+            }
+            partitions.push(response);
+        }
+        responses.push(TopicProduceResponse {
+            name: topic_data.name,
+            partition_responses: partitions,
+            ..Default::default()
+        });
+    }
+    if acks == 0 {
+        return Reply::Nothing;
+    }
+    let mut response = ProduceResponse {
+        responses,
+        ..Default::default()
+    };
+    if pending.is_empty() {
+        return Reply::Now(Response::Produce(response));
+    }
+    Reply::Later(Box::pin(async move {
+        use crate::cluster::produce::Outcome;
+        use skiff_cluster::commit::Verdict;
+        for wait in pending {
+            let outcome = wait.outcome.await.unwrap_or_else(|_| Outcome::Failed {
+                code: ErrorCode::KAFKA_STORAGE_ERROR,
+                message: "the broker stopped before committing".into(),
+            });
+            let Some(r) = response
+                .responses
+                .get_mut(wait.topic)
+                .and_then(|topic| topic.partition_responses.get_mut(wait.partition))
+            else {
+                continue;
+            };
+            let refused = |r: &mut PartitionProduceResponse, code: ErrorCode, message: String| {
+                r.error_code = code.code();
+                r.error_message = Some(ByteString::from(message));
+            };
+            match outcome {
+                Outcome::Committed {
+                    verdict,
+                    log_start,
+                    commit_ms,
+                } => match verdict {
+                    Verdict::Appended { base_offset, .. }
+                    | Verdict::Duplicate { base_offset, .. } => {
+                        r.base_offset = base_offset;
+                        r.log_start_offset = log_start;
+                        if wait.log_append_time {
+                            r.log_append_time_ms = commit_ms;
+                        }
+                    }
+                    Verdict::InvalidProducerEpoch => refused(
+                        r,
+                        ErrorCode::INVALID_PRODUCER_EPOCH,
+                        "the producer's epoch is older than the partition has seen".into(),
+                    ),
+                    Verdict::OutOfOrderSequence => refused(
+                        r,
+                        ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER,
+                        "the sequence does not continue the producer's last one".into(),
+                    ),
+                    Verdict::UnknownPartition => refused(
+                        r,
+                        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                        "the partition went away".into(),
+                    ),
+                    Verdict::Invalid => refused(r, ErrorCode::INVALID_RECORD, "no records".into()),
+                },
+                Outcome::Failed { code, message } => refused(r, code, message),
             }
         }
         Response::Produce(response)

@@ -455,7 +455,12 @@ fn delete_one(
     version: i16,
 ) -> Result<(String, Uuid), KafkaError> {
     let _admin = admin_lock();
-    let removed = broker.meta_mut().delete_topic(topic).map_err(|e| {
+    let removed = if broker.cluster().is_some() {
+        broker.cluster_delete_topic(topic)
+    } else {
+        broker.meta_mut().delete_topic(topic)
+    };
+    let removed = removed.map_err(|e| {
         // Before v3 a disabled deletion is INVALID_REQUEST (TOPIC_DELETION_DISABLED is v3+).
         if matches!(e, MetaError::TopicDeletionDisabled) && version < 3 {
             KafkaError::new(error_codes::INVALID_REQUEST, "Topic deletion is disabled.")
@@ -463,6 +468,9 @@ fn delete_one(
             KafkaError::from(e)
         }
     })?;
+    if broker.cluster().is_some() {
+        return Ok((removed.name, removed.id));
+    }
     if let Err(e) = broker.remove_topic(removed.id) {
         // The metadata no longer lists the topic; leftover directories go at the next start.
         tracing::error!(topic = %removed.name, error = %format!("{e:#}"), "deleting partition data failed");
@@ -552,6 +560,12 @@ fn grow_one(
         }
         if validate_only {
             return Ok(());
+        }
+        if broker.cluster().is_some() {
+            drop(meta);
+            return broker
+                .cluster_grow_topic(name, count)
+                .map_err(KafkaError::from);
         }
         meta.create_partitions(name, count, false)?
     };

@@ -684,7 +684,7 @@ fn restore_producers(log: &dyn PartitionStore, now_ms: i64) -> ProducerStates {
 }
 
 /// The Kafka error for records that cannot be appended.
-fn records_error(e: &RecordsError) -> ErrorCode {
+pub(crate) fn records_error(e: &RecordsError) -> ErrorCode {
     match e {
         RecordsError::UnsupportedMagic { .. } => ErrorCode::UNSUPPORTED_FOR_MESSAGE_FORMAT,
         RecordsError::CrcMismatch { .. } => ErrorCode::CORRUPT_MESSAGE,

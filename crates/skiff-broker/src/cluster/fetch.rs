@@ -1,0 +1,314 @@
+//! Reading partitions in cluster mode: the batch index in PostgreSQL says where a partition's
+//! batches are, the object store holds their bytes, and two caches keep both off the network
+//! for tailing consumers:
+//!
+//! - the offsets this broker knows of each partition (from its own commits and the others',
+//!   announced by NOTIFY): a fetch at the high watermark is answered without asking PostgreSQL;
+//! - [`ObjectCache`]: batches' bytes, bounded by `fetch.cache.max.bytes`, least recently used
+//!   out first; the batches this broker committed go in as they are committed.
+//!
+//! Objects carry no offsets: each batch served gets its base offset (and, on `LogAppendTime`
+//! topics, the commit's time) written into its header here.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::{Bytes, BytesMut};
+use skiff_cluster::commit::PartitionKey;
+use skiff_cluster::log::{FoundBatch, LogChange};
+use skiff_protocol::ErrorCode;
+
+use super::Cluster;
+
+/// Batches' bytes by (object, byte offset), least recently used out first.
+pub struct ObjectCache {
+    max_bytes: usize,
+    inner: Mutex<CacheInner>,
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+}
+
+#[derive(Default)]
+struct CacheInner {
+    entries: HashMap<(Arc<str>, u64), (Bytes, u64)>,
+    order: BTreeMap<u64, (Arc<str>, u64)>,
+    bytes: usize,
+    tick: u64,
+}
+
+impl ObjectCache {
+    pub fn new(max_bytes: usize) -> ObjectCache {
+        ObjectCache {
+            max_bytes,
+            inner: Mutex::new(CacheInner::default()),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    pub fn insert(&self, object: Arc<str>, offset: u64, bytes: Bytes) {
+        if bytes.len() > self.max_bytes {
+            return;
+        }
+        let mut c = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        c.tick += 1;
+        let tick = c.tick;
+        if let Some((old, old_tick)) = c.entries.remove(&(Arc::clone(&object), offset)) {
+            c.bytes -= old.len();
+            c.order.remove(&old_tick);
+        }
+        c.bytes += bytes.len();
+        c.order.insert(tick, (Arc::clone(&object), offset));
+        c.entries.insert((object, offset), (bytes, tick));
+        while c.bytes > self.max_bytes {
+            let Some((_, key)) = c.order.pop_first() else {
+                break;
+            };
+            if let Some((gone, _)) = c.entries.remove(&key) {
+                c.bytes -= gone.len();
+            }
+        }
+    }
+
+    pub fn get(&self, object: &str, offset: u64) -> Option<Bytes> {
+        let mut c = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (Arc::<str>::from(object), offset);
+        c.tick += 1;
+        let tick = c.tick;
+        let found = match c.entries.get_mut(&key) {
+            Some((bytes, t)) => {
+                let old = std::mem::replace(t, tick);
+                Some((bytes.clone(), old))
+            }
+            None => None,
+        };
+        match found {
+            Some((bytes, old)) => {
+                c.order.remove(&old);
+                c.order.insert(tick, key);
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                Some(bytes)
+            }
+            None => {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .bytes
+    }
+}
+
+/// What this broker knows of partitions' offsets without asking.
+#[derive(Default)]
+pub struct KnownOffsets {
+    inner: Mutex<HashMap<PartitionKey, (i64, i64)>>,
+}
+
+impl KnownOffsets {
+    /// Takes in announced changes (offsets only move forward).
+    pub fn learn(&self, changes: &[LogChange]) {
+        let mut known = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        for c in changes {
+            let entry = known
+                .entry(c.key)
+                .or_insert((c.log_start, c.high_watermark));
+            entry.0 = entry.0.max(c.log_start);
+            entry.1 = entry.1.max(c.high_watermark);
+        }
+    }
+
+    pub fn get(&self, key: &PartitionKey) -> Option<(i64, i64)> {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .copied()
+    }
+
+    /// Forgets everything (after NOTIFY may have been missed).
+    pub fn clear(&self) {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+}
+
+/// One partition read: whole batches, offsets written in.
+#[derive(Debug, Clone, Default)]
+pub struct Read {
+    pub batches: Vec<Bytes>,
+    pub log_start: i64,
+    pub high_watermark: i64,
+}
+
+fn storage_error(e: impl std::fmt::Display) -> (ErrorCode, String) {
+    (ErrorCode::KAFKA_STORAGE_ERROR, e.to_string())
+}
+
+/// Reads a partition from `offset`: whole batches up to `max_bytes` (the first whole even if
+/// larger), with the partition's log start and high watermark.
+pub async fn read(
+    cluster: &Cluster,
+    key: PartitionKey,
+    offset: i64,
+    max_bytes: usize,
+    log_append_time: bool,
+) -> Result<Read, (ErrorCode, String)> {
+    if let Some((log_start, hw)) = cluster.known.get(&key)
+        && offset == hw
+        && offset >= log_start
+    {
+        return Ok(Read {
+            batches: Vec::new(),
+            log_start,
+            high_watermark: hw,
+        });
+    }
+    let found = skiff_cluster::log::find_batches(&cluster.db, key, offset, max_bytes as u64, 1000)
+        .await
+        .map_err(storage_error)?;
+    let Some((offsets, batches)) = found else {
+        return Err((
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            "this partition does not exist".into(),
+        ));
+    };
+    cluster.known.learn(&[LogChange {
+        key,
+        log_start: offsets.log_start,
+        high_watermark: offsets.high_watermark,
+    }]);
+    if offset < offsets.log_start || offset > offsets.high_watermark {
+        return Err((
+            ErrorCode::OFFSET_OUT_OF_RANGE,
+            format!(
+                "offset {offset} is outside {}..{}",
+                offsets.log_start, offsets.high_watermark
+            ),
+        ));
+    }
+    let batches = load(cluster, &batches, log_append_time).await?;
+    Ok(Read {
+        batches,
+        log_start: offsets.log_start,
+        high_watermark: offsets.high_watermark,
+    })
+}
+
+/// The bytes of `batches`, offsets written in, from the cache or the object store (one ranged
+/// read per object for what the cache lacks).
+pub async fn load(
+    cluster: &Cluster,
+    batches: &[FoundBatch],
+    log_append_time: bool,
+) -> Result<Vec<Bytes>, (ErrorCode, String)> {
+    let mut parts: Vec<Option<Bytes>> = batches
+        .iter()
+        .map(|b| cluster.cache.get(&b.object_key, b.byte_offset))
+        .collect();
+    // The missing ones, one range per object.
+    let mut by_object: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for (b, part) in batches.iter().zip(&parts) {
+        if part.is_none() {
+            let end = b.byte_offset + u64::from(b.byte_size);
+            let range = by_object
+                .entry(b.object_key.as_str())
+                .or_insert((b.byte_offset, end));
+            range.0 = range.0.min(b.byte_offset);
+            range.1 = range.1.max(end);
+        }
+    }
+    for (object, (start, end)) in by_object {
+        let bytes = cluster
+            .objects
+            .get_range(object, start..end)
+            .await
+            .map_err(storage_error)?;
+        if bytes.len() as u64 != end - start {
+            return Err(storage_error(format!(
+                "object {object} returned {} bytes for {start}..{end}",
+                bytes.len()
+            )));
+        }
+        let object_key: Arc<str> = Arc::from(object);
+        for (b, part) in batches.iter().zip(parts.iter_mut()) {
+            if part.is_none() && b.object_key == object {
+                let from = (b.byte_offset - start) as usize;
+                let slice = bytes.slice(from..from + b.byte_size as usize);
+                cluster
+                    .cache
+                    .insert(Arc::clone(&object_key), b.byte_offset, slice.clone());
+                *part = Some(slice);
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(batches.len());
+    for (b, part) in batches.iter().zip(parts) {
+        let Some(part) = part else {
+            return Err(storage_error("a batch's bytes were not read"));
+        };
+        let mut bytes = BytesMut::from(part.as_ref());
+        let mut batch = skiff_records::RecordBatchMut::new(&mut bytes).map_err(|e| {
+            storage_error(format!("object {} holds a bad batch: {e}", b.object_key))
+        })?;
+        batch.set_base_offset(b.base_offset);
+        if log_append_time && b.log_append_time >= 0 {
+            batch.set_log_append_time(b.log_append_time);
+        }
+        out.push(bytes.freeze());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_keeps_the_recently_used_within_its_bound() {
+        let cache = ObjectCache::new(10);
+        let a: Arc<str> = Arc::from("a");
+        cache.insert(Arc::clone(&a), 0, Bytes::from_static(b"1234"));
+        cache.insert(Arc::clone(&a), 4, Bytes::from_static(b"5678"));
+        assert!(cache.get("a", 0).is_some()); // 0 is now the most recent
+        cache.insert(Arc::clone(&a), 8, Bytes::from_static(b"9abc"));
+        assert!(cache.get("a", 4).is_none(), "the least recently used went");
+        assert!(cache.get("a", 0).is_some());
+        assert!(cache.get("a", 8).is_some());
+        assert!(cache.bytes() <= 10);
+        cache.insert(Arc::clone(&a), 99, Bytes::from(vec![0u8; 11]));
+        assert!(
+            cache.get("a", 99).is_none(),
+            "larger than the whole cache: not kept"
+        );
+        assert_eq!(cache.hits.load(Ordering::Relaxed), 3);
+        assert_eq!(cache.misses.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn known_offsets_only_move_forward() {
+        let known = KnownOffsets::default();
+        let key = PartitionKey {
+            topic_id: uuid::Uuid::from_u128(1),
+            partition: 0,
+        };
+        let change = |s, h| LogChange {
+            key,
+            log_start: s,
+            high_watermark: h,
+        };
+        known.learn(&[change(0, 10)]);
+        known.learn(&[change(2, 5)]);
+        assert_eq!(known.get(&key), Some((2, 10)));
+        known.clear();
+        assert_eq!(known.get(&key), None);
+    }
+}

@@ -1,0 +1,241 @@
+//! The produce pipeline of cluster mode: batches of every partition gather for up to
+//! `produce.commit.interval.ms` (or until `produce.buffer.max.bytes`), go up as one object, then
+//! are committed in one PostgreSQL transaction ([`skiff_cluster::log::commit`]). Only then are
+//! the producers answered. Commits run one at a time, in the order the batches arrived, so a
+//! producer's pipelined batches keep their order; the next object gathers meanwhile.
+//!
+//! A failed upload or commit answers KAFKA_STORAGE_ERROR and commits nothing (an object whose
+//! commit failed is left to the orphan sweep, which deletes it only once PostgreSQL does not
+//! know it: a commit whose answer was lost may still have landed). A broker fenced (its lease
+//! lapsed) answers NOT_LEADER_OR_FOLLOWER.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use skiff_cluster::DbError;
+use skiff_cluster::commit::{Append, BatchInfo, PartitionKey, Verdict};
+use skiff_protocol::ErrorCode;
+use tokio::sync::{Notify, oneshot};
+
+use super::Cluster;
+use crate::clock::now_ms;
+
+/// What became of a partition's batches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// `commit_ms`: the commit's time (the log append time of `LogAppendTime` topics).
+    Committed {
+        verdict: Verdict,
+        log_start: i64,
+        commit_ms: i64,
+    },
+    Failed {
+        code: ErrorCode,
+        message: String,
+    },
+}
+
+#[derive(Default)]
+struct Pending {
+    bytes: BytesMut,
+    appends: Vec<Append>,
+    waiters: Vec<oneshot::Sender<Outcome>>,
+    /// When the first of these batches arrived.
+    since: Option<tokio::time::Instant>,
+}
+
+/// The batches waiting for the next object.
+pub struct Pipeline {
+    pending: Mutex<Pending>,
+    wake: Notify,
+    buffer_max: usize,
+}
+
+impl Pipeline {
+    pub fn new(buffer_max: usize) -> Pipeline {
+        Pipeline {
+            pending: Mutex::new(Pending::default()),
+            wake: Notify::new(),
+            buffer_max,
+        }
+    }
+
+    /// Queues one partition's batches (`batches`' byte offsets are within `records`) for the
+    /// next object.
+    pub fn submit(
+        &self,
+        key: PartitionKey,
+        records: &Bytes,
+        mut batches: Vec<BatchInfo>,
+    ) -> oneshot::Receiver<Outcome> {
+        let (tx, rx) = oneshot::channel();
+        let full = {
+            let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            let base = p.bytes.len() as u64;
+            for b in &mut batches {
+                b.byte_offset += base;
+            }
+            p.bytes.extend_from_slice(records);
+            p.appends.push(Append { key, batches });
+            p.waiters.push(tx);
+            if p.since.is_none() {
+                p.since = Some(tokio::time::Instant::now());
+            }
+            p.bytes.len() >= self.buffer_max
+        };
+        // Wakes the flusher: to start the interval on a first batch, or to cut a full object.
+        let _ = full;
+        self.wake.notify_one();
+        rx
+    }
+
+    fn take(&self) -> Pending {
+        std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn state(&self) -> (Option<tokio::time::Instant>, usize) {
+        let p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        (p.since, p.bytes.len())
+    }
+}
+
+fn fail(waiters: Vec<oneshot::Sender<Outcome>>, code: ErrorCode, message: &str) {
+    for w in waiters {
+        let _ = w.send(Outcome::Failed {
+            code,
+            message: message.to_string(),
+        });
+    }
+}
+
+/// Cuts objects and commits them until `shutdown`; what is pending then is committed before
+/// it returns.
+pub async fn run(cluster: Arc<Cluster>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let interval = Duration::from_millis(cluster.config.commit_interval_ms);
+    loop {
+        let (since, bytes) = cluster.pipeline.state();
+        let Some(since) = since else {
+            tokio::select! {
+                _ = cluster.pipeline.wake.notified() => continue,
+                _ = crate::shutdown::stopped(&mut stop) => break,
+            }
+        };
+        if bytes < cluster.pipeline.buffer_max && tokio::time::Instant::now() < since + interval {
+            tokio::select! {
+                _ = tokio::time::sleep_until(since + interval) => {}
+                _ = cluster.pipeline.wake.notified() => continue,
+                _ = crate::shutdown::stopped(&mut stop) => break,
+            }
+        }
+        flush(&cluster, cluster.pipeline.take()).await;
+    }
+    let rest = cluster.pipeline.take();
+    if !rest.appends.is_empty() {
+        flush(&cluster, rest).await;
+    }
+}
+
+async fn flush(cluster: &Cluster, pending: Pending) {
+    if pending.appends.is_empty() {
+        return;
+    }
+    let Some(reg) = cluster.registration() else {
+        fail(
+            pending.waiters,
+            ErrorCode::NOT_LEADER_OR_FOLLOWER,
+            "this broker is not registered in the cluster right now",
+        );
+        return;
+    };
+    let object = pending.bytes.freeze();
+    let size = object.len() as u64;
+    let key = cluster.objects.new_key(cluster.node_id, reg.epoch);
+    if let Err(e) = cluster.objects.put(&key, object.clone()).await {
+        tracing::error!(object = %key, error = %e, "object upload failed");
+        cluster
+            .stats
+            .upload_failures
+            .fetch_add(1, Ordering::Relaxed);
+        fail(
+            pending.waiters,
+            ErrorCode::KAFKA_STORAGE_ERROR,
+            &format!("object upload failed: {e}"),
+        );
+        return;
+    }
+    cluster.stats.objects_put.fetch_add(1, Ordering::Relaxed);
+    cluster.stats.bytes_put.fetch_add(size, Ordering::Relaxed);
+    let commit_ms = now_ms();
+    match skiff_cluster::log::commit(&cluster.db, reg, &key, size, &pending.appends, commit_ms)
+        .await
+    {
+        Ok(done) => {
+            cluster.stats.commits.fetch_add(1, Ordering::Relaxed);
+            if done.object_id.is_none() {
+                // Nothing refers to it (all duplicates or refusals): it goes now.
+                if let Err(e) = cluster.objects.delete(&key).await {
+                    tracing::warn!(object = %key, error = %e, "deleting an unused object failed");
+                }
+            } else {
+                // The batches this broker will most likely serve (it leads their partitions):
+                // into the fetch cache.
+                let key: Arc<str> = Arc::from(key.as_str());
+                for (append, verdict) in pending.appends.iter().zip(&done.verdicts) {
+                    if matches!(verdict, Verdict::Appended { .. }) {
+                        for b in &append.batches {
+                            let start = b.byte_offset as usize;
+                            if let Some(bytes) = object.get(start..start + b.byte_size as usize) {
+                                cluster.cache.insert(
+                                    Arc::clone(&key),
+                                    b.byte_offset,
+                                    Bytes::copy_from_slice(bytes),
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            cluster.learn(&done.changes);
+            cluster.notify_commit();
+            for ((append, verdict), waiter) in pending
+                .appends
+                .iter()
+                .zip(done.verdicts)
+                .zip(pending.waiters)
+            {
+                let log_start = done.log_starts.get(&append.key).copied().unwrap_or(-1);
+                let _ = waiter.send(Outcome::Committed {
+                    verdict,
+                    log_start,
+                    commit_ms,
+                });
+            }
+        }
+        Err(DbError::Fenced { .. }) => {
+            cluster.fenced(reg);
+            // Refused before anything was written: the object is nobody's.
+            if let Err(e) = cluster.objects.delete(&key).await {
+                tracing::warn!(object = %key, error = %e, "deleting an uncommitted object failed");
+            }
+            fail(
+                pending.waiters,
+                ErrorCode::NOT_LEADER_OR_FOLLOWER,
+                "this broker was fenced (its cluster lease lapsed)",
+            );
+        }
+        Err(e) => {
+            tracing::error!(object = %key, error = %e, "commit failed");
+            cluster
+                .stats
+                .commit_failures
+                .fetch_add(1, Ordering::Relaxed);
+            fail(
+                pending.waiters,
+                ErrorCode::KAFKA_STORAGE_ERROR,
+                &format!("commit failed: {e}"),
+            );
+        }
+    }
+}

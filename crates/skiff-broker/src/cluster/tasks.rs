@@ -1,0 +1,308 @@
+//! The background work of cluster mode (see the module above for what each task keeps true).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use skiff_cluster::membership;
+use skiff_cluster::{DbError, log, topics};
+use skiff_meta::TopicInfo;
+use skiff_protocol::Uuid;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::{Cluster, Host};
+use crate::shutdown::stopped;
+
+/// How often topics and brokers are re-read even without a notification.
+const POLL: Duration = Duration::from_secs(1);
+/// How often unused objects are looked for.
+const OBJECT_GC: Duration = Duration::from_secs(5);
+/// How often the object store is swept for uploads never committed.
+const ORPHAN_SWEEP: Duration = Duration::from_secs(60);
+
+/// Starts the cluster's background tasks on `broker` (which must be in cluster mode).
+pub fn spawn_tasks(
+    broker: Arc<dyn Host>,
+    cluster: Arc<Cluster>,
+    shutdown: watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    vec![
+        tokio::spawn(keep_registered(
+            Arc::clone(&broker),
+            Arc::clone(&cluster),
+            shutdown.clone(),
+        )),
+        tokio::spawn(listen(
+            Arc::clone(&broker),
+            Arc::clone(&cluster),
+            shutdown.clone(),
+        )),
+        tokio::spawn(poll(
+            Arc::clone(&broker),
+            Arc::clone(&cluster),
+            shutdown.clone(),
+        )),
+        tokio::spawn(collect_objects(Arc::clone(&cluster), shutdown.clone())),
+        tokio::spawn(retention(broker, cluster, shutdown)),
+    ]
+}
+
+/// Re-reads the live brokers.
+async fn refresh_live(cluster: &Cluster) {
+    match membership::live_brokers(&cluster.db).await {
+        Ok(live) => cluster.set_live(live),
+        Err(e) => tracing::debug!(error = %e, "reading the live brokers failed"),
+    }
+}
+
+/// Mirrors PostgreSQL's topics into the broker's metadata.
+pub async fn sync_topics(broker: &dyn Host, cluster: &Cluster) -> Result<(), DbError> {
+    let rows = topics::list(&cluster.db).await?;
+    broker.mirror(rows.into_iter().map(topic_info).collect());
+    Ok(())
+}
+
+/// A stored topic as the metadata store holds it.
+pub fn topic_info(row: topics::TopicRow) -> TopicInfo {
+    TopicInfo {
+        name: row.name,
+        id: Uuid::from_u128(row.topic_id.as_u128()),
+        partitions: row.partitions,
+        configs: row.configs,
+    }
+}
+
+/// Renews the lease every third of it; registers again once fenced.
+async fn keep_registered(
+    broker: Arc<dyn Host>,
+    cluster: Arc<Cluster>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let lease = cluster.config.lease_ms as i64;
+    let mut timer = tokio::time::interval(Duration::from_millis(cluster.config.lease_ms / 3));
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = timer.tick() => {}
+            _ = stopped(&mut shutdown) => return,
+        }
+        match cluster.registration() {
+            Some(reg) => match membership::renew(&cluster.db, reg, lease).await {
+                Ok(()) => {}
+                Err(DbError::Fenced { .. }) => cluster.fenced(reg),
+                Err(e) => tracing::warn!(error = %e, "renewing the cluster lease failed"),
+            },
+            None => {
+                match membership::register(
+                    &cluster.db,
+                    cluster.node_id,
+                    &cluster.endpoints,
+                    cluster.config.rack.as_deref(),
+                    lease,
+                )
+                .await
+                {
+                    Ok(reg) => {
+                        tracing::info!(
+                            node_id = reg.node_id,
+                            epoch = reg.epoch,
+                            "registered in the cluster again"
+                        );
+                        cluster.set_registration(Some(reg));
+                        // What happened while this broker was away is read afresh.
+                        cluster.known.clear();
+                        let _ = sync_topics(broker.as_ref(), &cluster).await;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "registering in the cluster failed"),
+                }
+            }
+        }
+        refresh_live(&cluster).await;
+    }
+}
+
+/// LISTENs for commits, topic changes and broker changes; reconnects (and re-reads everything,
+/// since notifications may have been missed) when the connection drops.
+async fn listen(broker: Arc<dyn Host>, cluster: Arc<Cluster>, mut shutdown: watch::Receiver<bool>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let connected = cluster.db.dedicated().await;
+        match connected {
+            Ok((client, mut messages)) => {
+                let listened = client
+                    .batch_execute(&format!(
+                        "LISTEN {}; LISTEN {}; LISTEN skiff_brokers;",
+                        log::COMMITS_CHANNEL,
+                        topics::METADATA_CHANNEL
+                    ))
+                    .await;
+                // Messages flow only while the connection is polled: LISTEN's answer needs it.
+                if let Err(e) = listened {
+                    tracing::warn!(error = %e, "LISTEN failed");
+                } else {
+                    backoff = Duration::from_millis(100);
+                    cluster.known.clear();
+                    let _ = sync_topics(broker.as_ref(), &cluster).await;
+                    refresh_live(&cluster).await;
+                    cluster.notify_commit();
+                    loop {
+                        let message = tokio::select! {
+                            m = messages.next() => m,
+                            _ = stopped(&mut shutdown) => return,
+                        };
+                        match message {
+                            Some(Ok(tokio_postgres::AsyncMessage::Notification(n))) => {
+                                if n.channel() == log::COMMITS_CHANNEL {
+                                    cluster.learn(&log::parse_changes(n.payload()));
+                                    cluster.notify_commit();
+                                } else if n.channel() == topics::METADATA_CHANNEL {
+                                    let _ = sync_topics(broker.as_ref(), &cluster).await;
+                                } else {
+                                    refresh_live(&cluster).await;
+                                }
+                            }
+                            Some(Ok(_)) => {}
+                            Some(Err(e)) => {
+                                tracing::warn!(error = %e, "the LISTEN connection failed");
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                }
+                drop(client);
+            }
+            Err(e) => tracing::debug!(error = %e, "connecting for LISTEN failed"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stopped(&mut shutdown) => return,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// Re-reads topics and brokers every second: what NOTIFY would have said, if it was missed.
+async fn poll(broker: Arc<dyn Host>, cluster: Arc<Cluster>, mut shutdown: watch::Receiver<bool>) {
+    let mut timer = tokio::time::interval(POLL);
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = timer.tick() => {}
+            _ = stopped(&mut shutdown) => return,
+        }
+        if let Err(e) = sync_topics(broker.as_ref(), &cluster).await {
+            tracing::debug!(error = %e, "reading the cluster's topics failed");
+        }
+        refresh_live(&cluster).await;
+    }
+}
+
+/// Deletes objects no batch has referred to for the grace period; the lowest live broker also
+/// sweeps the store for uploads that were never committed.
+async fn collect_objects(cluster: Arc<Cluster>, mut shutdown: watch::Receiver<bool>) {
+    let grace = cluster.config.object_grace_ms as i64;
+    let mut gc = tokio::time::interval(OBJECT_GC);
+    gc.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sweep = tokio::time::interval(ORPHAN_SWEEP);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = gc.tick() => {
+                if let Err(e) = delete_unused(&cluster, grace).await {
+                    tracing::warn!(error = %e, "deleting unused objects failed");
+                }
+            }
+            _ = sweep.tick() => {
+                let lowest = cluster.live().first().map(|b| b.node_id);
+                if lowest == Some(cluster.node_id)
+                    && let Err(e) = sweep_orphans(&cluster, grace).await
+                {
+                    tracing::warn!(error = %e, "sweeping uncommitted objects failed");
+                }
+            }
+            _ = stopped(&mut shutdown) => return,
+        }
+    }
+}
+
+async fn delete_unused(cluster: &Cluster, grace: i64) -> anyhow::Result<()> {
+    let unused = log::unused_objects(&cluster.db, grace, 1000).await?;
+    let mut deleted = Vec::new();
+    for (id, key) in unused {
+        match cluster.objects.delete(&key).await {
+            Ok(()) => deleted.push(id),
+            Err(e) => tracing::warn!(object = %key, error = %e, "deleting an object failed"),
+        }
+    }
+    if !deleted.is_empty() {
+        let n = log::forget_objects(&cluster.db, &deleted).await?;
+        tracing::debug!(objects = n, "unused objects deleted");
+    }
+    Ok(())
+}
+
+/// Deletes objects older than the grace period (and a minute at least) that PostgreSQL does
+/// not know: uploads whose broker died before committing them, or whose commit failed.
+pub async fn sweep_orphans(cluster: &Cluster, grace: i64) -> anyhow::Result<usize> {
+    let listed = cluster.objects.list().await?;
+    let cutoff = crate::clock::now_ms() - grace.max(60_000);
+    let old: Vec<String> = listed
+        .into_iter()
+        .filter(|o| o.last_modified_ms < cutoff)
+        .map(|o| o.key)
+        .collect();
+    let mut removed = 0;
+    for chunk in old.chunks(500) {
+        let known = log::known_objects(&cluster.db, chunk).await?;
+        for key in chunk.iter().filter(|k| !known.contains(*k)) {
+            cluster.objects.delete(key).await?;
+            tracing::info!(object = %key, "removed an object that was never committed");
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// Applies time and size retention to the partitions this broker leads, every
+/// `log.retention.check.interval.ms`.
+async fn retention(
+    broker: Arc<dyn Host>,
+    cluster: Arc<Cluster>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let every = broker.retention_check_interval_ms().max(100);
+    let mut timer = tokio::time::interval(Duration::from_millis(every));
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    timer.tick().await;
+    loop {
+        tokio::select! {
+            _ = timer.tick() => {}
+            _ = stopped(&mut shutdown) => return,
+        }
+        let Some(reg) = cluster.registration() else {
+            continue;
+        };
+        'topics: for topic in broker.retention_targets() {
+            for p in 0..topic.partitions {
+                if !cluster.leads(topic.id, p) {
+                    continue;
+                }
+                let key = super::key(topic.id, p);
+                let now = crate::clock::now_ms();
+                match log::apply_retention(&cluster.db, reg, key, now, topic.ms, topic.bytes).await
+                {
+                    Ok(_) => {}
+                    Err(DbError::Fenced { .. }) => {
+                        cluster.fenced(reg);
+                        break 'topics;
+                    }
+                    Err(e) => {
+                        tracing::warn!(topic = %topic.name, partition = p, error = %e, "retention failed")
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,481 @@
+//! Cluster mode: three brokers on loopback sharing one real PostgreSQL (started by
+//! skiff-testkit) and one object store (a shared directory, or moto's S3 server). Topics made
+//! through one broker are seen by all; each partition has one leader; records produced through
+//! their leader are read back through it, from any broker's Metadata; a broker that leaves hands
+//! its partitions over; a broker whose lease lapsed has its commits refused.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{Client, TIMEOUT, batch, fetch_request, produce_request};
+use skiff_broker::{BrokerConfig, ClusterConfig, RunningBroker};
+use skiff_protocol::generated::create_topics_request::CreatableTopic;
+use skiff_protocol::generated::fetch_request::FetchPartition;
+use skiff_protocol::generated::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use skiff_protocol::generated::{
+    CreateTopicsRequest, DeleteRecordsRequest, ListOffsetsRequest, MetadataRequest,
+};
+use skiff_protocol::{Response, Uuid, error_codes};
+use skiff_records::RecordBatches;
+use skiff_testkit::postgres::Postgres;
+
+/// One broker of a test cluster, with its own (scratch) data directory.
+struct Node {
+    running: Option<RunningBroker>,
+    addr: std::net::SocketAddr,
+    node_id: i32,
+    _dir: tempfile::TempDir,
+}
+
+struct TestCluster {
+    _pg: Postgres,
+    metadata_url: String,
+    objects_url: String,
+    s3: Option<skiff_testkit::s3::S3Server>,
+    _objects_dir: tempfile::TempDir,
+    nodes: Vec<Node>,
+}
+
+fn cluster_config(
+    metadata_url: &str,
+    objects_url: &str,
+    s3: Option<&skiff_testkit::s3::S3Server>,
+) -> ClusterConfig {
+    let mut c = ClusterConfig::new(metadata_url, objects_url);
+    c.commit_interval_ms = 10;
+    c.lease_ms = 3_000;
+    c.object_grace_ms = 0;
+    if let Some(server) = s3 {
+        c.s3.endpoint = Some(server.endpoint());
+        c.s3.region = Some(skiff_testkit::s3::REGION.into());
+        c.s3.credentials = Some(skiff_cluster::objects::Credentials {
+            access_key_id: skiff_testkit::s3::ACCESS_KEY_ID.into(),
+            secret_access_key: skiff_testkit::s3::SECRET_ACCESS_KEY.into(),
+            session_token: None,
+        });
+    }
+    c
+}
+
+impl TestCluster {
+    /// A cluster of `n` brokers on a shared directory (`s3`: on moto's S3 server instead);
+    /// `None` when PostgreSQL (or moto) is not installed, outside CI.
+    async fn start(name: &str, n: i32, s3: bool) -> Option<TestCluster> {
+        let pg = Postgres::start().expect("start PostgreSQL")?;
+        let metadata_url = pg.database(name).await.expect("database");
+        let objects_dir = tempfile::tempdir().expect("tempdir");
+        let (objects_url, server) = if s3 {
+            let server = skiff_testkit::s3::S3Server::start().expect("start moto")?;
+            server.create_bucket("skiff").await.expect("bucket");
+            (format!("s3://skiff/{name}"), Some(server))
+        } else {
+            (format!("file://{}", objects_dir.path().display()), None)
+        };
+        let mut cluster = TestCluster {
+            _pg: pg,
+            metadata_url,
+            objects_url,
+            s3: server,
+            _objects_dir: objects_dir,
+            nodes: Vec::new(),
+        };
+        for id in 1..=n {
+            cluster.add(id).await;
+        }
+        Some(cluster)
+    }
+
+    async fn add(&mut self, node_id: i32) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = BrokerConfig {
+            listen: "127.0.0.1:0".parse().expect("addr"),
+            data_dir: dir.path().to_path_buf(),
+            node_id,
+            cluster: Some(cluster_config(
+                &self.metadata_url,
+                &self.objects_url,
+                self.s3.as_ref(),
+            )),
+            ..Default::default()
+        };
+        let running = skiff_broker::start(config).await.expect("broker starts");
+        self.nodes.push(Node {
+            addr: running.local_addr,
+            running: Some(running),
+            node_id,
+            _dir: dir,
+        });
+    }
+
+    fn node(&self, id: i32) -> &Node {
+        self.nodes.iter().find(|n| n.node_id == id).expect("node")
+    }
+
+    async fn client(&self, id: i32) -> Client {
+        Client::connect(self.node(id).addr).await
+    }
+
+    /// Stops broker `id` cleanly (it leaves the cluster).
+    async fn stop(&mut self, id: i32) {
+        let node = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.node_id == id)
+            .expect("node");
+        if let Some(running) = node.running.take() {
+            tokio::time::timeout(TIMEOUT, running.shutdown())
+                .await
+                .expect("stops in time")
+                .expect("clean stop");
+        }
+    }
+
+    async fn stop_all(mut self) {
+        let ids: Vec<i32> = self.nodes.iter().map(|n| n.node_id).collect();
+        for id in ids {
+            self.stop(id).await;
+        }
+    }
+}
+
+async fn metadata(c: &mut Client, topic: &str) -> skiff_protocol::generated::MetadataResponse {
+    let request = MetadataRequest {
+        topics: Some(vec![
+            skiff_protocol::generated::metadata_request::MetadataRequestTopic {
+                name: Some(topic.into()),
+                ..Default::default()
+            },
+        ]),
+        allow_auto_topic_creation: false,
+        ..Default::default()
+    };
+    match c.call(request, 12).await {
+        Response::Metadata(m) => m,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Each partition's leader, as broker `via` sees it.
+async fn leaders(cluster: &TestCluster, via: i32, topic: &str) -> Vec<i32> {
+    let mut c = cluster.client(via).await;
+    let m = metadata(&mut c, topic).await;
+    let mut partitions = m.topics[0].partitions.clone();
+    partitions.sort_by_key(|p| p.partition_index);
+    partitions.iter().map(|p| p.leader_id).collect()
+}
+
+/// Waits (bounded) until broker `via`'s Metadata lists exactly `ids`.
+async fn wait_for_brokers(cluster: &TestCluster, via: i32, ids: &[i32]) {
+    let mut c = cluster.client(via).await;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let m = metadata(&mut c, "").await;
+        let mut live: Vec<i32> = m.brokers.iter().map(|b| b.node_id).collect();
+        live.sort();
+        if live == ids {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "brokers {live:?}, expected {ids:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn create_topic(c: &mut Client, name: &str, partitions: i32) -> Uuid {
+    let request = CreateTopicsRequest {
+        topics: vec![CreatableTopic {
+            name: name.into(),
+            num_partitions: partitions,
+            replication_factor: -1,
+            ..Default::default()
+        }],
+        timeout_ms: 10_000,
+        ..Default::default()
+    };
+    match c.call(request, 7).await {
+        Response::CreateTopics(r) => {
+            assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0].error_message);
+            r.topics[0].topic_id
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+async fn produce(c: &mut Client, topic: &str, partition: i32, records: Bytes) -> (i16, i64) {
+    match c
+        .call(produce_request(topic, partition, -1, records), 9)
+        .await
+    {
+        Response::Produce(r) => {
+            let p = &r.responses[0].partition_responses[0];
+            (p.error_code, p.base_offset)
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Every (offset, value) of a partition from `offset`, read until the high watermark.
+async fn read_all(c: &mut Client, topic: &str, id: Uuid, partition: i32) -> Vec<(i64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut offset = 0i64;
+    loop {
+        let mut request = fetch_request(topic, id, offset, 0, 0);
+        request.topics[0].partitions = vec![FetchPartition {
+            partition,
+            fetch_offset: offset,
+            partition_max_bytes: 1 << 20,
+            current_leader_epoch: -1,
+            log_start_offset: -1,
+            ..Default::default()
+        }];
+        let response = c.call(request, 13).await;
+        let Response::Fetch(f) = response else {
+            panic!("unexpected {response:?}");
+        };
+        let p = &f.responses[0].partitions[0];
+        assert_eq!(p.error_code, 0, "fetch error");
+        let records = p.records.clone().unwrap_or_default();
+        let before = out.len();
+        for b in RecordBatches::new(records) {
+            let b = b.expect("valid batch");
+            for r in b.records().expect("uncompressed") {
+                let r = r.expect("record");
+                if r.offset >= offset {
+                    out.push((r.offset, r.value.map(|v| v.to_vec()).unwrap_or_default()));
+                }
+            }
+        }
+        if let Some((last, _)) = out.last() {
+            offset = last + 1;
+        }
+        if offset >= p.high_watermark || out.len() == before {
+            return out;
+        }
+    }
+}
+
+/// Waits (bounded) until every running broker lists the topic; returns each one's leaders.
+async fn wait_for_topic(cluster: &TestCluster, topic: &str, partitions: i32) -> Vec<Vec<i32>> {
+    let mut views = Vec::new();
+    for node in cluster.nodes.iter().filter(|n| n.running.is_some()) {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            let l = leaders(cluster, node.node_id, topic).await;
+            if l.len() == partitions as usize {
+                views.push(l);
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "topic not seen");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    views
+}
+
+async fn check_produce_and_read(cluster: &TestCluster, topic: &str, partitions: i32) {
+    let mut admin = cluster.client(1).await;
+    let id = create_topic(&mut admin, topic, partitions).await;
+    // Every broker sees the topic and agrees on the leaders.
+    let mut views = wait_for_topic(cluster, topic, partitions).await;
+    assert!(views.windows(2).all(|w| w[0] == w[1]), "{views:?}");
+    let leaders = views.remove(0);
+
+    for p in 0..partitions {
+        let leader = leaders[p as usize];
+        let mut c = cluster.client(leader).await;
+        for round in 0..3 {
+            let values: Vec<Vec<u8>> = (0..4)
+                .map(|i| format!("p{p}-r{round}-{i}").into_bytes())
+                .collect();
+            let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+            let (code, base) = produce(&mut c, topic, p, batch(&refs)).await;
+            assert_eq!(code, 0, "produce to the leader of {p}");
+            assert_eq!(base, round * 4);
+        }
+        // A broker that does not lead the partition sends the client to fresh metadata.
+        if let Some(other) = cluster.nodes.iter().find(|n| n.node_id != leader) {
+            let mut o = Client::connect(other.addr).await;
+            let (code, _) = produce(&mut o, topic, p, batch(&[b"x"])).await;
+            assert_eq!(code, error_codes::NOT_LEADER_OR_FOLLOWER);
+        }
+        let got = read_all(&mut c, topic, id, p).await;
+        assert_eq!(got.len(), 12);
+        for (i, (offset, value)) in got.iter().enumerate() {
+            assert_eq!(*offset, i as i64);
+            assert_eq!(value, &format!("p{p}-r{}-{}", i / 4, i % 4).into_bytes());
+        }
+        // ListOffsets: earliest and latest.
+        let request = ListOffsetsRequest {
+            replica_id: -1,
+            topics: vec![ListOffsetsTopic {
+                name: topic.into(),
+                partitions: vec![
+                    ListOffsetsPartition {
+                        partition_index: p,
+                        timestamp: -1,
+                        current_leader_epoch: -1,
+                        ..Default::default()
+                    },
+                    ListOffsetsPartition {
+                        partition_index: p,
+                        timestamp: -2,
+                        current_leader_epoch: -1,
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        match c.call(request, 7).await {
+            Response::ListOffsets(r) => {
+                let offsets: Vec<i64> = r.topics[0].partitions.iter().map(|p| p.offset).collect();
+                assert_eq!(offsets, vec![12, 0]);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_brokers_share_topics_and_records() {
+    let Some(cluster) = TestCluster::start("three", 3, false).await else {
+        return;
+    };
+    wait_for_brokers(&cluster, 2, &[1, 2, 3]).await;
+    check_produce_and_read(&cluster, "shared", 6).await;
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn records_live_in_an_s3_compatible_store() {
+    let Some(cluster) = TestCluster::start("s3", 2, true).await else {
+        return;
+    };
+    wait_for_brokers(&cluster, 1, &[1, 2]).await;
+    check_produce_and_read(&cluster, "in-s3", 3).await;
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_that_leaves_hands_its_partitions_over() {
+    let Some(mut cluster) = TestCluster::start("leave", 3, false).await else {
+        return;
+    };
+    wait_for_brokers(&cluster, 1, &[1, 2, 3]).await;
+    let mut admin = cluster.client(1).await;
+    let id = create_topic(&mut admin, "moving", 8).await;
+    wait_for_topic(&cluster, "moving", 8).await;
+    let before = leaders(&cluster, 1, "moving").await;
+    let mut written = Vec::new();
+    for (p, leader) in before.iter().enumerate() {
+        let mut c = cluster.client(*leader).await;
+        let (code, _) = produce(
+            &mut c,
+            "moving",
+            p as i32,
+            batch(&[format!("v{p}").as_bytes()]),
+        )
+        .await;
+        assert_eq!(code, 0);
+        written.push(p);
+    }
+    let gone = before[0];
+    cluster.stop(gone).await;
+    let rest: Vec<i32> = [1, 2, 3].into_iter().filter(|n| *n != gone).collect();
+    wait_for_brokers(&cluster, rest[0], &rest).await;
+    let after = leaders(&cluster, rest[0], "moving").await;
+    for (p, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert_ne!(*a, gone, "partition {p} still led by the stopped broker");
+        if *b != gone {
+            assert_eq!(a, b, "partition {p} moved without cause");
+        }
+    }
+    // What was written before is read through the new leaders, and they take new records.
+    for p in written {
+        let mut c = cluster.client(after[p]).await;
+        let got = read_all(&mut c, "moving", id, p as i32).await;
+        assert_eq!(got, vec![(0, format!("v{p}").into_bytes())]);
+        let (code, base) = produce(&mut c, "moving", p as i32, batch(&[b"next"])).await;
+        assert_eq!((code, base), (0, 1));
+    }
+    cluster.stop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_whose_lease_lapsed_commits_nothing() {
+    let Some(cluster) = TestCluster::start("lapsed", 1, false).await else {
+        return;
+    };
+    let mut c = cluster.client(1).await;
+    let id = create_topic(&mut c, "fenced", 1).await;
+    let (code, _) = produce(&mut c, "fenced", 0, batch(&[b"before"])).await;
+    assert_eq!(code, 0);
+    // The lease lapses behind the broker's back (as if it had been paused past it).
+    let db = skiff_cluster::Db::new(&cluster.metadata_url, 2).expect("pool");
+    db.client()
+        .await
+        .expect("connect")
+        .execute(
+            "UPDATE brokers SET lease_until = now() - interval '1 second'",
+            &[],
+        )
+        .await
+        .expect("expire");
+    let (code, _) = produce(&mut c, "fenced", 0, batch(&[b"refused"])).await;
+    assert_eq!(
+        code,
+        error_codes::NOT_LEADER_OR_FOLLOWER,
+        "a lapsed broker's commit is refused"
+    );
+    // It registers again (a new epoch) and serves again.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let (code, _) = produce(&mut c, "fenced", 0, batch(&[b"after"])).await;
+        if code == 0 {
+            break;
+        }
+        assert_eq!(code, error_codes::NOT_LEADER_OR_FOLLOWER);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never registered again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let values: Vec<Vec<u8>> = read_all(&mut c, "fenced", id, 0)
+        .await
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(values, vec![b"before".to_vec(), b"after".to_vec()]);
+    // DeleteRecords moves the log start in PostgreSQL.
+    let request = DeleteRecordsRequest {
+        topics: vec![
+            skiff_protocol::generated::delete_records_request::DeleteRecordsTopic {
+                name: "fenced".into(),
+                partitions: vec![
+                    skiff_protocol::generated::delete_records_request::DeleteRecordsPartition {
+                        partition_index: 0,
+                        offset: 1,
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            },
+        ],
+        timeout_ms: 5_000,
+        ..Default::default()
+    };
+    match c.call(request, 2).await {
+        Response::DeleteRecords(r) => {
+            let p = &r.topics[0].partitions[0];
+            assert_eq!((p.error_code, p.low_watermark), (0, 1));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    cluster.stop_all().await;
+}

@@ -1,0 +1,25 @@
+//! `skiff-cluster` owns Skiff's cluster mode: stateless brokers whose state lives in existing
+//! distributed engines, as in KIP-1150's "diskless" topics. PostgreSQL holds the metadata (brokers
+//! and their leases, topics, producer ID blocks) and the order of the batches (the batch index,
+//! high watermarks, idempotent producers); S3-compatible object storage (or a shared directory)
+//! holds the bytes.
+//!
+//! - [`commit`]: the commit rules (offsets, sequences, duplicates) as a pure function;
+//! - [`schema`]: the versioned schema, migrated at start under an advisory lock;
+//! - [`db`]: the PostgreSQL connection pool (`sslmode` honoured);
+//! - [`membership`]: broker registration, leases and epochs (fencing);
+//! - [`log`]: commits and lookups of the batch index and the logs' offsets;
+//! - [`topics`]: topics, partitions, configs and producer ID blocks;
+//! - [`objects`]: the object store (`s3://` or `file://`) and object keys.
+//!
+//! Nothing here knows the Kafka protocol; the broker drives it.
+
+pub mod commit;
+pub mod db;
+pub mod log;
+pub mod membership;
+pub mod objects;
+pub mod schema;
+pub mod topics;
+
+pub use db::{Db, DbError};

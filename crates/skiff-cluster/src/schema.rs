@@ -1,0 +1,197 @@
+//! The cluster's schema in PostgreSQL, as numbered migrations applied in order at start.
+//!
+//! [`migrate`] runs in one transaction holding a transaction-level advisory lock: two brokers
+//! starting at once apply each migration once (the second waits, then finds nothing to do), and a
+//! migration that fails leaves the schema as it was. A database whose schema is newer than this
+//! broker knows is refused rather than written to.
+
+use crate::db::{Db, DbError};
+
+/// The advisory lock key of schema migrations ("skiffsch" in ASCII).
+const MIGRATION_LOCK: i64 = 0x736b_6966_6673_6368;
+
+/// One schema change.
+pub struct Migration {
+    pub version: i32,
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+/// Every migration, oldest first. Append only: a released migration never changes.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "brokers, topics, logs, objects, batches, producers",
+    sql: r#"
+CREATE TABLE brokers (
+    node_id INT PRIMARY KEY,
+    epoch BIGINT NOT NULL,
+    host TEXT NOT NULL,
+    port INT NOT NULL,
+    rack TEXT,
+    -- Every listener's advertised address: {"NAME": "host:port"}.
+    listeners JSONB NOT NULL DEFAULT '{}',
+    lease_until TIMESTAMPTZ NOT NULL,
+    registered_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE SEQUENCE broker_epochs;
+
+CREATE TABLE topics (
+    topic_id UUID PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    partitions INT NOT NULL CHECK (partitions > 0),
+    configs JSONB NOT NULL DEFAULT '{}',
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+CREATE TABLE logs (
+    topic_id UUID NOT NULL,
+    partition INT NOT NULL CHECK (partition >= 0),
+    log_start BIGINT NOT NULL DEFAULT 0 CHECK (log_start >= 0),
+    high_watermark BIGINT NOT NULL DEFAULT 0 CHECK (high_watermark >= log_start),
+    size_bytes BIGINT NOT NULL DEFAULT 0 CHECK (size_bytes >= 0),
+    PRIMARY KEY (topic_id, partition)
+);
+
+CREATE TABLE objects (
+    object_id BIGSERIAL PRIMARY KEY,
+    key TEXT NOT NULL UNIQUE,
+    node_id INT NOT NULL,
+    broker_epoch BIGINT NOT NULL,
+    size_bytes BIGINT NOT NULL CHECK (size_bytes >= 0),
+    used_bytes BIGINT NOT NULL CHECK (used_bytes >= 0),
+    committed_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    -- When the last batch referring to it went: the object is deleted a grace period later.
+    unused_since TIMESTAMPTZ
+);
+CREATE INDEX objects_unused ON objects (unused_since) WHERE unused_since IS NOT NULL;
+
+CREATE TABLE batches (
+    topic_id UUID NOT NULL,
+    partition INT NOT NULL,
+    base_offset BIGINT NOT NULL,
+    last_offset BIGINT NOT NULL CHECK (last_offset >= base_offset),
+    object_id BIGINT NOT NULL REFERENCES objects (object_id),
+    byte_offset BIGINT NOT NULL CHECK (byte_offset >= 0),
+    byte_size INT NOT NULL CHECK (byte_size > 0),
+    max_timestamp BIGINT NOT NULL,
+    log_append_time BIGINT NOT NULL,
+    producer_id BIGINT NOT NULL,
+    producer_epoch SMALLINT NOT NULL,
+    base_sequence INT NOT NULL,
+    last_sequence INT NOT NULL,
+    PRIMARY KEY (topic_id, partition, base_offset)
+);
+CREATE INDEX batches_by_last_offset ON batches (topic_id, partition, last_offset);
+CREATE INDEX batches_by_object ON batches (object_id);
+
+CREATE TABLE producers (
+    topic_id UUID NOT NULL,
+    partition INT NOT NULL,
+    producer_id BIGINT NOT NULL,
+    epoch SMALLINT NOT NULL,
+    recent JSONB NOT NULL,
+    last_append_ms BIGINT NOT NULL,
+    PRIMARY KEY (topic_id, partition, producer_id)
+);
+
+CREATE TABLE cluster (
+    singleton BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (singleton),
+    cluster_id TEXT NOT NULL
+);
+
+CREATE TABLE producer_id_blocks (
+    singleton BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (singleton),
+    next_id BIGINT NOT NULL CHECK (next_id >= 0)
+);
+INSERT INTO producer_id_blocks (next_id) VALUES (0);
+"#,
+}];
+
+/// The newest schema version this broker knows.
+pub fn current_version() -> i32 {
+    MIGRATIONS.last().map_or(0, |m| m.version)
+}
+
+/// Applies the migrations the database lacks; returns the schema version before and after.
+pub async fn migrate(db: &Db) -> Result<(i32, i32), DbError> {
+    let mut client = db.client().await?;
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS skiff_schema (
+            version INT PRIMARY KEY,
+            name TEXT NOT NULL,
+            applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+        )",
+    )
+    .await?;
+    let before: i32 = tx
+        .query_one("SELECT COALESCE(MAX(version), 0) FROM skiff_schema", &[])
+        .await?
+        .try_get(0)?;
+    if before > current_version() {
+        return Err(DbError::Config(format!(
+            "the cluster's schema is version {before}, newer than this broker's {}: upgrade the broker",
+            current_version()
+        )));
+    }
+    for m in MIGRATIONS.iter().filter(|m| m.version > before) {
+        tx.batch_execute(m.sql).await?;
+        tx.execute(
+            "INSERT INTO skiff_schema (version, name) VALUES ($1, $2)",
+            &[&m.version, &m.name],
+        )
+        .await?;
+        tracing::info!(
+            version = m.version,
+            name = m.name,
+            "cluster schema migrated"
+        );
+    }
+    tx.commit().await?;
+    Ok((before, current_version()))
+}
+
+/// The cluster's ID: `candidate` if this is the first broker to ask, else the one stored.
+pub async fn cluster_id(db: &Db, candidate: &str) -> Result<String, DbError> {
+    let client = db.client().await?;
+    client
+        .execute(
+            "INSERT INTO cluster (cluster_id) VALUES ($1) ON CONFLICT DO NOTHING",
+            &[&candidate],
+        )
+        .await?;
+    Ok(client
+        .query_one("SELECT cluster_id FROM cluster", &[])
+        .await?
+        .try_get(0)?)
+}
+
+/// The schema version of the database (0 when none was applied).
+pub async fn version(db: &Db) -> Result<i32, DbError> {
+    let client = db.client().await?;
+    let exists: bool = client
+        .query_one("SELECT to_regclass('skiff_schema') IS NOT NULL", &[])
+        .await?
+        .try_get(0)?;
+    if !exists {
+        return Ok(0);
+    }
+    Ok(client
+        .query_one("SELECT COALESCE(MAX(version), 0) FROM skiff_schema", &[])
+        .await?
+        .try_get(0)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_dense_and_increasing() {
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version, i as i32 + 1, "{}", m.name);
+        }
+    }
+}

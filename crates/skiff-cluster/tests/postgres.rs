@@ -1,0 +1,512 @@
+//! skiff-cluster against a real PostgreSQL (started by skiff-testkit): migrations under
+//! concurrency, membership and fencing, commits and lookups, concurrent commits from several
+//! brokers, the log start, and object release.
+
+use std::collections::BTreeMap;
+
+use skiff_cluster::commit::{Append, BatchInfo, PartitionKey, Verdict};
+use skiff_cluster::membership::{self, Registration};
+use skiff_cluster::{Db, DbError, log, schema, topics};
+use skiff_testkit::postgres::Postgres;
+use uuid::Uuid;
+
+const LEASE_MS: i64 = 10_000;
+
+/// A fresh database on a fresh server, migrated; `None` when PostgreSQL is not installed
+/// (skipped, outside CI).
+async fn setup(name: &str) -> Option<(Postgres, Db)> {
+    let pg = Postgres::start().expect("start PostgreSQL")?;
+    let url = pg.database(name).await.expect("create database");
+    let db = Db::new(&url, 8).expect("pool");
+    schema::migrate(&db).await.expect("migrate");
+    Some((pg, db))
+}
+
+fn endpoints(host: &str, port: i32) -> membership::Endpoints {
+    let mut listeners = BTreeMap::new();
+    listeners.insert("PLAINTEXT".to_string(), (host.to_string(), port));
+    listeners.insert("SASL_SSL".to_string(), (host.to_string(), port + 1));
+    membership::Endpoints {
+        host: host.into(),
+        port,
+        listeners,
+    }
+}
+
+async fn register(db: &Db, node: i32) -> Registration {
+    membership::register(
+        db,
+        node,
+        &endpoints("127.0.0.1", 9000 + node * 10),
+        None,
+        LEASE_MS,
+    )
+    .await
+    .expect("register")
+}
+
+fn batch(count: i32, pid: i64, seq: i32, at: u64) -> BatchInfo {
+    BatchInfo {
+        byte_offset: at,
+        byte_size: 100,
+        record_count: count,
+        producer_id: pid,
+        producer_epoch: if pid >= 0 { 0 } else { -1 },
+        base_sequence: seq,
+        last_sequence: if seq >= 0 { seq + count - 1 } else { -1 },
+        max_timestamp: 1_000 + at as i64,
+        log_append_time: false,
+    }
+}
+
+async fn topic(db: &Db, reg: Registration, name: &str, partitions: i32) -> Uuid {
+    topics::create(db, reg, name, Uuid::new_v4(), partitions, &BTreeMap::new())
+        .await
+        .expect("create topic")
+        .expect("new topic")
+        .topic_id
+}
+
+#[tokio::test]
+async fn migrations_run_once_when_brokers_start_together() {
+    let Some((pg, _db)) = setup("migrations").await else {
+        return;
+    };
+    let url = pg.database("together").await.unwrap();
+    let dbs: Vec<Db> = (0..4).map(|_| Db::new(&url, 2).unwrap()).collect();
+    let results = futures::future::join_all(dbs.iter().map(|db| schema::migrate(db))).await;
+    let mut fresh = 0;
+    for r in results {
+        let (before, after) = r.expect("migrate");
+        assert_eq!(after, schema::current_version());
+        if before == 0 {
+            fresh += 1;
+        }
+    }
+    assert_eq!(fresh, 1, "exactly one broker applied the schema");
+    assert_eq!(
+        schema::version(&dbs[0]).await.unwrap(),
+        schema::current_version()
+    );
+}
+
+#[tokio::test]
+async fn leases_epochs_and_fencing() {
+    let Some((_pg, db)) = setup("membership").await else {
+        return;
+    };
+    let a = register(&db, 1).await;
+    let b = register(&db, 2).await;
+    assert!(b.epoch > a.epoch, "epochs only grow");
+    let live = membership::live_brokers(&db).await.unwrap();
+    assert_eq!(
+        live.iter().map(|b| b.node_id).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    membership::renew(&db, a, LEASE_MS).await.expect("renew");
+
+    // Another address cannot take a live node ID.
+    assert_eq!(live[0].address("SASL_SSL"), ("127.0.0.1", 9011));
+    assert_eq!(live[0].address("OTHER"), ("127.0.0.1", 9010));
+    let clash = membership::register(&db, 1, &endpoints("127.0.0.9", 1), None, LEASE_MS).await;
+    assert!(matches!(clash, Err(DbError::Config(_))), "{clash:?}");
+
+    // Broker 1's lease lapses (as if it was paused): it leaves the live set, its renewal and
+    // its writes are refused until it registers again.
+    let client = db.client().await.unwrap();
+    client
+        .execute(
+            "UPDATE brokers SET lease_until = now() - interval '1 second' WHERE node_id = 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let live = membership::live_brokers(&db).await.unwrap();
+    assert_eq!(live.iter().map(|b| b.node_id).collect::<Vec<_>>(), vec![2]);
+    assert!(matches!(
+        membership::renew(&db, a, LEASE_MS).await,
+        Err(DbError::Fenced { node_id: 1, .. })
+    ));
+    let t = topic(&db, b, "fenced", 1).await;
+    let appends = [Append {
+        key: PartitionKey {
+            topic_id: t,
+            partition: 0,
+        },
+        batches: vec![batch(1, -1, -1, 0)],
+    }];
+    let refused = log::commit(&db, a, "k-stale", 100, &appends, 0).await;
+    assert!(
+        matches!(refused, Err(DbError::Fenced { .. })),
+        "{refused:?}"
+    );
+    let again = register(&db, 1).await;
+    assert!(again.epoch > b.epoch);
+    // The old epoch stays fenced after the new registration.
+    assert!(matches!(
+        log::commit(&db, a, "k-stale2", 100, &appends, 0).await,
+        Err(DbError::Fenced { .. })
+    ));
+    let ok = log::commit(&db, again, "k-fresh", 100, &appends, 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        ok.verdicts,
+        vec![Verdict::Appended {
+            base_offset: 0,
+            last_offset: 0
+        }]
+    );
+    membership::deregister(&db, again).await.unwrap();
+    let live = membership::live_brokers(&db).await.unwrap();
+    assert_eq!(live.iter().map(|b| b.node_id).collect::<Vec<_>>(), vec![2]);
+}
+
+#[tokio::test]
+async fn commits_find_batches_and_answer_retries() {
+    let Some((_pg, db)) = setup("commits").await else {
+        return;
+    };
+    let reg = register(&db, 1).await;
+    let t = topic(&db, reg, "orders", 2).await;
+    let p0 = PartitionKey {
+        topic_id: t,
+        partition: 0,
+    };
+    let p1 = PartitionKey {
+        topic_id: t,
+        partition: 1,
+    };
+    let unknown = PartitionKey {
+        topic_id: Uuid::new_v4(),
+        partition: 0,
+    };
+    let appends = vec![
+        Append {
+            key: p0,
+            batches: vec![batch(3, 7, 0, 0)],
+        },
+        Append {
+            key: p1,
+            batches: vec![batch(2, -1, -1, 100)],
+        },
+        Append {
+            key: p0,
+            batches: vec![batch(1, 7, 3, 200)],
+        },
+        Append {
+            key: unknown,
+            batches: vec![batch(1, -1, -1, 300)],
+        },
+    ];
+    let done = log::commit(&db, reg, "obj-1", 400, &appends, 5)
+        .await
+        .unwrap();
+    assert_eq!(
+        done.verdicts,
+        vec![
+            Verdict::Appended {
+                base_offset: 0,
+                last_offset: 2
+            },
+            Verdict::Appended {
+                base_offset: 0,
+                last_offset: 1
+            },
+            Verdict::Appended {
+                base_offset: 3,
+                last_offset: 3
+            },
+            Verdict::UnknownPartition,
+        ]
+    );
+    assert!(done.object_id.is_some());
+
+    let (offsets, found) = log::find_batches(&db, p0, 0, 1 << 20, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((offsets.log_start, offsets.high_watermark), (0, 4));
+    assert_eq!(offsets.size_bytes, 200);
+    assert_eq!(
+        found
+            .iter()
+            .map(|b| (b.base_offset, b.last_offset, b.byte_offset))
+            .collect::<Vec<_>>(),
+        vec![(0, 2, 0), (3, 3, 200)]
+    );
+    assert!(found.iter().all(|b| b.object_key == "obj-1"));
+    // From inside the first batch: still the whole batch; max_bytes keeps the first whole.
+    let (_, from_two) = log::find_batches(&db, p0, 2, 1, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(from_two.len(), 1);
+    assert_eq!(from_two[0].base_offset, 0);
+    let (_, at_end) = log::find_batches(&db, p0, 4, 1 << 20, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(at_end.is_empty());
+    assert!(
+        log::find_batches(&db, unknown, 0, 1, 1)
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // A retry through another broker: answered with the first offsets, nothing stored.
+    let other = register(&db, 2).await;
+    let retry = log::commit(
+        &db,
+        other,
+        "obj-2",
+        100,
+        &[Append {
+            key: p0,
+            batches: vec![batch(1, 7, 3, 0)],
+        }],
+        6,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        retry.verdicts,
+        vec![Verdict::Duplicate {
+            base_offset: 3,
+            last_offset: 3
+        }]
+    );
+    assert_eq!(
+        retry.object_id, None,
+        "nothing refers to the retry's object"
+    );
+    // A gap in the sequence is refused.
+    let gap = log::commit(
+        &db,
+        other,
+        "obj-3",
+        100,
+        &[Append {
+            key: p0,
+            batches: vec![batch(1, 7, 9, 0)],
+        }],
+        6,
+    )
+    .await
+    .unwrap();
+    assert_eq!(gap.verdicts, vec![Verdict::OutOfOrderSequence]);
+
+    // ListOffsets by time.
+    let at = log::batch_at_time(&db, p0, 1_100).await.unwrap().unwrap();
+    assert_eq!(at.base_offset, 3);
+    let newest = log::batch_with_max_time(&db, p0).await.unwrap().unwrap();
+    assert_eq!(newest.base_offset, 3);
+    assert!(log::batch_at_time(&db, p0, 99_999).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn concurrent_commits_from_three_brokers_keep_offsets_contiguous() {
+    let Some((_pg, db)) = setup("concurrent").await else {
+        return;
+    };
+    let regs = [
+        register(&db, 1).await,
+        register(&db, 2).await,
+        register(&db, 3).await,
+    ];
+    let t = topic(&db, regs[0], "busy", 4).await;
+    let mut tasks = Vec::new();
+    for (i, reg) in regs.into_iter().enumerate() {
+        let db = db.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut acked = Vec::new();
+            for round in 0..20i32 {
+                // Each broker's producer writes to every partition, in a different order per
+                // broker, so the commits contend for the same rows.
+                let appends: Vec<Append> = (0..4)
+                    .map(|j| {
+                        let partition = (j + i as i32 + round) % 4;
+                        Append {
+                            key: PartitionKey {
+                                topic_id: t,
+                                partition,
+                            },
+                            batches: vec![batch(2, 100 + i as i64, round * 2, 0)],
+                        }
+                    })
+                    .collect();
+                let done = log::commit(&db, reg, &format!("o-{i}-{round}"), 400, &appends, 0)
+                    .await
+                    .expect("commit");
+                for (a, v) in appends.iter().zip(done.verdicts) {
+                    match v {
+                        Verdict::Appended {
+                            base_offset,
+                            last_offset,
+                        } => acked.push((a.key.partition, base_offset, last_offset)),
+                        other => panic!("unexpected {other:?}"),
+                    }
+                }
+            }
+            acked
+        }));
+    }
+    let mut acked = Vec::new();
+    for task in tasks {
+        acked.extend(task.await.unwrap());
+    }
+    assert_eq!(acked.len(), 3 * 20 * 4);
+    for p in 0..4 {
+        let key = PartitionKey {
+            topic_id: t,
+            partition: p,
+        };
+        let (offsets, found) = log::find_batches(&db, key, 0, u64::MAX, 10_000)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(offsets.high_watermark, 3 * 20 * 2);
+        let mut next = 0;
+        for b in &found {
+            assert_eq!(b.base_offset, next, "offsets contiguous in partition {p}");
+            next = b.last_offset + 1;
+        }
+        assert_eq!(next, offsets.high_watermark);
+        let mut mine: Vec<_> = acked.iter().filter(|a| a.0 == p).map(|a| a.1).collect();
+        mine.sort();
+        assert_eq!(
+            mine,
+            found.iter().map(|b| b.base_offset).collect::<Vec<_>>()
+        );
+    }
+}
+
+#[tokio::test]
+async fn log_start_retention_and_released_objects() {
+    let Some((_pg, db)) = setup("retention").await else {
+        return;
+    };
+    let reg = register(&db, 1).await;
+    let t = topic(&db, reg, "old", 1).await;
+    let key = PartitionKey {
+        topic_id: t,
+        partition: 0,
+    };
+    for i in 0..5u64 {
+        let mut b = batch(10, -1, -1, 0);
+        b.max_timestamp = 1_000 * i as i64;
+        log::commit(
+            &db,
+            reg,
+            &format!("obj-{i}"),
+            100,
+            &[Append {
+                key,
+                batches: vec![b],
+            }],
+            0,
+        )
+        .await
+        .unwrap();
+    }
+    // DeleteRecords inside a batch: the log start moves, the batch stays.
+    assert_eq!(log::delete_before(&db, reg, key, 5).await.unwrap(), Some(5));
+    let o = log::offsets(&db, key).await.unwrap().unwrap();
+    assert_eq!((o.log_start, o.high_watermark, o.size_bytes), (5, 50, 500));
+    // Never down, never past the high watermark.
+    assert_eq!(log::delete_before(&db, reg, key, 2).await.unwrap(), Some(5));
+    // Past the first batch: it is dropped and its object released.
+    assert_eq!(
+        log::delete_before(&db, reg, key, 12).await.unwrap(),
+        Some(12)
+    );
+    let o = log::offsets(&db, key).await.unwrap().unwrap();
+    assert_eq!(o.size_bytes, 400);
+    let unused = log::unused_objects(&db, 0, 10).await.unwrap();
+    assert_eq!(
+        unused.iter().map(|(_, k)| k.as_str()).collect::<Vec<_>>(),
+        vec!["obj-0"]
+    );
+    // The grace period keeps it from readers in flight.
+    assert!(
+        log::unused_objects(&db, 60_000, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let ids: Vec<i64> = unused.iter().map(|(id, _)| *id).collect();
+    assert_eq!(log::forget_objects(&db, &ids).await.unwrap(), 1);
+
+    // Time retention: batches whose newest record is older than now - retention go.
+    let start = log::apply_retention(&db, reg, key, 3_500, Some(1_000), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        start,
+        Some(30),
+        "batches with max timestamps 1000 and 2000 went"
+    );
+    // Size retention: keep at most 150 bytes = the newest batch.
+    let start = log::apply_retention(&db, reg, key, 3_500, None, Some(150))
+        .await
+        .unwrap();
+    assert_eq!(start, Some(40));
+    let o = log::offsets(&db, key).await.unwrap().unwrap();
+    assert_eq!((o.log_start, o.size_bytes), (40, 100));
+
+    // Deleting the topic releases the rest.
+    topics::delete(&db, reg, "old").await.unwrap().unwrap();
+    assert!(log::offsets(&db, key).await.unwrap().is_none());
+    let unused = log::unused_objects(&db, 0, 10).await.unwrap();
+    assert_eq!(unused.len(), 4, "{unused:?}");
+}
+
+#[tokio::test]
+async fn topics_and_producer_id_blocks() {
+    let Some((_pg, db)) = setup("topics").await else {
+        return;
+    };
+    let reg = register(&db, 1).await;
+    let mut configs = BTreeMap::new();
+    configs.insert("retention.ms".to_string(), "1000".to_string());
+    let id = Uuid::new_v4();
+    let row = topics::create(&db, reg, "t", id, 2, &configs)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.topic_id, id);
+    assert_eq!(
+        topics::create(&db, reg, "t", Uuid::new_v4(), 1, &configs)
+            .await
+            .unwrap(),
+        Err(topics::TopicRefusal::Exists)
+    );
+    assert_eq!(
+        topics::add_partitions(&db, reg, "t", 2).await.unwrap(),
+        Err(topics::TopicRefusal::NotMore { current: 2 })
+    );
+    topics::add_partitions(&db, reg, "t", 3)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        log::offsets(&db, topics::key(id, 2))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    configs.insert("cleanup.policy".into(), "delete".into());
+    topics::set_configs(&db, reg, "t", &configs)
+        .await
+        .unwrap()
+        .unwrap();
+    let listed = topics::list(&db).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].partitions, 3);
+    assert_eq!(listed[0].configs, configs);
+
+    let a = topics::allocate_producer_ids(&db, reg, 1000).await.unwrap();
+    let b = topics::allocate_producer_ids(&db, reg, 1000).await.unwrap();
+    assert_eq!(b, a + 1000, "blocks do not overlap");
+}
