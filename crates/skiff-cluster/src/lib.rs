@@ -10,6 +10,7 @@
 //! - [`membership`]: broker registration, leases and epochs (fencing);
 //! - [`log`]: commits and lookups of the batch index and the logs' offsets;
 //! - [`topics`]: topics, partitions, configs and producer ID blocks;
+//! - [`status`]: what `skiff cluster status` shows;
 //! - [`objects`]: the object store (`s3://` or `file://`) and object keys.
 //!
 //! Nothing here knows the Kafka protocol; the broker drives it.
@@ -20,6 +21,7 @@ pub mod log;
 pub mod membership;
 pub mod objects;
 pub mod schema;
+pub mod status;
 pub mod topics;
 
 pub use db::{Db, DbError};

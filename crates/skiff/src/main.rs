@@ -99,6 +99,14 @@ enum Command {
         #[command(subcommand)]
         command: cli::acl::AclCommand,
     },
+    /// Prepare and inspect a cluster's PostgreSQL (cluster mode): `init` applies the schema,
+    /// `status` shows the live brokers and what the cluster holds.
+    Cluster {
+        #[command(flatten)]
+        args: cli::cluster::ClusterArgs,
+        #[command(subcommand)]
+        command: cli::cluster::ClusterCommand,
+    },
     /// Client instances the broker knows (from its admin HTTP listener): IDs, connections,
     /// groups, telemetry and KIP-1313 rejections.
     #[command(
@@ -171,6 +179,9 @@ fn main() -> Result<()> {
         }
         Command::Acl { conn, command } => {
             std::process::exit(cli::run(cli::acl::run(conn, command)))
+        }
+        Command::Cluster { args, command } => {
+            std::process::exit(cli::run(cli::cluster::run(args, command)))
         }
         Command::Clients {
             conn,

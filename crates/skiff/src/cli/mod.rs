@@ -3,6 +3,7 @@
 
 pub mod acl;
 pub mod clients;
+pub mod cluster;
 pub mod command_config;
 pub mod consume;
 pub mod group;
