@@ -39,29 +39,21 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import benchlib
+from benchlib import BINARY, RAW_LOAD, ROOT, free_port, stop_broker
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism,
                                    UserScramCredentialUpsertion)
 
-ROOT = Path(__file__).resolve().parents[1]
-BINARY = ROOT / "target/release/skiff"
-RAW_LOAD = ROOT / "target/release/examples/raw_load"
 USER, PASSWORD = "bench", "bench-secret"
 VALUE = os.urandom(1024)
 MB = 1e6
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def openssl(*args: str) -> None:
@@ -102,42 +94,14 @@ def make_certs(d: Path) -> tuple[Path, Path]:
 
 
 def start_broker(d: Path, ports: dict[str, int], keystore: Path) -> subprocess.Popen:
-    config = d / "skiff.toml"
-    config.write_text(f"""
+    return benchlib.start_broker(d, f"""
 listeners = "PLAINTEXT://127.0.0.1:{ports['PLAINTEXT']},SASL_SSL://127.0.0.1:{ports['SASL_SSL']}"
 "admin.listen" = "none"
 "flush" = "interval"
 "ssl.keystore.type" = "PEM"
 "ssl.keystore.location" = "{keystore}"
 "sasl.enabled.mechanisms" = "SCRAM-SHA-512"
-""")
-    with open(d / "broker.log", "wb") as log:
-        proc = subprocess.Popen([str(BINARY), "broker", "--config", str(config), "--data-dir", str(d / "data")],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                env={**os.environ, "RUST_LOG": "warn"})
-    deadline = time.monotonic() + 30
-    for port in ports.values():
-        while True:
-            if proc.poll() is not None:
-                sys.exit(f"the broker exited ({proc.returncode}):\n{(d / 'broker.log').read_text()[:3000]}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after 30 s")
-                time.sleep(0.05)
-    return proc
-
-
-def stop_broker(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+""", list(ports.values()))
 
 
 def produce(conf: dict, topic: str, seconds: float, mib: float | None) -> tuple[float, int]:

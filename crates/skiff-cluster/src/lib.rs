@@ -9,6 +9,7 @@
 //! - [`db`]: the PostgreSQL connection pool (`sslmode` honoured);
 //! - [`membership`]: broker registration, leases and epochs (fencing);
 //! - [`log`]: commits and lookups of the batch index and the logs' offsets;
+//! - [`gc`]: deleting objects nothing refers to, and uploads never committed;
 //! - [`topics`]: topics, partitions, configs and producer ID blocks;
 //! - [`status`]: what `skiff cluster status` shows;
 //! - [`objects`]: the object store (`s3://` or `file://`) and object keys.
@@ -17,6 +18,7 @@
 
 pub mod commit;
 pub mod db;
+pub mod gc;
 pub mod log;
 pub mod membership;
 pub mod objects;

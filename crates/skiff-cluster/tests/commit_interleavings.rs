@@ -55,6 +55,11 @@ fn key(partition: i32) -> PartitionKey {
     }
 }
 
+/// (producer ID, epoch, partition).
+type ProducerOnPartition = (i64, i16, i32);
+/// (base offset, base sequence, last sequence) of a stored batch.
+type StoredSequence = (i64, i32, i32);
+
 #[derive(Debug, Clone, Copy)]
 struct Sent {
     partition: i32,
@@ -147,7 +152,7 @@ proptest! {
         }
         // No producer batch twice; each producer's sequences consecutive in offset order.
         let mut seen = std::collections::HashSet::new();
-        let mut by_producer: BTreeMap<(i64, i16, i32), Vec<(i64, i32, i32)>> = BTreeMap::new();
+        let mut by_producer: BTreeMap<ProducerOnPartition, Vec<StoredSequence>> = BTreeMap::new();
         for r in &rows {
             prop_assert!(seen.insert((r.producer_id, r.producer_epoch, r.key, r.base_sequence)),
                 "batch stored twice: {:?}", r);

@@ -510,3 +510,91 @@ async fn topics_and_producer_id_blocks() {
     let b = topics::allocate_producer_ids(&db, reg, 1000).await.unwrap();
     assert_eq!(b, a + 1000, "blocks do not overlap");
 }
+
+#[tokio::test]
+async fn unused_and_uncommitted_objects_are_collected() {
+    let Some((_pg, db)) = setup("gc").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let objects = skiff_cluster::objects::Objects::open(
+        &format!("file://{}", dir.path().display()),
+        &Default::default(),
+    )
+    .unwrap();
+    let reg = register(&db, 1).await;
+    let t = topic(&db, reg, "gc", 1).await;
+    let key = PartitionKey {
+        topic_id: t,
+        partition: 0,
+    };
+    // A committed object, and one uploaded but never committed (its broker died).
+    let committed = objects.new_key(1, reg.epoch);
+    objects
+        .put(&committed, bytes::Bytes::from(vec![0u8; 100]))
+        .await
+        .unwrap();
+    log::commit(
+        &db,
+        reg,
+        &committed,
+        100,
+        &[Append {
+            key,
+            batches: vec![batch(1, -1, -1, 0)],
+        }],
+        0,
+    )
+    .await
+    .unwrap();
+    let orphan = objects.new_key(1, reg.epoch);
+    objects
+        .put(&orphan, bytes::Bytes::from_static(b"lost"))
+        .await
+        .unwrap();
+    let future = skiff_cluster::gc::sweep_uncommitted(&db, &objects, 0)
+        .await
+        .unwrap();
+    assert_eq!(future, 0, "objects younger than the cutoff stay");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+        + 60_000;
+    assert_eq!(
+        skiff_cluster::gc::sweep_uncommitted(&db, &objects, now_ms)
+            .await
+            .unwrap(),
+        1
+    );
+    let left: Vec<String> = objects
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    assert_eq!(left, vec![committed.clone()], "the committed object stays");
+    // Still referred to: not collected.
+    assert_eq!(
+        skiff_cluster::gc::delete_unused(&db, &objects, 0)
+            .await
+            .unwrap(),
+        0
+    );
+    // Once its batch is gone, it is (after the grace period).
+    topics::delete(&db, reg, "gc").await.unwrap().unwrap();
+    assert_eq!(
+        skiff_cluster::gc::delete_unused(&db, &objects, 60_000)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        skiff_cluster::gc::delete_unused(&db, &objects, 0)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(objects.list().await.unwrap().is_empty());
+}

@@ -91,8 +91,39 @@ impl Pipeline {
         rx
     }
 
+    /// Takes the next object's worth: the appends in order up to `buffer_max` bytes (at least
+    /// one); the rest stays for the next object.
     fn take(&self) -> Pending {
-        std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner))
+        let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        if p.bytes.len() <= self.buffer_max {
+            return std::mem::take(&mut *p);
+        }
+        let mut count = 0;
+        let mut size = 0u64;
+        for append in &p.appends {
+            let bytes: u64 = append.batches.iter().map(|b| u64::from(b.byte_size)).sum();
+            if count > 0 && size + bytes > self.buffer_max as u64 {
+                break;
+            }
+            size += bytes;
+            count += 1;
+        }
+        let rest_appends = p.appends.split_off(count);
+        let rest_waiters = p.waiters.split_off(count);
+        let rest_bytes = p.bytes.split_off(size as usize);
+        let mut rest = Pending {
+            bytes: rest_bytes,
+            appends: rest_appends,
+            waiters: rest_waiters,
+            since: p.since,
+        };
+        // The rest's byte offsets start again from 0 in its own object.
+        for append in &mut rest.appends {
+            for b in &mut append.batches {
+                b.byte_offset -= size;
+            }
+        }
+        std::mem::replace(&mut *p, rest)
     }
 
     fn state(&self) -> (Option<tokio::time::Instant>, usize) {
@@ -237,5 +268,59 @@ async fn flush(cluster: &Cluster, pending: Pending) {
                 &format!("commit failed: {e}"),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn append_of(size: u32) -> (Bytes, Vec<BatchInfo>) {
+        let batch = BatchInfo {
+            byte_offset: 0,
+            byte_size: size,
+            record_count: 1,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+            last_sequence: -1,
+            max_timestamp: 0,
+            log_append_time: false,
+        };
+        (Bytes::from(vec![size as u8; size as usize]), vec![batch])
+    }
+
+    #[test]
+    fn an_object_holds_at_most_the_buffer_size_and_the_rest_waits() {
+        let pipeline = Pipeline::new(1000);
+        let key = PartitionKey {
+            topic_id: uuid::Uuid::from_u128(1),
+            partition: 0,
+        };
+        let mut receivers = Vec::new();
+        for size in [600, 300, 500, 2000] {
+            let (records, batches) = append_of(size);
+            receivers.push(pipeline.submit(key, &records, batches));
+        }
+        let first = pipeline.take();
+        assert_eq!(first.bytes.len(), 900, "600 + 300 fit, 500 more would not");
+        assert_eq!(first.appends.len(), 2);
+        assert_eq!(first.waiters.len(), 2);
+        assert_eq!(first.appends[1].batches[0].byte_offset, 600);
+        let second = pipeline.take();
+        assert_eq!(second.bytes.len(), 500, "2000 more would not fit");
+        assert_eq!(
+            second.appends[0].batches[0].byte_offset, 0,
+            "offsets start again"
+        );
+        assert!(second.bytes.iter().all(|b| *b == (500u32 as u8)));
+        let third = pipeline.take();
+        assert_eq!(
+            third.bytes.len(),
+            2000,
+            "one append larger than the buffer goes alone"
+        );
+        assert_eq!(third.appends[0].batches[0].byte_offset, 0);
+        assert!(pipeline.take().appends.is_empty());
     }
 }

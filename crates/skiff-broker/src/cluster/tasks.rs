@@ -210,14 +210,15 @@ async fn collect_objects(cluster: Arc<Cluster>, mut shutdown: watch::Receiver<bo
     loop {
         tokio::select! {
             _ = gc.tick() => {
-                if let Err(e) = delete_unused(&cluster, grace).await {
+                if let Err(e) = skiff_cluster::gc::delete_unused(&cluster.db, &cluster.objects, grace).await {
                     tracing::warn!(error = %e, "deleting unused objects failed");
                 }
             }
             _ = sweep.tick() => {
                 let lowest = cluster.live().first().map(|b| b.node_id);
+                let cutoff = crate::clock::now_ms() - grace.max(60_000);
                 if lowest == Some(cluster.node_id)
-                    && let Err(e) = sweep_orphans(&cluster, grace).await
+                    && let Err(e) = skiff_cluster::gc::sweep_uncommitted(&cluster.db, &cluster.objects, cutoff).await
                 {
                     tracing::warn!(error = %e, "sweeping uncommitted objects failed");
                 }
@@ -225,44 +226,6 @@ async fn collect_objects(cluster: Arc<Cluster>, mut shutdown: watch::Receiver<bo
             _ = stopped(&mut shutdown) => return,
         }
     }
-}
-
-async fn delete_unused(cluster: &Cluster, grace: i64) -> anyhow::Result<()> {
-    let unused = log::unused_objects(&cluster.db, grace, 1000).await?;
-    let mut deleted = Vec::new();
-    for (id, key) in unused {
-        match cluster.objects.delete(&key).await {
-            Ok(()) => deleted.push(id),
-            Err(e) => tracing::warn!(object = %key, error = %e, "deleting an object failed"),
-        }
-    }
-    if !deleted.is_empty() {
-        let n = log::forget_objects(&cluster.db, &deleted).await?;
-        tracing::debug!(objects = n, "unused objects deleted");
-    }
-    Ok(())
-}
-
-/// Deletes objects older than the grace period (and a minute at least) that PostgreSQL does
-/// not know: uploads whose broker died before committing them, or whose commit failed.
-pub async fn sweep_orphans(cluster: &Cluster, grace: i64) -> anyhow::Result<usize> {
-    let listed = cluster.objects.list().await?;
-    let cutoff = crate::clock::now_ms() - grace.max(60_000);
-    let old: Vec<String> = listed
-        .into_iter()
-        .filter(|o| o.last_modified_ms < cutoff)
-        .map(|o| o.key)
-        .collect();
-    let mut removed = 0;
-    for chunk in old.chunks(500) {
-        let known = log::known_objects(&cluster.db, chunk).await?;
-        for key in chunk.iter().filter(|k| !known.contains(*k)) {
-            cluster.objects.delete(key).await?;
-            tracing::info!(object = %key, "removed an object that was never committed");
-            removed += 1;
-        }
-    }
-    Ok(removed)
 }
 
 /// Applies time and size retention to the partitions this broker leads, every

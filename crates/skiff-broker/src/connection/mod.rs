@@ -31,8 +31,15 @@ use crate::security::sasl::{Gate, SaslSession};
 use crate::security::{Listener, ReadHalf, Transport, WriteHalf};
 use crate::state::Broker;
 
-/// Requests read ahead of their responses, per connection (Kafka clients use at most 5).
+/// Requests read ahead of their responses, per connection (Kafka clients use at most 5 when
+/// idempotent; librdkafka otherwise sends as many as its linger cuts).
 const MAX_IN_FLIGHT: usize = 32;
+
+/// The same in cluster mode, where a produce is answered only after its commit interval: a
+/// client sending a request every `linger.ms` keeps interval / linger requests in flight (250 /
+/// 5 = 50 with librdkafka's defaults), and a cap below that would queue them in the socket.
+/// Their bytes stay bounded by `queued.max.request.bytes`.
+const MAX_IN_FLIGHT_CLUSTER: usize = 512;
 
 /// The largest frame a client may send before it authenticates (Kafka's
 /// `sasl.server.max.receive.size` default).
@@ -203,11 +210,16 @@ impl Connection {
     async fn serve(&mut self) -> &'static str {
         let mut pending: FuturesOrdered<Pending> = FuturesOrdered::new();
         let mut closing: Option<&'static str> = None;
+        let max_in_flight = if self.broker.cluster().is_some() {
+            MAX_IN_FLIGHT_CLUSTER
+        } else {
+            MAX_IN_FLIGHT
+        };
         loop {
             if closing.is_some() && pending.is_empty() {
                 break;
             }
-            let can_read = closing.is_none() && pending.len() < MAX_IN_FLIGHT;
+            let can_read = closing.is_none() && pending.len() < max_in_flight;
             tokio::select! {
                 frame = self.reader.next_frame(), if can_read => {
                     match frame {
