@@ -74,7 +74,7 @@ async fn migrations_run_once_when_brokers_start_together() {
     };
     let url = pg.database("together").await.unwrap();
     let dbs: Vec<Db> = (0..4).map(|_| Db::new(&url, 2).unwrap()).collect();
-    let results = futures::future::join_all(dbs.iter().map(|db| schema::migrate(db))).await;
+    let results = futures::future::join_all(dbs.iter().map(schema::migrate)).await;
     let mut fresh = 0;
     for r in results {
         let (before, after) = r.expect("migrate");
