@@ -206,7 +206,7 @@ def main() -> None:
                 "metadata": pg.create_database("bench_s3"),
                 "objects": "s3://bench/skiff",
                 "interval": 250,
-                "endpoint": moto.endpoint(),
+                "endpoint": moto.endpoint,
             }, args)
     finally:
         if moto is not None:

@@ -598,3 +598,41 @@ async fn unused_and_uncommitted_objects_are_collected() {
     );
     assert!(objects.list().await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn tls_to_postgresql_follows_sslmode() {
+    let ca = skiff_testkit::certs::TestCa::new("pg-ca");
+    let Some(pg) = Postgres::start_tls(&ca.server()).expect("start PostgreSQL with TLS") else {
+        return;
+    };
+    let url = pg.database("tls").await.expect("database");
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.pem");
+    ca.write(&ca_file);
+    // Verified against the given root: works, and migrates.
+    let db = Db::new(
+        &format!("{url}?sslmode=require&sslrootcert={}", ca_file.display()),
+        2,
+    )
+    .unwrap();
+    schema::migrate(&db).await.expect("migrate over TLS");
+    let client = db.client().await.unwrap();
+    let ssl: bool = client
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(ssl, "the connection is encrypted");
+    // A server certificate no trusted root signed is refused.
+    let untrusted = Db::new(&format!("{url}?sslmode=require"), 2).unwrap();
+    assert!(schema::version(&untrusted).await.is_err());
+    // sslmode=disable talks in plain text (the server allows both).
+    let plain = Db::new(&format!("{url}?sslmode=disable"), 2).unwrap();
+    assert_eq!(
+        schema::version(&plain).await.unwrap(),
+        schema::current_version()
+    );
+}

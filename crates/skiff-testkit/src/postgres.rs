@@ -43,6 +43,16 @@ impl Postgres {
     /// when PostgreSQL is not installed and the run does not require it
     /// ([`crate::services_required`]). Blocks for the server's start (about a second).
     pub fn start() -> anyhow::Result<Option<Postgres>> {
+        Postgres::start_with(None)
+    }
+
+    /// [`Postgres::start`] with TLS on (`ssl = on`) and this server certificate and key (PEM):
+    /// clients may then connect with `sslmode=require`.
+    pub fn start_tls(identity: &crate::certs::Issued) -> anyhow::Result<Option<Postgres>> {
+        Postgres::start_with(Some(identity))
+    }
+
+    fn start_with(tls: Option<&crate::certs::Issued>) -> anyhow::Result<Option<Postgres>> {
         let Some(bin) = find_binaries() else {
             return missing("PostgreSQL not installed (apt-get install postgresql)");
         };
@@ -66,6 +76,9 @@ impl Postgres {
             running: false,
         };
         pg.init()?;
+        if let Some(identity) = tls {
+            pg.enable_tls(identity)?;
+        }
         let mut attempt = 1;
         loop {
             pg.port = free_port()?;
@@ -159,6 +172,34 @@ impl Postgres {
 
     fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
+    }
+
+    /// Writes the certificate and key into the data directory (the key readable by the server's
+    /// user alone, as PostgreSQL insists) and turns `ssl` on.
+    fn enable_tls(&self, identity: &crate::certs::Issued) -> anyhow::Result<()> {
+        let data = self.data_dir();
+        let cert = data.join("server.crt");
+        let key = data.join("server.key");
+        std::fs::write(&cert, &identity.cert_pem).context("write server.crt")?;
+        std::fs::write(&key, &identity.key_pem).context("write server.key")?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))
+                .context("chmod server.key")?;
+        }
+        self.runner.hand_over(&cert)?;
+        self.runner.hand_over(&key)?;
+        let settings = format!(
+            "\nssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\n",
+            cert.display(),
+            key.display()
+        );
+        let conf = data.join("postgresql.conf");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&conf)
+            .and_then(|mut f| f.write_all(settings.as_bytes()))
+            .with_context(|| format!("append to {}", conf.display()))
     }
 
     fn init(&self) -> anyhow::Result<()> {
