@@ -167,10 +167,14 @@ def run_mode(tmp: Path, name: str, cluster: dict | None, args) -> None:
                   - after_raw.get("skiff_cluster_fetch_cache_misses_total", 0))
         ratio = hits / (hits + misses) if hits + misses else float("nan")
         tail_puts = (after_tail.get("skiff_cluster_objects_put_total", 0) - after_raw.get("skiff_cluster_objects_put_total", 0))
+        local = after_tail.get("skiff_cluster_reads_local_total", 0) - after_raw.get("skiff_cluster_reads_local_total", 0)
+        asked = (after_tail.get("skiff_cluster_reads_postgres_total", 0)
+                 - after_raw.get("skiff_cluster_reads_postgres_total", 0))
         print(f"  {'':22} objects: {puts:.0f} PUTs in the raw_load produce phase = {per_s:.1f}/s, "
               f"{per_gb:.0f} per GB written (mean object {put_bytes / max(puts, 1) / 1e6:.2f} MB); "
               f"{tail_puts / args.seconds:.1f} PUTs/s at {args.rate} records/s; "
               f"tailing fetch cache hit ratio {ratio:.3f} ({hits:.0f} hits, {misses:.0f} misses); "
+              f"tailing partition reads without PostgreSQL {local:.0f} of {local + asked:.0f}; "
               f"raw phase {raw_elapsed:.0f} s")
 
 

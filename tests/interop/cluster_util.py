@@ -223,6 +223,18 @@ class Postgres:
         self.psql(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
+    def open_transactions(self, db: str, application_name: str) -> list[tuple[int, str, bool]]:
+        """The sessions of ``application_name`` in database ``db`` that are inside a transaction:
+        ``(pid, state, holds a lock on the logs table)``. A commit of cluster mode locks its
+        partitions' ``logs`` rows (SELECT ... FOR UPDATE), which shows as a lock on the table."""
+        out = self.psql(
+            "SELECT a.pid, a.state, EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+            "WHERE l.pid = a.pid AND l.granted AND c.relname = 'logs') FROM pg_stat_activity a "
+            f"WHERE a.datname = current_database() AND a.application_name = '{application_name}' "
+            "AND a.xact_start IS NOT NULL", db=db)
+        rows = [line.split("|") for line in out.splitlines() if line.strip()]
+        return [(int(pid), state, locked == "t") for pid, state, locked in rows]
+
     def log_tail(self, lines: int = 40) -> str:
         return _log_tail(self.log_file, lines)
 
@@ -388,10 +400,18 @@ class Cluster:
         env = {"RUST_LOG": os.environ.get("RUST_LOG", "info"), **(env or {})}
         for node in range(1, n + 1):
             cfg = self.config_dir / f"node-{node}.toml"
-            cfg.write_text("".join(f'"{k}" = {_toml(v)}\n' for k, v in {**self.keys, "node.id": node}.items()))
+            # Each broker's PostgreSQL sessions carry its name (pg_stat_activity.application_name).
+            url = f"{metadata_url}{'&' if '?' in metadata_url else '?'}application_name={self.app_name(node)}"
+            keys = {**self.keys, "cluster.metadata": url, "node.id": node}
+            cfg.write_text("".join(f'"{k}" = {_toml(v)}\n' for k, v in keys.items()))
             self.brokers.append(make_broker("--config", str(cfg), env=env, start=False))
         for b in self.brokers:
             b.start()
+
+    @staticmethod
+    def app_name(node: int) -> str:
+        """The ``application_name`` of node ``node``'s PostgreSQL sessions."""
+        return f"skiff-node-{node}"
 
     @property
     def lease_s(self) -> float:

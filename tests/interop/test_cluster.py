@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -489,33 +490,67 @@ def test_postgres_restart_during_produce(cluster, postgres):
 # ---------------------------------------------------------------------------------------------
 # e. SIGSTOP a broker for longer than its lease
 
-@pytest.mark.timeout(150)
-def test_sigstop_longer_than_lease(cluster, postgres, pg_db):
-    c = cluster(3)
-    db = pg_db.rsplit("/", 1)[1]
+def epoch_of(postgres: cu.Postgres, db: str, node: int) -> int:
+    return int(postgres.psql(f"SELECT epoch FROM brokers WHERE node_id = {node}", db=db))
+
+
+def pause_at(c: cu.Cluster, postgres: cu.Postgres, db: str, node: int, inside_commit: bool,
+             timeout: float = 30.0) -> int:
+    """SIGSTOP ``node`` at a moment when it has no PostgreSQL transaction open
+    (``inside_commit=False``), or when it is inside a commit holding its partitions' row locks
+    (``True``): stop it, look at its sessions, and if the moment is wrong let it go on (SIGCONT
+    after a few milliseconds, far below the lease) and try again. Returns the number of tries."""
+    deadline = time.monotonic() + timeout
+    tries = 0
+    while True:
+        tries += 1
+        c.pause(node)
+        txs = postgres.open_transactions(db, c.app_name(node))
+        if inside_commit and any(locked and state in ("idle in transaction", "active") for _, state, locked in txs):
+            return tries
+        if not inside_commit and not txs:
+            return tries
+        c.resume(node)
+        if time.monotonic() > deadline:
+            pytest.fail(f"broker {node} was never {'inside' if inside_commit else 'outside'} a commit "
+                        f"in {tries} tries ({timeout:.0f}s)")
+        time.sleep(random.uniform(0.005, 0.05))
+
+
+def paused_past_lease(c: cu.Cluster, postgres: cu.Postgres, db: str, inside_commit: bool) -> None:
+    """3 brokers, an idempotent producer on 6 partitions; one broker SIGSTOPped for two leases.
+    While it is stopped the others drop it, lead its partitions and acknowledge new messages on
+    every partition; after SIGCONT it is fenced and registers again (a new epoch), the others keep
+    their registrations, and the log holds every message once, in order, at contiguous offsets."""
     topic, parts = "paused", 6
     leaders = create_topic(c, 1, topic, parts)
     victim = victim_of(leaders, [1, 2, 3])
     others = [n for n in (1, 2, 3) if n != victim]
     moved = {q for q, l in leaders.items() if l == victim}
+    epochs = {n: epoch_of(postgres, db, n) for n in (1, 2, 3)}
 
-    epoch_before = int(postgres.psql(f"SELECT epoch FROM brokers WHERE node_id = {victim}", db=db))
     np_ = NumberedProducer(c.bootstrap(), topic, parts).start()
     np_.wait_acked("acknowledgements on every partition before the pause",
                    lambda: {n % parts for n in np_.acked} == set(range(parts)) and len(np_.acked) > 300, 30)
-    produced_at_stop = np_.produced
-    c.pause(victim)
+    tries = pause_at(c, postgres, db, victim, inside_commit)
     t_stop = time.monotonic()
+    produced_at_stop = np_.produced
+    print(f"broker {victim} (leading partitions {sorted(moved)}) stopped after {tries} tries")
     try:
         # While it is stopped, the others drop it after the lease and take its partitions ...
         views = c.wait_view(set(others), topic=topic, partitions=parts, timeout=2 * c.lease_s + 3)
         assert victim not in set(next(iter(views.values()))["topics"][topic].values())
-        # ... and the producer's new messages to those partitions are acknowledged by them.
-        np_.wait_acked(f"acknowledgements on partitions {sorted(moved)} while broker {victim} is stopped",
-                       lambda: {n % parts for n in np_.acked_since(t_stop, moved, produced_at_stop)} == moved,
-                       max(1.0, t_stop + 2 * c.lease_s + 4 - time.monotonic()))
-        acked_while_stopped = len(np_.acked_since(t_stop, None, produced_at_stop))
+        # ... and, once they lead them, acknowledge new messages on every partition: the moved
+        # ones and their own.
+        t_moved = time.monotonic()
+        np_.wait_acked(f"acknowledgements on every partition (the moved ones: {sorted(moved)}) after the "
+                       f"survivors {others} took over, while broker {victim} is stopped",
+                       lambda: {n % parts for n in np_.acked_since(t_moved, None, produced_at_stop)} == set(range(parts)),
+                       max(1.0, t_stop + 2 * c.lease_s + 3 - time.monotonic()))
         time.sleep(max(0.0, t_stop + 2 * c.lease_s - time.monotonic()))  # stopped for 2 leases in all
+        assert all(epoch_of(postgres, db, n) == epochs[n] for n in others), \
+            f"a broker that was never stopped lost its registration: epochs {epochs} -> " \
+            f"{ {n: epoch_of(postgres, db, n) for n in (1, 2, 3)} }"
     finally:
         c.resume(victim)
     t_cont = time.monotonic()
@@ -527,8 +562,28 @@ def test_sigstop_longer_than_lease(cluster, postgres, pg_db):
                    30)
     time.sleep(1.0)
     np_.stop_and_flush(60)
-    assert acked_while_stopped > 0
     check_exactly_once(np_, read_all(c.bootstrap(victim), topic, parts))
-    # It registered again (a new epoch) rather than carrying on under the lapsed lease.
-    epoch_after = int(postgres.psql(f"SELECT epoch FROM brokers WHERE node_id = {victim}", db=db))
-    assert epoch_after > epoch_before, (epoch_before, epoch_after)
+    # It registered again (a new epoch) rather than carrying on under the lapsed lease; the
+    # others kept theirs.
+    now = {n: epoch_of(postgres, db, n) for n in (1, 2, 3)}
+    assert now[victim] > epochs[victim], (epochs, now)
+    assert all(now[n] == epochs[n] for n in others), f"a broker never stopped was fenced: {epochs} -> {now}"
+
+
+@pytest.mark.timeout(150)
+def test_sigstop_longer_than_lease(cluster, postgres, pg_db):
+    """Stopped between commits (no PostgreSQL transaction open): see ``paused_past_lease``."""
+    paused_past_lease(cluster(3), postgres, pg_db.rsplit("/", 1)[1], inside_commit=False)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.xfail(strict=True, reason=(
+    "broker bug: a broker SIGSTOPped inside a commit keeps its PostgreSQL transaction open with its "
+    "partitions' logs rows locked FOR UPDATE (and its brokers row FOR SHARE); the brokers that take "
+    "its partitions over block on those rows for as long as it is stopped, so the whole cluster "
+    "stops acknowledging, and their own lease renewals wait behind their blocked commits, so they "
+    "are fenced too (see tests/interop/README.md, cluster tests)"))
+def test_sigstop_inside_a_commit(cluster, postgres, pg_db):
+    """The same, stopped while it holds a commit's row locks (the moment a GC pause or a frozen VM
+    may pick)."""
+    paused_past_lease(cluster(3), postgres, pg_db.rsplit("/", 1)[1], inside_commit=True)

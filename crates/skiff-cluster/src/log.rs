@@ -84,6 +84,8 @@ pub struct Committed {
     pub log_starts: BTreeMap<PartitionKey, i64>,
     /// The logs the commit advanced, as announced.
     pub changes: Vec<LogChange>,
+    /// The batch rows it inserted (in the object named by the commit).
+    pub rows: Vec<commit::BatchRow>,
 }
 
 fn partitions_arrays(keys: &BTreeSet<PartitionKey>) -> (Vec<Uuid>, Vec<i32>) {
@@ -187,6 +189,7 @@ pub async fn commit(
             object_id: None,
             log_starts,
             changes: Vec::new(),
+            rows: Vec::new(),
         });
     }
 
@@ -299,6 +302,7 @@ pub async fn commit(
         object_id: Some(object_id),
         log_starts,
         changes,
+        rows: plan.rows,
     })
 }
 

@@ -139,7 +139,19 @@ pub fn render_metrics(broker: &Broker) -> String {
     );
     if let Some(cluster) = broker.cluster() {
         let st = &cluster.stats;
-        let series: [(&str, &str, &str, u64); 8] = [
+        let series: [(&str, &str, &str, u64); 10] = [
+            (
+                "skiff_cluster_reads_local_total",
+                "Partition reads answered without PostgreSQL (at the high watermark, or from the batches this broker committed last).",
+                "counter",
+                st.reads_local.load(Ordering::Relaxed),
+            ),
+            (
+                "skiff_cluster_reads_postgres_total",
+                "Partition reads that looked batches up in PostgreSQL.",
+                "counter",
+                st.reads_postgres.load(Ordering::Relaxed),
+            ),
             (
                 "skiff_cluster_objects_put_total",
                 "Objects uploaded by this broker (one per commit interval with batches).",

@@ -141,6 +141,94 @@ impl KnownOffsets {
     }
 }
 
+/// The latest batches of the partitions this broker wrote, as its commits inserted them: a
+/// tailing fetch of a partition this broker leads finds its batches here instead of asking
+/// PostgreSQL. A partition's entries are a contiguous run ending at the high watermark this
+/// broker committed; when another broker's commit is announced for it (leadership moved), or
+/// announcements may have been missed, the partition's entries go.
+pub struct RecentIndex {
+    inner: Mutex<HashMap<PartitionKey, std::collections::VecDeque<FoundBatch>>>,
+    per_partition: usize,
+}
+
+impl RecentIndex {
+    pub fn new(per_partition: usize) -> RecentIndex {
+        RecentIndex {
+            inner: Mutex::new(HashMap::new()),
+            per_partition,
+        }
+    }
+
+    /// Adds batches this broker just committed (in offset order).
+    pub fn record(&self, key: PartitionKey, batches: Vec<FoundBatch>) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let run = inner.entry(key).or_default();
+        for b in batches {
+            if run
+                .back()
+                .is_some_and(|last| last.last_offset + 1 != b.base_offset)
+            {
+                // Not contiguous (another broker wrote in between): start over.
+                run.clear();
+            }
+            run.push_back(b);
+            if run.len() > self.per_partition {
+                run.pop_front();
+            }
+        }
+    }
+
+    /// Announced changes: a partition advanced past what this broker recorded was written by
+    /// another broker, so its entries cannot be trusted to be the whole tail any more.
+    pub fn announced(&self, changes: &[LogChange]) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        for c in changes {
+            let end = inner
+                .get(&c.key)
+                .and_then(|run| run.back())
+                .map(|b| b.last_offset + 1);
+            if end.is_some_and(|end| end < c.high_watermark) {
+                inner.remove(&c.key);
+            }
+        }
+    }
+
+    pub fn clear(&self) {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+
+    /// The batches from the one holding `offset`, up to `max_bytes` (the first whole), when the
+    /// entries cover everything from `offset` to `high_watermark`.
+    pub fn lookup(
+        &self,
+        key: &PartitionKey,
+        offset: i64,
+        high_watermark: i64,
+        max_bytes: u64,
+    ) -> Option<Vec<FoundBatch>> {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let run = inner.get(key)?;
+        let first = run.front()?;
+        let last = run.back()?;
+        if first.base_offset > offset || last.last_offset + 1 != high_watermark {
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut bytes = 0u64;
+        for b in run.iter().filter(|b| b.last_offset >= offset) {
+            if !out.is_empty() && bytes + u64::from(b.byte_size) > max_bytes {
+                break;
+            }
+            bytes += u64::from(b.byte_size);
+            out.push(b.clone());
+        }
+        Some(out)
+    }
+}
+
 /// One partition read: whole batches, offsets written in.
 #[derive(Debug, Clone, Default)]
 pub struct Read {
@@ -166,12 +254,27 @@ pub async fn read(
         && offset == hw
         && offset >= log_start
     {
+        cluster.stats.reads_local.fetch_add(1, Ordering::Relaxed);
         return Ok(Read {
             batches: Vec::new(),
             log_start,
             high_watermark: hw,
         });
     }
+    if let Some((log_start, hw)) = cluster.known.get(&key)
+        && offset >= log_start
+        && offset < hw
+        && let Some(batches) = cluster.recent.lookup(&key, offset, hw, max_bytes as u64)
+    {
+        cluster.stats.reads_local.fetch_add(1, Ordering::Relaxed);
+        let batches = load(cluster, &batches, log_append_time).await?;
+        return Ok(Read {
+            batches,
+            log_start,
+            high_watermark: hw,
+        });
+    }
+    cluster.stats.reads_postgres.fetch_add(1, Ordering::Relaxed);
     let found = skiff_cluster::log::find_batches(&cluster.db, key, offset, max_bytes as u64, 1000)
         .await
         .map_err(storage_error)?;
@@ -291,6 +394,60 @@ mod tests {
         );
         assert_eq!(cache.hits.load(Ordering::Relaxed), 3);
         assert_eq!(cache.misses.load(Ordering::Relaxed), 2);
+    }
+
+    fn found(base: i64, last: i64) -> FoundBatch {
+        FoundBatch {
+            base_offset: base,
+            last_offset: last,
+            object_key: "o".into(),
+            byte_offset: 0,
+            byte_size: 10,
+            max_timestamp: 0,
+            log_append_time: -1,
+        }
+    }
+
+    #[test]
+    fn the_recent_index_serves_only_a_whole_tail() {
+        let index = RecentIndex::new(3);
+        let key = PartitionKey {
+            topic_id: uuid::Uuid::from_u128(1),
+            partition: 0,
+        };
+        index.record(key, vec![found(0, 4), found(5, 9)]);
+        let got = index.lookup(&key, 6, 10, 100).unwrap();
+        assert_eq!(
+            got.iter().map(|b| b.base_offset).collect::<Vec<_>>(),
+            vec![5]
+        );
+        assert_eq!(
+            index.lookup(&key, 0, 10, 15).unwrap().len(),
+            1,
+            "max bytes, first whole"
+        );
+        assert!(
+            index.lookup(&key, 0, 11, 100).is_none(),
+            "the high watermark is further"
+        );
+        index.record(key, vec![found(10, 10), found(11, 11)]);
+        assert!(
+            index.lookup(&key, 0, 12, 100).is_none(),
+            "only the last three are kept"
+        );
+        assert_eq!(index.lookup(&key, 5, 12, 100).unwrap().len(), 3);
+        // Another broker's commit went further: the entries go.
+        index.announced(&[LogChange {
+            key,
+            log_start: 0,
+            high_watermark: 15,
+        }]);
+        assert!(index.lookup(&key, 5, 12, 100).is_none());
+        // A gap starts a new run.
+        index.record(key, vec![found(20, 20)]);
+        index.record(key, vec![found(30, 30)]);
+        assert!(index.lookup(&key, 20, 31, 100).is_none());
+        assert_eq!(index.lookup(&key, 30, 31, 100).unwrap().len(), 1);
     }
 
     #[test]

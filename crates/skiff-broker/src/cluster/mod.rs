@@ -56,6 +56,9 @@ pub fn key(topic_id: Uuid, partition: i32) -> PartitionKey {
     }
 }
 
+/// Batches per partition the recent index keeps (a few seconds of a busy partition).
+const RECENT_BATCHES_PER_PARTITION: usize = 256;
+
 /// This broker's part in the cluster.
 pub struct Cluster {
     pub config: ClusterConfig,
@@ -74,6 +77,8 @@ pub struct Cluster {
     pub cache: fetch::ObjectCache,
     /// Partitions' offsets as last heard.
     pub known: fetch::KnownOffsets,
+    /// The batches this broker committed last, per partition.
+    pub recent: fetch::RecentIndex,
     pub pipeline: produce::Pipeline,
     /// The cluster's ID (the same on every broker, kept in PostgreSQL).
     pub cluster_id: String,
@@ -90,6 +95,10 @@ pub struct Stats {
     pub upload_failures: AtomicU64,
     pub commit_failures: AtomicU64,
     pub commits: AtomicU64,
+    /// Partition reads answered from what this broker knew (at the high watermark, or from its
+    /// recent index), and those that asked PostgreSQL's batch index.
+    pub reads_local: AtomicU64,
+    pub reads_postgres: AtomicU64,
 }
 
 impl Cluster {
@@ -135,6 +144,7 @@ impl Cluster {
             commits: watch::Sender::new(0),
             cache,
             known: fetch::KnownOffsets::default(),
+            recent: fetch::RecentIndex::new(RECENT_BATCHES_PER_PARTITION),
             pipeline,
             cluster_id,
             stats: Stats::default(),
@@ -202,9 +212,21 @@ impl Cluster {
         self.registration().is_some() && self.leader(topic_id, partition) == Some(self.node_id)
     }
 
-    /// Takes in logs' new offsets (this broker's commits, or announced ones).
+    /// Takes in logs' new offsets from this broker's own commits.
     pub fn learn(&self, changes: &[skiff_cluster::log::LogChange]) {
         self.known.learn(changes);
+    }
+
+    /// Takes in announced changes (any broker's commits and log-start moves).
+    pub fn announced(&self, changes: &[skiff_cluster::log::LogChange]) {
+        self.recent.announced(changes);
+        self.known.learn(changes);
+    }
+
+    /// Forgets what was heard (announcements may have been missed).
+    pub fn forget_heard(&self) {
+        self.known.clear();
+        self.recent.clear();
     }
 
     /// Ends this broker's registration (a clean stop): its partitions move to the others at

@@ -204,6 +204,7 @@ async fn flush(cluster: &Cluster, pending: Pending) {
     {
         Ok(done) => {
             cluster.stats.commits.fetch_add(1, Ordering::Relaxed);
+            let key_name = key.clone();
             if done.object_id.is_none() {
                 // Nothing refers to it (all duplicates or refusals): it goes now.
                 if let Err(e) = cluster.objects.delete(&key).await {
@@ -227,6 +228,25 @@ async fn flush(cluster: &Cluster, pending: Pending) {
                         }
                     }
                 }
+            }
+            let mut by_partition: std::collections::BTreeMap<PartitionKey, Vec<_>> =
+                std::collections::BTreeMap::new();
+            for row in &done.rows {
+                by_partition
+                    .entry(row.key)
+                    .or_default()
+                    .push(skiff_cluster::log::FoundBatch {
+                        base_offset: row.base_offset,
+                        last_offset: row.last_offset,
+                        object_key: key_name.clone(),
+                        byte_offset: row.byte_offset,
+                        byte_size: row.byte_size,
+                        max_timestamp: row.max_timestamp,
+                        log_append_time: row.log_append_time,
+                    });
+            }
+            for (partition, batches) in by_partition {
+                cluster.recent.record(partition, batches);
             }
             cluster.learn(&done.changes);
             cluster.notify_commit();

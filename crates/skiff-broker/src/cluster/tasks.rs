@@ -111,7 +111,7 @@ async fn keep_registered(
                         );
                         cluster.set_registration(Some(reg));
                         // What happened while this broker was away is read afresh.
-                        cluster.known.clear();
+                        cluster.forget_heard();
                         let _ = sync_topics(broker.as_ref(), &cluster).await;
                     }
                     Err(e) => tracing::warn!(error = %e, "registering in the cluster failed"),
@@ -142,7 +142,7 @@ async fn listen(broker: Arc<dyn Host>, cluster: Arc<Cluster>, mut shutdown: watc
                     tracing::warn!(error = %e, "LISTEN failed");
                 } else {
                     backoff = Duration::from_millis(100);
-                    cluster.known.clear();
+                    cluster.forget_heard();
                     let _ = sync_topics(broker.as_ref(), &cluster).await;
                     refresh_live(&cluster).await;
                     cluster.notify_commit();
@@ -154,7 +154,7 @@ async fn listen(broker: Arc<dyn Host>, cluster: Arc<Cluster>, mut shutdown: watc
                         match message {
                             Some(Ok(tokio_postgres::AsyncMessage::Notification(n))) => {
                                 if n.channel() == log::COMMITS_CHANNEL {
-                                    cluster.learn(&log::parse_changes(n.payload()));
+                                    cluster.announced(&log::parse_changes(n.payload()));
                                     cluster.notify_commit();
                                 } else if n.channel() == topics::METADATA_CHANNEL {
                                     let _ = sync_topics(broker.as_ref(), &cluster).await;
