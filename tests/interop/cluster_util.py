@@ -235,6 +235,23 @@ class Postgres:
         rows = [line.split("|") for line in out.splitlines() if line.strip()]
         return [(int(pid), state, locked == "t") for pid, state, locked in rows]
 
+    def lock_waits(self, db: str) -> str:
+        """Who waits for a lock in ``db`` and on whom, then the other sessions inside a transaction
+        (for failure messages)."""
+        try:
+            return self.psql(
+                "SELECT format('%s pid %s waits %ss on %s (blocked by pids %s): %s', a.application_name, a.pid, "
+                "round(extract(epoch FROM clock_timestamp() - a.query_start)::numeric, 1), a.wait_event, "
+                "pg_blocking_pids(a.pid), left(regexp_replace(a.query, '\\s+', ' ', 'g'), 80)) "
+                "FROM pg_stat_activity a WHERE a.datname = current_database() AND a.wait_event_type = 'Lock' "
+                "UNION ALL SELECT format('%s pid %s %s for %ss, last statement: %s', a.application_name, a.pid, "
+                "a.state, round(extract(epoch FROM clock_timestamp() - a.xact_start)::numeric, 1), "
+                "left(regexp_replace(a.query, '\\s+', ' ', 'g'), 80)) FROM pg_stat_activity a "
+                "WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.xact_start IS NOT NULL "
+                "AND a.wait_event_type IS DISTINCT FROM 'Lock'", db=db).strip() or "none"
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            return f"<could not ask PostgreSQL: {exc}>"
+
     def log_tail(self, lines: int = 40) -> str:
         return _log_tail(self.log_file, lines)
 

@@ -26,6 +26,7 @@ tests skip (fail under CI / ``SKIFF_REQUIRE_TOOLS=1``); see tests/interop/README
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -517,6 +518,19 @@ def pause_at(c: cu.Cluster, postgres: cu.Postgres, db: str, node: int, inside_co
         time.sleep(random.uniform(0.005, 0.05))
 
 
+@contextlib.contextmanager
+def lock_waits_on_failure(postgres: cu.Postgres, db: str):
+    """A failure inside gets PostgreSQL's lock waits appended (who blocks whom)."""
+    try:
+        yield
+    except pytest.fail.Exception as exc:
+        failure = str(exc)
+    else:
+        return
+    raise pytest.fail.Exception(f"{failure}\nPostgreSQL sessions waiting for a lock, and those in a "
+                                f"transaction:\n{postgres.lock_waits(db)}", pytrace=False) from None
+
+
 def paused_past_lease(c: cu.Cluster, postgres: cu.Postgres, db: str, inside_commit: bool) -> None:
     """3 brokers, an idempotent producer on 6 partitions; one broker SIGSTOPped for two leases.
     While it is stopped the others drop it, lead its partitions and acknowledge new messages on
@@ -543,10 +557,12 @@ def paused_past_lease(c: cu.Cluster, postgres: cu.Postgres, db: str, inside_comm
         # ... and, once they lead them, acknowledge new messages on every partition: the moved
         # ones and their own.
         t_moved = time.monotonic()
-        np_.wait_acked(f"acknowledgements on every partition (the moved ones: {sorted(moved)}) after the "
-                       f"survivors {others} took over, while broker {victim} is stopped",
-                       lambda: {n % parts for n in np_.acked_since(t_moved, None, produced_at_stop)} == set(range(parts)),
-                       max(1.0, t_stop + 2 * c.lease_s + 3 - time.monotonic()))
+        with lock_waits_on_failure(postgres, db):
+            np_.wait_acked(f"acknowledgements on every partition (the moved ones: {sorted(moved)}) after the "
+                           f"survivors {others} took over, while broker {victim} is stopped",
+                           lambda: {n % parts for n in np_.acked_since(t_moved, None, produced_at_stop)}
+                           == set(range(parts)),
+                           max(1.0, t_stop + 2 * c.lease_s + 3 - time.monotonic()))
         time.sleep(max(0.0, t_stop + 2 * c.lease_s - time.monotonic()))  # stopped for 2 leases in all
         assert all(epoch_of(postgres, db, n) == epochs[n] for n in others), \
             f"a broker that was never stopped lost its registration: epochs {epochs} -> " \

@@ -387,7 +387,9 @@ async fn a_broker_that_leaves_hands_its_partitions_over() {
     let gone = before[0];
     cluster.stop(gone).await;
     let rest: Vec<i32> = [1, 2, 3].into_iter().filter(|n| *n != gone).collect();
-    wait_for_brokers(&cluster, rest[0], &rest).await;
+    for node in &rest {
+        wait_for_brokers(&cluster, *node, &rest).await;
+    }
     let after = leaders(&cluster, rest[0], "moving").await;
     for (p, (b, a)) in before.iter().zip(&after).enumerate() {
         assert_ne!(*a, gone, "partition {p} still led by the stopped broker");

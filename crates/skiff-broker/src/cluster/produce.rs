@@ -145,6 +145,9 @@ fn fail(waiters: Vec<oneshot::Sender<Outcome>>, code: ErrorCode, message: &str) 
 /// it returns.
 pub async fn run(cluster: Arc<Cluster>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let interval = Duration::from_millis(cluster.config.commit_interval_ms);
+    // The commit of the previous object runs while the next one uploads; commits stay one at a
+    // time and in order.
+    let mut committing: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         let (since, bytes) = cluster.pipeline.state();
         let Some(since) = since else {
@@ -160,17 +163,39 @@ pub async fn run(cluster: Arc<Cluster>, mut stop: tokio::sync::watch::Receiver<b
                 _ = crate::shutdown::stopped(&mut stop) => break,
             }
         }
-        flush(&cluster, cluster.pipeline.take()).await;
+        let pending = cluster.pipeline.take();
+        let previous = committing.take();
+        let (uploaded, ()) = tokio::join!(upload(&cluster, pending), async {
+            if let Some(previous) = previous {
+                let _ = previous.await;
+            }
+        });
+        if let Some(uploaded) = uploaded {
+            committing = Some(tokio::spawn(commit(Arc::clone(&cluster), uploaded)));
+        }
+    }
+    if let Some(previous) = committing.take() {
+        let _ = previous.await;
     }
     let rest = cluster.pipeline.take();
-    if !rest.appends.is_empty() {
-        flush(&cluster, rest).await;
+    if let Some(uploaded) = upload(&cluster, rest).await {
+        commit(cluster, uploaded).await;
     }
 }
 
-async fn flush(cluster: &Cluster, pending: Pending) {
+/// An object uploaded and not committed yet.
+struct Uploaded {
+    pending: Pending,
+    object: Bytes,
+    key: String,
+    reg: skiff_cluster::membership::Registration,
+}
+
+/// Uploads the batches as one object; `None` when there was nothing, or the waiters were
+/// answered already (not registered, or the upload failed).
+async fn upload(cluster: &Cluster, mut pending: Pending) -> Option<Uploaded> {
     if pending.appends.is_empty() {
-        return;
+        return None;
     }
     let Some(reg) = cluster.registration() else {
         fail(
@@ -178,9 +203,9 @@ async fn flush(cluster: &Cluster, pending: Pending) {
             ErrorCode::NOT_LEADER_OR_FOLLOWER,
             "this broker is not registered in the cluster right now",
         );
-        return;
+        return None;
     };
-    let object = pending.bytes.freeze();
+    let object = std::mem::take(&mut pending.bytes).freeze();
     let size = object.len() as u64;
     let key = cluster.objects.new_key(cluster.node_id, reg.epoch);
     if let Err(e) = cluster.objects.put(&key, object.clone()).await {
@@ -194,10 +219,27 @@ async fn flush(cluster: &Cluster, pending: Pending) {
             ErrorCode::KAFKA_STORAGE_ERROR,
             &format!("object upload failed: {e}"),
         );
-        return;
+        return None;
     }
     cluster.stats.objects_put.fetch_add(1, Ordering::Relaxed);
     cluster.stats.bytes_put.fetch_add(size, Ordering::Relaxed);
+    Some(Uploaded {
+        pending,
+        object,
+        key,
+        reg,
+    })
+}
+
+/// Commits an uploaded object and answers its waiters.
+async fn commit(cluster: Arc<Cluster>, uploaded: Uploaded) {
+    let Uploaded {
+        pending,
+        object,
+        key,
+        reg,
+    } = uploaded;
+    let size = object.len() as u64;
     let commit_ms = now_ms();
     match skiff_cluster::log::commit(&cluster.db, reg, &key, size, &pending.appends, commit_ms)
         .await
