@@ -481,3 +481,82 @@ async fn a_broker_whose_lease_lapsed_commits_nothing() {
     }
     cluster.stop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn topic_changes_reach_every_broker() {
+    let Some(cluster) = TestCluster::start("topics", 2, false).await else {
+        return;
+    };
+    wait_for_brokers(&cluster, 1, &[1, 2]).await;
+    let mut one = cluster.client(1).await;
+    // Compacted topics are refused in cluster mode, with a clear error.
+    let request = CreateTopicsRequest {
+        topics: vec![CreatableTopic {
+            name: "compacted".into(),
+            num_partitions: 1,
+            replication_factor: -1,
+            configs: vec![
+                skiff_protocol::generated::create_topics_request::CreatableTopicConfig {
+                    name: "cleanup.policy".into(),
+                    value: Some("compact".into()),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        }],
+        timeout_ms: 10_000,
+        ..Default::default()
+    };
+    match one.call(request, 7).await {
+        Response::CreateTopics(r) => {
+            assert_eq!(r.topics[0].error_code, error_codes::INVALID_CONFIG);
+            let message = r.topics[0].error_message.clone().unwrap_or_default();
+            assert!(message.contains("cluster mode"), "{message}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // Created through broker 1, grown and configured through broker 2, deleted through 1: the
+    // other broker sees each change.
+    create_topic(&mut one, "changing", 1).await;
+    wait_for_topic(&cluster, "changing", 1).await;
+    let mut two = cluster.client(2).await;
+    let grow = skiff_protocol::generated::CreatePartitionsRequest {
+        topics: vec![
+            skiff_protocol::generated::create_partitions_request::CreatePartitionsTopic {
+                name: "changing".into(),
+                count: 4,
+                assignments: None,
+                ..Default::default()
+            },
+        ],
+        timeout_ms: 10_000,
+        ..Default::default()
+    };
+    match two.call(grow, 3).await {
+        Response::CreatePartitions(r) => assert_eq!(r.results[0].error_code, 0),
+        other => panic!("unexpected {other:?}"),
+    }
+    wait_for_topic(&cluster, "changing", 4).await;
+    let delete = skiff_protocol::generated::DeleteTopicsRequest {
+        topic_names: vec!["changing".into()],
+        timeout_ms: 10_000,
+        ..Default::default()
+    };
+    match one.call(delete, 5).await {
+        Response::DeleteTopics(r) => assert_eq!(r.responses[0].error_code, 0),
+        other => panic!("unexpected {other:?}"),
+    }
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let m = metadata(&mut two, "changing").await;
+        if m.topics[0].error_code == error_codes::UNKNOWN_TOPIC_OR_PARTITION {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "broker 2 still lists the topic"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.stop_all().await;
+}
