@@ -60,27 +60,32 @@ impl std::fmt::Debug for Db {
     }
 }
 
-/// Splits libpq's `sslrootcert` (which tokio-postgres does not know) out of a URL.
+/// Splits libpq's `sslrootcert` (which tokio-postgres does not know) out of a URL; the rest of
+/// the query is kept byte for byte.
 fn split_root_cert(url: &str) -> Result<(String, Option<String>), DbError> {
-    let mut parsed = url::Url::parse(url).map_err(|e| DbError::Config(format!("{e}")))?;
+    let parsed = url::Url::parse(url).map_err(|e| DbError::Config(format!("{e}")))?;
+    let Some(query) = parsed.query() else {
+        return Ok((url.to_string(), None));
+    };
     let mut root = None;
-    let kept: Vec<(String, String)> = parsed
-        .query_pairs()
-        .filter_map(|(k, v)| {
-            if k == "sslrootcert" {
-                root = Some(v.into_owned());
-                None
-            } else {
-                Some((k.into_owned(), v.into_owned()))
+    let mut kept = Vec::new();
+    for part in query.split('&') {
+        match part.strip_prefix("sslrootcert=") {
+            Some(value) => {
+                root = url::form_urlencoded::parse(format!("v={value}").as_bytes())
+                    .next()
+                    .map(|(_, v)| v.into_owned());
             }
-        })
-        .collect();
-    if kept.is_empty() {
-        parsed.set_query(None);
-    } else {
-        parsed.query_pairs_mut().clear().extend_pairs(kept);
+            None => kept.push(part),
+        }
     }
-    Ok((parsed.to_string(), root))
+    let base = url.split_once('?').map_or(url, |(base, _)| base);
+    let url = if kept.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok((url, root))
 }
 
 fn tls_config(root_cert: Option<&str>) -> Result<rustls::ClientConfig, DbError> {
@@ -124,8 +129,26 @@ fn rustls_pemfile_certs(
 impl Db {
     /// Opens a pool of at most `max_size` connections (lazily: this does not connect).
     pub fn new(url: &str, max_size: usize) -> Result<Db, DbError> {
+        Db::with_limits(url, max_size, None)
+    }
+
+    /// [`Db::new`]; with `limit_ms`, every session of the pool gets PostgreSQL's
+    /// `idle_in_transaction_session_timeout` and `lock_timeout` set to it. A broker paused in
+    /// the middle of a commit (SIGSTOP, a frozen VM) would otherwise keep its transaction's row
+    /// locks for as long as it is paused, and every broker taking its partitions over would wait
+    /// behind them: with these, PostgreSQL ends the paused session (its locks go) and a commit
+    /// waiting for a lock gives up (its batches are answered KAFKA_STORAGE_ERROR, and retried).
+    pub fn with_limits(url: &str, max_size: usize, limit_ms: Option<u64>) -> Result<Db, DbError> {
         let (url, root_cert) = split_root_cert(url)?;
-        let config = Config::from_str(&url).map_err(|e| DbError::Config(e.to_string()))?;
+        let mut config = Config::from_str(&url).map_err(|e| DbError::Config(e.to_string()))?;
+        if let Some(ms) = limit_ms {
+            let ours = format!("-c idle_in_transaction_session_timeout={ms} -c lock_timeout={ms}");
+            let options = match config.get_options() {
+                Some(theirs) if !theirs.is_empty() => format!("{theirs} {ours}"),
+                _ => ours,
+            };
+            config.options(&options);
+        }
         let manager_config = ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         };
@@ -192,6 +215,24 @@ mod tests {
         let (url, root) = split_root_cert("postgres://h/db").unwrap();
         assert_eq!(url, "postgres://h/db");
         assert!(root.is_none());
+    }
+
+    #[test]
+    fn session_limits_join_the_urls_options() {
+        let db = Db::with_limits(
+            "postgres://h/db?options=-c%20search_path%3Dx",
+            2,
+            Some(1500),
+        )
+        .unwrap();
+        assert_eq!(
+            db.config.get_options(),
+            Some(
+                "-c search_path=x -c idle_in_transaction_session_timeout=1500 -c lock_timeout=1500"
+            )
+        );
+        let db = Db::new("postgres://h/db", 2).unwrap();
+        assert_eq!(db.config.get_options(), None);
     }
 
     #[test]

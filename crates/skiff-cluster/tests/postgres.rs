@@ -636,3 +636,64 @@ async fn tls_to_postgresql_follows_sslmode() {
         schema::current_version()
     );
 }
+
+#[tokio::test]
+async fn a_paused_commit_does_not_hold_its_locks() {
+    let Some((pg, db)) = setup("paused").await else {
+        return;
+    };
+    let url = pg.url("paused");
+    let reg = register(&db, 1).await;
+    let t = topic(&db, reg, "held", 1).await;
+    let key = PartitionKey {
+        topic_id: t,
+        partition: 0,
+    };
+    // Broker A locks the partition's row inside a commit and then stops sending anything (as a
+    // SIGSTOPped broker does), its transaction left open.
+    let a = Db::with_limits(&url, 1, Some(400)).unwrap();
+    let mut a_client = a.client().await.unwrap();
+    let a_tx = a_client.transaction().await.unwrap();
+    a_tx.query(
+        "SELECT 1 FROM logs WHERE topic_id = $1 AND partition = $2 FOR UPDATE",
+        &[&t, &0i32],
+    )
+    .await
+    .unwrap();
+    // Broker B's commits to that partition get through once PostgreSQL ended A's idle
+    // transaction (a commit that waited too long gives up and is retried, as a producer would).
+    let b = Db::with_limits(&url, 2, Some(400)).unwrap();
+    let started = std::time::Instant::now();
+    let committed = loop {
+        let attempt = log::commit(
+            &b,
+            reg,
+            "obj-b",
+            100,
+            &[Append {
+                key,
+                batches: vec![batch(1, -1, -1, 0)],
+            }],
+            0,
+        )
+        .await;
+        match attempt {
+            Ok(done) => break done,
+            Err(e) => {
+                assert!(
+                    started.elapsed() < std::time::Duration::from_secs(10),
+                    "{e}"
+                );
+            }
+        }
+    };
+    assert_eq!(
+        committed.verdicts,
+        vec![Verdict::Appended {
+            base_offset: 0,
+            last_offset: 0
+        }]
+    );
+    // A's transaction is gone: it can commit nothing when it wakes.
+    assert!(a_tx.commit().await.is_err());
+}

@@ -108,7 +108,14 @@ impl Cluster {
         node_id: i32,
         endpoints: membership::Endpoints,
     ) -> Result<Arc<Cluster>> {
-        let db = Db::new(&config.metadata_url, config.pool_size).context("cluster.metadata")?;
+        // A third of the lease: a paused broker's open commit releases its row locks, and a
+        // commit stuck behind them gives up, well before the others' leases are at risk.
+        let db = Db::with_limits(
+            &config.metadata_url,
+            config.pool_size,
+            Some((config.lease_ms / 3).max(100)),
+        )
+        .context("cluster.metadata")?;
         let objects = Objects::open(&config.objects_url, &config.s3).context("cluster.objects")?;
         let (before, after) = skiff_cluster::schema::migrate(&db)
             .await
