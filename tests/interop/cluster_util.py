@@ -97,6 +97,41 @@ def _runuser_prefix() -> list[str]:
     return [runuser, "-u", "postgres", "--"]
 
 
+#: Prefix of the servers' directories (under /tmp when root); each holds ``owner.pid``.
+PG_DIR_PREFIX = "skiff-pg-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_stale_servers(bin_dir: Path) -> None:
+    """Stops and removes the servers of earlier runs whose pytest died without its teardown (a
+    pytest-timeout expiry ends the process with ``os._exit``, and pg_ctl's server outlives it)."""
+    for parent in {Path("/tmp"), Path(tempfile.gettempdir())}:
+        for d in parent.glob(PG_DIR_PREFIX + "*"):
+            try:
+                owner = int((d / "owner.pid").read_text())
+            except (OSError, ValueError):
+                continue
+            if owner == os.getpid() or _alive(owner):
+                continue
+            if (d / "data" / "postmaster.pid").exists():
+                try:
+                    subprocess.run([*_runuser_prefix(), str(bin_dir / "pg_ctl"), "stop", "-D", str(d / "data"),
+                                    "-m", "immediate", "-w", "-s"], cwd=d, stdin=subprocess.DEVNULL,
+                                   capture_output=True, timeout=SERVICE_TIMEOUT_S)
+                except (OSError, RuntimeError, subprocess.TimeoutExpired):
+                    continue
+            shutil.rmtree(d, ignore_errors=True)
+
+
 class Postgres:
     """A PostgreSQL server of its own: initdb into a directory under /tmp (the postgres user must
     reach it when we are root), listening on 127.0.0.1:``port`` only. ``stop()`` and
@@ -107,7 +142,8 @@ class Postgres:
         self.bin = Path(bin_dir)
         self.prefix = _runuser_prefix()
         parent = "/tmp" if self.prefix else None
-        self.dir = Path(tempfile.mkdtemp(prefix="skiff-pg-", dir=parent))
+        self.dir = Path(tempfile.mkdtemp(prefix=PG_DIR_PREFIX, dir=parent))
+        (self.dir / "owner.pid").write_text(str(os.getpid()))
         if self.prefix:
             shutil.chown(self.dir, user="postgres", group="postgres")
             self.dir.chmod(0o700)
@@ -262,6 +298,7 @@ def start_postgres() -> Postgres:
     if bin_dir is None:
         missing_service("PostgreSQL is not installed (no initdb/pg_ctl/postgres in /usr/lib/postgresql/*/bin "
                         "or on PATH; apt-get install postgresql)")
+    reap_stale_servers(bin_dir)
     pg = Postgres(bin_dir)
     try:
         pg.init()
@@ -286,6 +323,25 @@ def find_moto_server() -> Path | None:
     return Path(found) if found else None
 
 
+def _prctl():
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+#: Looked up here, not in the forked child (which must not import or take locks).
+_PRCTL = _prctl()
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when pytest dies, even without its teardown (Linux)."""
+    if _PRCTL is not None:
+        _PRCTL(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+
+
 class MotoServer:
     """``moto_server -H 127.0.0.1 -p PORT``: state in memory, killed by ``close()``."""
 
@@ -305,7 +361,7 @@ class MotoServer:
             with open(self.log_file, "a") as log:
                 self.proc = subprocess.Popen([str(self.program), "-H", "127.0.0.1", "-p", str(self.port)],
                                              stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                             start_new_session=True)
+                                             start_new_session=True, preexec_fn=_die_with_parent)
             if self._wait_ready():
                 return
             self.close()
@@ -385,6 +441,80 @@ def metadata(bootstrap: str, timeout: float = 5.0) -> dict:
 
     topics = {name: parts for name, err, parts in r.array(topic) if err == 0}
     return {"brokers": brokers, "controller": controller, "topics": topics}
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _CRC32C[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def _varint(n: int) -> bytes:
+    z = (n << 1) ^ (n >> 63)  # zigzag
+    out = bytearray()
+    while True:
+        if z < 0x80:
+            out.append(z)
+            return bytes(out)
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+
+
+def record_batch(values: list[bytes], timestamp_ms: int) -> bytes:
+    """A v2 record batch (no compression, not idempotent) of ``values`` without keys."""
+    records = b""
+    for i, v in enumerate(values):
+        body = b"\x00" + _varint(0) + _varint(i) + _varint(-1) + _varint(len(v)) + v + _varint(0)
+        records += _varint(len(body)) + body
+    after_crc = (struct.pack(">hiqqqhii", 0, len(values) - 1, timestamp_ms, timestamp_ms, -1, -1, -1, len(values))
+                 + records)
+    after_length = struct.pack(">ib", -1, 2) + struct.pack(">I", crc32c(after_crc)) + after_crc
+    return struct.pack(">qi", 0, len(after_length)) + after_length
+
+
+def produce_v3(bootstrap: str, topic: str, partition: int, values: list[bytes], acks: int = -1,
+               timeout: float = 10.0) -> tuple[int, int]:
+    """One Produce v3 request on a raw socket: (error code, base offset)."""
+    name = topic.encode()
+    batch = record_batch(values, int(time.time() * 1000))
+    body = (struct.pack(">hhi", -1, acks, int(timeout * 1000)) + struct.pack(">i", 1) + struct.pack(">h", len(name))
+            + name + struct.pack(">i", 1) + struct.pack(">ii", partition, len(batch)) + batch)
+    with kw.connect(bootstrap, timeout=timeout) as s:
+        s.sendall(kw.request(kw.PRODUCE, 3, 11, body))
+        cid, data = kw.read_response(s)
+    assert cid == 11
+    r = kw.Reader(data)
+    assert r.take(">i") == 1
+    r.string()
+    assert r.take(">i") == 1
+    _, error, base = r.take(">ihq")
+    return error, base
+
+
+def fetch_v4(bootstrap: str, topic: str, partition: int, offset: int = 0, timeout: float = 10.0) -> tuple[int, bytes]:
+    """One Fetch v4 request on a raw socket: (error code, record set)."""
+    with kw.connect(bootstrap, timeout=timeout) as s:
+        s.sendall(kw.request(kw.FETCH, 4, 12, kw.fetch_v4_body(topic, partition, offset, 1 << 20, 1 << 20)))
+        cid, data = kw.read_response(s)
+    assert cid == 12
+    return kw.fetch_v4_partition(data)
+
+
+NOT_LEADER_OR_FOLLOWER = 6
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,11 +12,17 @@ database (metadata, batch order) and one object store (``file://`` directory or 
   while an idempotent acks=all producer writes a numbered sequence: the survivors take its
   partitions after the lease, the producer delivers everything, nothing acknowledged is lost,
   nothing is written twice, order per partition holds; the killed broker rejoins and serves it.
-- ``test_postgres_restart_during_produce``: PostgreSQL stopped for 3 s under the same producer:
-  no acknowledgement while it is down, service comes back by itself, nothing lost or doubled.
-- ``test_sigstop_longer_than_lease``: SIGSTOP a broker for twice its lease: its partitions move
-  and producing continues while it is stopped; after SIGCONT it is fenced, registers again, and
-  nothing it held commits stale data (no duplicates, no holes, contiguous offsets).
+- ``test_postgres_restart_during_produce[fast|immediate]``: PostgreSQL stopped (cleanly, or as in
+  a crash) for 3 s under the same producer: no acknowledgement while it is down, service comes
+  back by itself, nothing lost or doubled.
+- ``test_sigstop_longer_than_lease``: SIGSTOP a broker (between two commits) for twice its lease:
+  the others take its partitions and acknowledge new messages on every partition while it is
+  stopped; after SIGCONT it is fenced and registers again (a new epoch), the others keep their
+  registrations, and nothing stale is committed (no duplicates, no holes, contiguous offsets).
+- ``test_sigstop_inside_a_commit``: the same with the broker stopped inside a commit's
+  PostgreSQL transaction (holding its partitions' row locks): PostgreSQL ends the paused session
+  (``idle_in_transaction_session_timeout``, a third of the lease), the others carry on, and
+  nothing stale is committed.
 
 Brokers run with ``produce.commit.interval.ms=20`` and ``cluster.lease.ms=3000``. Reads use
 assign() from offset 0 (group offsets are local to the coordinator broker in this first part).
@@ -26,6 +32,7 @@ tests skip (fail under CI / ``SKIFF_REQUIRE_TOOLS=1``); see tests/interop/README
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -175,7 +182,10 @@ class NumberedProducer:
     def __init__(self, bootstrap: str, topic: str, partitions: int, rate_sleep: float = 0.002):
         NumberedProducer.live.append(self)
         self.topic, self.partitions, self.rate_sleep = topic, partitions, rate_sleep
-        self.acked: dict[int, tuple[int, float]] = {}  # number -> (offset, monotonic time of the ack)
+        # number -> (offset, monotonic time of the ack); written by the producer thread's poll(),
+        # read by the test's thread: under ``lock`` (``snapshot()``) while the producer runs.
+        self.acked: dict[int, tuple[int, float]] = {}
+        self.lock = threading.Lock()
         self.failed: dict[int, str] = {}
         self.errors: list[str] = []
         self.fatal: list[str] = []
@@ -199,10 +209,12 @@ class NumberedProducer:
         n = number(msg.value())
         if err is not None:
             self.failed[n] = str(err)
-        elif n in self.acked:
-            self.twice.append(n)
         else:
-            self.acked[n] = (msg.offset(), time.monotonic())
+            with self.lock:
+                if n in self.acked:
+                    self.twice.append(n)
+                else:
+                    self.acked[n] = (msg.offset(), time.monotonic())
 
     def start(self) -> NumberedProducer:
         self.thread.start()
@@ -221,9 +233,16 @@ class NumberedProducer:
             self.p.poll(0)
             time.sleep(self.rate_sleep)
 
+    def snapshot(self) -> dict[int, tuple[int, float]]:
+        with self.lock:
+            return dict(self.acked)
+
+    def acked_partitions(self) -> set[int]:
+        return {n % self.partitions for n in self.snapshot()}
+
     def acked_since(self, t: float, partitions: set[int] | None = None, first: int = 0) -> list[int]:
         """Numbers (>= ``first``) acknowledged after monotonic time ``t`` (on ``partitions``)."""
-        return [n for n, (_, at) in list(self.acked.items())
+        return [n for n, (_, at) in self.snapshot().items()
                 if at > t and n >= first and (partitions is None or n % self.partitions in partitions)]
 
     def wait_acked(self, what: str, cond, timeout: float) -> None:
@@ -256,7 +275,7 @@ def check_exactly_once(np_: NumberedProducer, log: dict[int, list[tuple[int, byt
     for p, recs in sorted(log.items()):
         assert [o for o, _, _ in recs] == list(range(len(recs))), f"partition {p}: offsets not contiguous from 0"
         numbers = [number(v) for _, _, v in recs]
-        dups = sorted({n for n in numbers if numbers.count(n) > 1})
+        dups = sorted(n for n, k in collections.Counter(numbers).items() if k > 1)
         if dups:
             where = {n: [o for o, _, v in recs if number(v) == n] for n in dups[:10]}
             pytest.fail(f"partition {p}: {len(dups)} messages written twice, e.g. "
@@ -283,12 +302,13 @@ def victim_of(leaders: dict[int, int], nodes: list[int]) -> int:
 # ---------------------------------------------------------------------------------------------
 # a. file:// objects, 3 brokers, three clients
 
-def test_file_objects_three_brokers_mixed_clients(cluster, tmp_path):
+def test_file_objects_three_brokers_mixed_clients(cluster):
     c = cluster(3)
     topic, parts, n_msgs = "keyed", 6, 3000
     leaders = create_topic(c, 1, topic, parts)
 
-    # confluent-kafka through broker 1 only: 3000 keyed messages, acks=all.
+    # confluent-kafka through broker 1 only: 3000 keyed messages, acks=all (idempotent: order kept
+    # even across a retry).
     delivered: list[tuple[int, int, bytes, bytes]] = []
     errors: list[str] = []
 
@@ -298,7 +318,7 @@ def test_file_objects_three_brokers_mixed_clients(cluster, tmp_path):
         else:
             delivered.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
 
-    p = Producer({"bootstrap.servers": c.bootstrap(1), "acks": "all", "linger.ms": 5,
+    p = Producer({"bootstrap.servers": c.bootstrap(1), "acks": "all", "enable.idempotence": True, "linger.ms": 5,
                   "message.timeout.ms": 30000, "socket.timeout.ms": 10000, "log_level": 4})
     for i in range(n_msgs):
         while True:
@@ -324,6 +344,24 @@ def test_file_objects_three_brokers_mixed_clients(cluster, tmp_path):
         assert values == sorted(values), f"partition {q}: acknowledged out of produce order"
     used = {leaders[q] for q in range(parts) if expected[q]}
     print(f"leaders {leaders}; partitions with data led by brokers {sorted(used)}")
+
+    # Each partition is served by its leader only: the others answer NOT_LEADER_OR_FOLLOWER to
+    # Produce and Fetch (raw requests: no client's redirection in the way), and nothing a refused
+    # request carried is stored.
+    for q, leader in leaders.items():
+        for node in (1, 2, 3):
+            err, records = cu.fetch_v4(c.broker(node).bootstrap, topic, q)
+            if node == leader:
+                assert err == 0, f"partition {q}: its leader {leader} answered Fetch with error {err}"
+                batches = kw.batch_offsets(records)
+                if expected[q]:
+                    assert batches and batches[0][0] == 0, f"partition {q}: its leader {leader} served no batch at 0"
+            else:
+                assert err == cu.NOT_LEADER_OR_FOLLOWER, \
+                    f"partition {q} (leader {leader}): Fetch from broker {node} answered error {err}"
+                err, _ = cu.produce_v3(c.broker(node).bootstrap, topic, q, [b"misrouted"])
+                assert err == cu.NOT_LEADER_OR_FOLLOWER, \
+                    f"partition {q} (leader {leader}): Produce to broker {node} answered error {err}"
 
     # kafka-python through broker 2 only: assign() all partitions, from the beginning.
     kc = kafka.KafkaConsumer(bootstrap_servers=c.bootstrap(2), group_id=None, enable_auto_commit=False,
@@ -362,6 +400,14 @@ def test_file_objects_three_brokers_mixed_clients(cluster, tmp_path):
             lines = [line.split("|") for line in out.stdout.splitlines() if line]
             have = [(int(o), k.encode(), v.encode()) for o, k, v in lines]
             assert have == expected[q], f"kcat via broker 3, partition {q}: {len(have)} records, want {len(expected[q])}"
+
+    # The raw Produce the non-leaders refused is well formed: the leader takes it, right after what
+    # the clients wrote (so none of the refused ones was stored).
+    for q, leader in leaders.items():
+        err, base = cu.produce_v3(c.broker(leader).bootstrap, topic, q, [b"raw-%d" % q])
+        assert (err, base) == (0, len(expected[q])), f"partition {q}: raw Produce to its leader {leader}"
+        err, records = cu.fetch_v4(c.broker(leader).bootstrap, topic, q, base)
+        assert err == 0 and kw.batch_offsets(records) == [(base, base)] and b"raw-%d" % q in records
 
     # kafka-python produces through broker 3 (idempotent, its default); confluent-kafka reads via broker 1.
     topic2 = "from-kafka-python"
@@ -433,7 +479,7 @@ def test_sigkill_during_idempotent_produce(cluster):
 
     np_ = NumberedProducer(c.bootstrap(), topic, parts).start()
     np_.wait_acked("acknowledgements on every partition before the kill",
-                   lambda: {n % parts for n in np_.acked} == set(range(parts)) and len(np_.acked) > 300, 30)
+                   lambda: np_.acked_partitions() == set(range(parts)) and len(np_.acked) > 300, 30)
     produced_at_kill = np_.produced
     c.kill(victim)
     t_kill = time.monotonic()
@@ -459,14 +505,17 @@ def test_sigkill_during_idempotent_produce(cluster):
 # d. PostgreSQL restarted under the producer
 
 @pytest.mark.timeout(150)
-def test_postgres_restart_during_produce(cluster, postgres):
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_postgres_restart_during_produce(cluster, postgres, mode):
+    """``fast``: PostgreSQL ends its sessions and shuts down cleanly; ``immediate``: it dies as in
+    a crash and recovers from its WAL at the next start."""
     c = cluster(2)
     topic, parts = "pg-restart", 4
     create_topic(c, 1, topic, parts)
     np_ = NumberedProducer(c.bootstrap(), topic, parts).start()
     try:
         np_.wait_acked("first acknowledgements", lambda: len(np_.acked) > 300, 30)
-        postgres.stop("fast")
+        postgres.stop(mode)
         t_down = time.monotonic()
         time.sleep(3.0)
         t_up = time.monotonic()
@@ -475,7 +524,8 @@ def test_postgres_restart_during_produce(cluster, postgres):
         postgres.start()  # whatever happened, the brokers' teardown needs it
     produced_at_up = np_.produced
     during = np_.acked_since(t_down + 0.5)
-    during = [n for n in during if np_.acked[n][1] < t_up]
+    acked = np_.snapshot()
+    during = [n for n in during if acked[n][1] < t_up]
     assert not during, (f"{len(during)} messages acknowledged while PostgreSQL was down "
                         f"(acks=all must wait for the commit), e.g. {during[:5]}")
     # Service resumes by itself: new messages on every partition are acknowledged.
@@ -545,7 +595,7 @@ def paused_past_lease(c: cu.Cluster, postgres: cu.Postgres, db: str, inside_comm
 
     np_ = NumberedProducer(c.bootstrap(), topic, parts).start()
     np_.wait_acked("acknowledgements on every partition before the pause",
-                   lambda: {n % parts for n in np_.acked} == set(range(parts)) and len(np_.acked) > 300, 30)
+                   lambda: np_.acked_partitions() == set(range(parts)) and len(np_.acked) > 300, 30)
     tries = pause_at(c, postgres, db, victim, inside_commit)
     t_stop = time.monotonic()
     produced_at_stop = np_.produced
@@ -593,12 +643,6 @@ def test_sigstop_longer_than_lease(cluster, postgres, pg_db):
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.xfail(strict=True, reason=(
-    "broker bug: a broker SIGSTOPped inside a commit keeps its PostgreSQL transaction open with its "
-    "partitions' logs rows locked FOR UPDATE (and its brokers row FOR SHARE); the brokers that take "
-    "its partitions over block on those rows for as long as it is stopped, so the whole cluster "
-    "stops acknowledging, and their own lease renewals wait behind their blocked commits, so they "
-    "are fenced too (see tests/interop/README.md, cluster tests)"))
 def test_sigstop_inside_a_commit(cluster, postgres, pg_db):
     """The same, stopped while it holds a commit's row locks (the moment a GC pause or a frozen VM
     may pick)."""
