@@ -539,6 +539,38 @@ pub async fn batch_with_max_time(
     row.as_ref().map(found).transpose()
 }
 
+/// A partition's log row, locked for the rest of a writing transaction.
+struct LockedLog {
+    start: i64,
+    hw: i64,
+    size: i64,
+}
+
+/// Inside a writing transaction: checks the registration and locks the partition's log row;
+/// `None` when the partition does not exist.
+async fn lock_log(
+    tx: &tokio_postgres::Transaction<'_>,
+    reg: Registration,
+    key: PartitionKey,
+) -> Result<Option<LockedLog>, DbError> {
+    membership::check_current(tx, reg).await?;
+    let row = tx
+        .query_opt(
+            "SELECT log_start, high_watermark, size_bytes FROM logs
+             WHERE topic_id = $1 AND partition = $2 FOR UPDATE",
+            &[&key.topic_id, &key.partition],
+        )
+        .await?;
+    row.map(|r| {
+        Ok(LockedLog {
+            start: r.try_get(0)?,
+            hw: r.try_get(1)?,
+            size: r.try_get(2)?,
+        })
+    })
+    .transpose()
+}
+
 /// Moves a partition's log start up to `offset` (never down, never past the high watermark)
 /// and drops the batches wholly below it, releasing their bytes in their objects. Returns the
 /// new log start, `None` when the partition does not exist.
@@ -550,17 +582,9 @@ pub async fn delete_before(
 ) -> Result<Option<i64>, DbError> {
     let mut client = db.client().await?;
     let tx = client.transaction().await?;
-    membership::check_current(&tx, reg).await?;
-    let Some(r) = tx
-        .query_opt(
-            "SELECT log_start, high_watermark FROM logs WHERE topic_id = $1 AND partition = $2 FOR UPDATE",
-            &[&key.topic_id, &key.partition],
-        )
-        .await?
-    else {
+    let Some(LockedLog { start, hw, .. }) = lock_log(&tx, reg, key).await? else {
         return Ok(None);
     };
-    let (start, hw): (i64, i64) = (r.try_get(0)?, r.try_get(1)?);
     let new_start = offset.clamp(start, hw);
     if new_start > start {
         release_below(&tx, key, new_start).await?;
@@ -625,17 +649,9 @@ pub async fn apply_retention(
 ) -> Result<Option<i64>, DbError> {
     let mut client = db.client().await?;
     let tx = client.transaction().await?;
-    membership::check_current(&tx, reg).await?;
-    let Some(r) = tx
-        .query_opt(
-            "SELECT log_start, high_watermark, size_bytes FROM logs WHERE topic_id = $1 AND partition = $2 FOR UPDATE",
-            &[&key.topic_id, &key.partition],
-        )
-        .await?
-    else {
+    let Some(LockedLog { start, hw, size }) = lock_log(&tx, reg, key).await? else {
         return Ok(None);
     };
-    let (start, _hw, size): (i64, i64, i64) = (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
     let mut new_start = start;
     if let Some(ms) = retention_ms.filter(|ms| *ms >= 0) {
         // The first batch young enough to keep; everything before it goes.
@@ -647,10 +663,7 @@ pub async fn apply_retention(
             )
             .await?
             .try_get(0)?;
-        let end: i64 = match keep {
-            Some(offset) => offset,
-            None => r.try_get(1)?,
-        };
+        let end = keep.unwrap_or(hw);
         new_start = new_start.max(end);
     }
     if let Some(limit) = retention_bytes.filter(|b| *b >= 0)

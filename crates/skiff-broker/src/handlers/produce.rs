@@ -24,6 +24,22 @@ pub fn records_bytes(request: &ProduceRequest) -> usize {
         .sum()
 }
 
+/// TOPIC_AUTHORIZATION_FAILED when the request may not WRITE to `topic` (checked only when the
+/// request as a whole was not refused already).
+fn write_refusal(
+    ctx: &RequestContext,
+    request_error: Option<&KafkaError>,
+    topic: &str,
+) -> Option<KafkaError> {
+    (request_error.is_none() && !ctx.authorized(AclOperation::Write, ResourceType::Topic, topic))
+        .then(|| {
+            KafkaError::new(
+                ErrorCode::TOPIC_AUTHORIZATION_FAILED,
+                "not authorized to write to this topic",
+            )
+        })
+}
+
 pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
     if let Some(cluster) = ctx.broker.cluster() {
         return cluster_produce(ctx, Arc::clone(cluster), request);
@@ -51,14 +67,7 @@ pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
     };
 
     for (t, topic_data) in request.topic_data.into_iter().enumerate() {
-        let topic_error = (request_error.is_none()
-            && !ctx.authorized(AclOperation::Write, ResourceType::Topic, &topic_data.name))
-        .then(|| {
-            KafkaError::new(
-                ErrorCode::TOPIC_AUTHORIZATION_FAILED,
-                "not authorized to write to this topic",
-            )
-        });
+        let topic_error = write_refusal(ctx, request_error.as_ref(), &topic_data.name);
         let request_error = request_error.as_ref().or(topic_error.as_ref());
         let topic = ctx.broker.topic_by_name(&topic_data.name);
         let mut partitions = Vec::with_capacity(topic_data.partition_data.len());
@@ -213,14 +222,7 @@ fn cluster_produce(
         None
     };
     for (t, topic_data) in request.topic_data.into_iter().enumerate() {
-        let topic_error = (request_error.is_none()
-            && !ctx.authorized(AclOperation::Write, ResourceType::Topic, &topic_data.name))
-        .then(|| {
-            KafkaError::new(
-                ErrorCode::TOPIC_AUTHORIZATION_FAILED,
-                "not authorized to write to this topic",
-            )
-        });
+        let topic_error = write_refusal(ctx, request_error.as_ref(), &topic_data.name);
         let request_error = request_error.as_ref().or(topic_error.as_ref());
         let topic = ctx.broker.topic_by_name(&topic_data.name);
         let config = topic
