@@ -79,17 +79,12 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker> {
                     .unwrap_or_else(|| (addr.ip().to_string(), addr.port()));
                 listeners.insert(listener.name, (host, i32::from(port)));
             }
-            let (host, port) = listeners
-                .values()
-                .next()
-                .cloned()
-                .unwrap_or_else(|| (local_addr.ip().to_string(), i32::from(local_addr.port())));
+            // The first listener's address is the broker's main one.
             let first = config
                 .effective_listeners()
-                .into_iter()
-                .next()
+                .first()
                 .and_then(|l| listeners.get(&l.name).cloned())
-                .unwrap_or((host, port));
+                .unwrap_or_else(|| (local_addr.ip().to_string(), i32::from(local_addr.port())));
             let endpoints = skiff_cluster::membership::Endpoints {
                 host: first.0,
                 port: first.1,

@@ -412,6 +412,15 @@ fn found(r: &tokio_postgres::Row) -> Result<FoundBatch, DbError> {
 const FOUND_COLUMNS: &str = "b.base_offset, b.last_offset, o.key, b.byte_offset, b.byte_size, \
                              b.max_timestamp, b.log_append_time";
 
+/// The columns `log_start, high_watermark, size_bytes` of a `logs` row.
+fn offsets_of(r: &tokio_postgres::Row) -> Result<Offsets, DbError> {
+    Ok(Offsets {
+        log_start: r.try_get(0)?,
+        high_watermark: r.try_get(1)?,
+        size_bytes: r.try_get(2)?,
+    })
+}
+
 /// A partition's offsets, `None` when it does not exist.
 pub async fn offsets(db: &Db, key: PartitionKey) -> Result<Option<Offsets>, DbError> {
     let client = db.client().await?;
@@ -421,14 +430,7 @@ pub async fn offsets(db: &Db, key: PartitionKey) -> Result<Option<Offsets>, DbEr
             &[&key.topic_id, &key.partition],
         )
         .await?;
-    row.map(|r| {
-        Ok(Offsets {
-            log_start: r.try_get(0)?,
-            high_watermark: r.try_get(1)?,
-            size_bytes: r.try_get(2)?,
-        })
-    })
-    .transpose()
+    row.as_ref().map(offsets_of).transpose()
 }
 
 /// The batches from the one holding `offset` on, in offset order, up to `max_bytes` (the first
@@ -457,11 +459,7 @@ pub async fn find_batches(
     else {
         return Ok(None);
     };
-    let offsets = Offsets {
-        log_start: r.try_get(0)?,
-        high_watermark: r.try_get(1)?,
-        size_bytes: r.try_get(2)?,
-    };
+    let offsets = offsets_of(&r)?;
     if offset >= offsets.high_watermark {
         return Ok(Some((offsets, Vec::new())));
     }
@@ -539,20 +537,13 @@ pub async fn batch_with_max_time(
     row.as_ref().map(found).transpose()
 }
 
-/// A partition's log row, locked for the rest of a writing transaction.
-struct LockedLog {
-    start: i64,
-    hw: i64,
-    size: i64,
-}
-
-/// Inside a writing transaction: checks the registration and locks the partition's log row;
-/// `None` when the partition does not exist.
+/// Inside a writing transaction: checks the registration and locks the partition's log row
+/// for the rest of it; `None` when the partition does not exist.
 async fn lock_log(
     tx: &tokio_postgres::Transaction<'_>,
     reg: Registration,
     key: PartitionKey,
-) -> Result<Option<LockedLog>, DbError> {
+) -> Result<Option<Offsets>, DbError> {
     membership::check_current(tx, reg).await?;
     let row = tx
         .query_opt(
@@ -561,14 +552,7 @@ async fn lock_log(
             &[&key.topic_id, &key.partition],
         )
         .await?;
-    row.map(|r| {
-        Ok(LockedLog {
-            start: r.try_get(0)?,
-            hw: r.try_get(1)?,
-            size: r.try_get(2)?,
-        })
-    })
-    .transpose()
+    row.as_ref().map(offsets_of).transpose()
 }
 
 /// Moves a partition's log start up to `offset` (never down, never past the high watermark)
@@ -582,7 +566,12 @@ pub async fn delete_before(
 ) -> Result<Option<i64>, DbError> {
     let mut client = db.client().await?;
     let tx = client.transaction().await?;
-    let Some(LockedLog { start, hw, .. }) = lock_log(&tx, reg, key).await? else {
+    let Some(Offsets {
+        log_start: start,
+        high_watermark: hw,
+        ..
+    }) = lock_log(&tx, reg, key).await?
+    else {
         return Ok(None);
     };
     let new_start = offset.clamp(start, hw);
@@ -649,7 +638,12 @@ pub async fn apply_retention(
 ) -> Result<Option<i64>, DbError> {
     let mut client = db.client().await?;
     let tx = client.transaction().await?;
-    let Some(LockedLog { start, hw, size }) = lock_log(&tx, reg, key).await? else {
+    let Some(Offsets {
+        log_start: start,
+        high_watermark: hw,
+        size_bytes: size,
+    }) = lock_log(&tx, reg, key).await?
+    else {
         return Ok(None);
     };
     let mut new_start = start;

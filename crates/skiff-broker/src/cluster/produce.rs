@@ -71,7 +71,7 @@ impl Pipeline {
         mut batches: Vec<BatchInfo>,
     ) -> oneshot::Receiver<Outcome> {
         let (tx, rx) = oneshot::channel();
-        let full = {
+        {
             let mut p = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
             let base = p.bytes.len() as u64;
             for b in &mut batches {
@@ -83,10 +83,9 @@ impl Pipeline {
             if p.since.is_none() {
                 p.since = Some(tokio::time::Instant::now());
             }
-            p.bytes.len() >= self.buffer_max
-        };
-        // Wakes the flusher: to start the interval on a first batch, or to cut a full object.
-        let _ = full;
+        }
+        // Wakes the flusher: it starts the interval on a first batch, and cuts the object at
+        // once when the buffer is full.
         self.wake.notify_one();
         rx
     }

@@ -286,14 +286,19 @@ fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
     assemble(plan, |_, source, offset, want| match source {
         Source::Local(partition) => partition.read(offset, want, isolation),
         // Cluster partitions are read by `cluster_fetch`, never here.
-        Source::Cluster(..) => PartitionRead {
-            high_watermark: -1,
-            last_stable_offset: -1,
-            log_start_offset: -1,
-            records: Err(ErrorCode::NOT_LEADER_OR_FOLLOWER),
-            aborted: None,
-        },
+        Source::Cluster(..) => failed_read(ErrorCode::NOT_LEADER_OR_FOLLOWER),
     })
+}
+
+/// A read that answers `code` for its partition.
+fn failed_read(code: ErrorCode) -> PartitionRead {
+    PartitionRead {
+        high_watermark: -1,
+        last_stable_offset: -1,
+        log_start_offset: -1,
+        records: Err(code),
+        aborted: None,
+    }
 }
 
 /// Builds the response from one read per target (`read_one(index, source, offset, want)`),
@@ -424,35 +429,19 @@ async fn cluster_read(
     }
     assemble(plan, |i, _, _, want| {
         let Some(Some(read)) = reads.get_mut(i).map(Option::take) else {
-            return PartitionRead {
-                high_watermark: -1,
-                last_stable_offset: -1,
-                log_start_offset: -1,
-                records: Err(ErrorCode::UNKNOWN_SERVER_ERROR),
-                aborted: None,
-            };
+            return failed_read(ErrorCode::UNKNOWN_SERVER_ERROR);
         };
         match read {
-            Err(code) => PartitionRead {
-                high_watermark: -1,
-                last_stable_offset: -1,
-                log_start_offset: -1,
-                records: Err(code),
-                aborted: None,
-            },
+            Err(code) => failed_read(code),
             Ok(read) => {
+                // Whole batches within `want` (the first whole even if larger); none once the
+                // request's budget is spent (`want` 0).
                 let mut records = bytes::BytesMut::new();
-                for batch in read.batches {
+                for batch in read.batches.iter().take_while(|_| want > 0) {
                     if !records.is_empty() && records.len() + batch.len() > want {
                         break;
                     }
-                    records.extend_from_slice(&batch);
-                    if want == 0 {
-                        break;
-                    }
-                }
-                if want == 0 {
-                    records.clear();
+                    records.extend_from_slice(batch);
                 }
                 PartitionRead {
                     high_watermark: read.high_watermark,
