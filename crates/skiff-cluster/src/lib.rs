@@ -1,6 +1,6 @@
 //! `skiff-cluster` owns Skiff's cluster mode: stateless brokers whose state lives in existing
 //! distributed engines, as in KIP-1150's "diskless" topics. PostgreSQL holds the metadata (brokers
-//! and their leases, topics, producer ID blocks) and the order of the batches (the batch index,
+//! and their leases, topics, producer ID blocks, coordinator shards and their state) and the order of the batches (the batch index,
 //! high watermarks, idempotent producers); S3-compatible object storage (or a shared directory)
 //! holds the bytes.
 //!
@@ -11,12 +11,15 @@
 //! - [`log`]: commits and lookups of the batch index and the logs' offsets;
 //! - [`gc`]: deleting objects nothing refers to, and uploads never committed;
 //! - [`topics`]: topics, partitions, configs and producer ID blocks;
+//! - [`coordinators`]: coordinator shards (ownership fenced by epoch), their records, and group
+//!   configs;
 //! - [`status`]: what `skiff cluster status` shows;
 //! - [`objects`]: the object store (`s3://` or `file://`) and object keys.
 //!
 //! Nothing here knows the Kafka protocol; the broker drives it.
 
 pub mod commit;
+pub mod coordinators;
 pub mod db;
 pub mod gc;
 pub mod log;

@@ -18,10 +18,11 @@ pub struct Migration {
 }
 
 /// Every migration, oldest first. Append only: a released migration never changes.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "brokers, topics, logs, objects, batches, producers",
-    sql: r#"
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "brokers, topics, logs, objects, batches, producers",
+        sql: r#"
 CREATE TABLE brokers (
     node_id INT PRIMARY KEY,
     epoch BIGINT NOT NULL,
@@ -105,7 +106,36 @@ CREATE TABLE producer_id_blocks (
 );
 INSERT INTO producer_id_blocks (next_id) VALUES (0);
 "#,
-}];
+    },
+    Migration {
+        version: 2,
+        name: "coordinator shards, their records, group configs",
+        sql: r#"
+CREATE TABLE coordinator_shards (
+    shard INT PRIMARY KEY CHECK (shard >= 0),
+    -- The owning broker's registration (node ID and broker epoch); NULL when released.
+    owner INT,
+    owner_epoch BIGINT,
+    -- The shard's epoch: grows at every claim, the fencing token of every write.
+    epoch BIGINT NOT NULL DEFAULT 0 CHECK (epoch >= 0),
+    claimed_at TIMESTAMPTZ
+);
+INSERT INTO coordinator_shards (shard) SELECT generate_series(0, 49);
+
+CREATE TABLE coordinator_records (
+    shard INT NOT NULL REFERENCES coordinator_shards (shard),
+    key BYTEA NOT NULL,
+    value BYTEA NOT NULL,
+    PRIMARY KEY (shard, key)
+);
+
+CREATE TABLE group_configs (
+    group_id TEXT PRIMARY KEY,
+    configs JSONB NOT NULL
+);
+"#,
+    },
+];
 
 /// The newest schema version this broker knows.
 pub fn current_version() -> i32 {

@@ -697,3 +697,143 @@ async fn a_paused_commit_does_not_hold_its_locks() {
     // A's transaction is gone: it can commit nothing when it wakes.
     assert!(a_tx.commit().await.is_err());
 }
+
+/// Coordinator shards: a claim bumps the epoch and reads the records; a live owner keeps its
+/// shard; writes are fenced by the shard epoch and the owner's lease; a lapsed owner's shard is
+/// taken over with everything it wrote, and its later writes are refused; a write in flight
+/// holds a claim back until it has committed.
+#[tokio::test]
+async fn coordinator_shards_are_owned_once_and_fenced_by_epoch() {
+    use skiff_cluster::coordinators::{self, SHARDS};
+    let Some((_pg, db)) = setup("shards").await else {
+        return;
+    };
+    let rows = coordinators::shards(&db).await.unwrap();
+    assert_eq!(
+        rows.len(),
+        SHARDS as usize,
+        "the schema creates every shard"
+    );
+    assert!(rows.iter().all(|r| r.owner.is_none() && r.epoch == 0));
+
+    let a = register(&db, 1).await;
+    let b = register(&db, 2).await;
+    let claimed = coordinators::claim(&db, 7, a).await.unwrap().expect("free");
+    assert_eq!(claimed.epoch, 1);
+    assert!(claimed.records.is_empty());
+    assert!(
+        coordinators::claim(&db, 7, b).await.unwrap().is_none(),
+        "a live owner keeps its shard"
+    );
+    let put = |k: &str, v: &str| (k.as_bytes().to_vec(), Some(v.as_bytes().to_vec()));
+    coordinators::write(
+        &db,
+        7,
+        1,
+        a,
+        &[put("g\0one", "1"), put("g\0two", "2"), put("g\0one", "1b")],
+    )
+    .await
+    .unwrap();
+    coordinators::write(&db, 7, 1, a, &[(b"g\0two".to_vec(), None)])
+        .await
+        .unwrap();
+    // Only the owner at the current epoch writes.
+    assert!(matches!(
+        coordinators::write(&db, 7, 1, b, &[put("x", "y")]).await,
+        Err(DbError::Fenced { .. })
+    ));
+    assert!(matches!(
+        coordinators::write(&db, 7, 0, a, &[put("x", "y")]).await,
+        Err(DbError::Fenced { .. })
+    ));
+
+    // A reload by the same registration bumps the epoch: the old epoch's writes are refused.
+    let reloaded = coordinators::claim(&db, 7, a).await.unwrap().expect("own");
+    assert_eq!(reloaded.epoch, 2);
+    assert_eq!(reloaded.records, vec![(b"g\0one".to_vec(), b"1b".to_vec())]);
+    assert!(matches!(
+        coordinators::write(&db, 7, 1, a, &[put("x", "y")]).await,
+        Err(DbError::Fenced { .. })
+    ));
+
+    // A write in flight holds a takeover back; the takeover then reads what it wrote.
+    let mut holder = db.client().await.unwrap();
+    let tx = holder.transaction().await.unwrap();
+    tx.query_one(
+        "SELECT 1 FROM coordinator_shards WHERE shard = 7 FOR SHARE",
+        &[],
+    )
+    .await
+    .unwrap();
+    tx.execute(
+        "INSERT INTO coordinator_records (shard, key, value) VALUES (7, 'g\\000late', 'late')",
+        &[],
+    )
+    .await
+    .unwrap();
+    db.client()
+        .await
+        .unwrap()
+        .execute(
+            "UPDATE brokers SET lease_until = now() - interval '1 second' WHERE node_id = 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let db2 = db.clone();
+    let takeover = tokio::spawn(async move { coordinators::claim(&db2, 7, b).await });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        !takeover.is_finished(),
+        "the claim waits for the write in flight"
+    );
+    tx.commit().await.unwrap();
+    let taken = takeover
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("a lapsed owner's shard");
+    assert_eq!(taken.epoch, 3);
+    assert_eq!(taken.records.len(), 2, "{:?}", taken.records);
+    // The stale owner can write nothing more, at any epoch.
+    for epoch in [2, 3] {
+        assert!(matches!(
+            coordinators::write(&db, 7, epoch, a, &[put("g\0one", "stale")]).await,
+            Err(DbError::Fenced { .. })
+        ));
+    }
+    coordinators::write(&db, 7, 3, b, &[put("g\0one", "new")])
+        .await
+        .unwrap();
+
+    // Released shards are free to claim; a release with an old epoch changes nothing.
+    coordinators::release(&db, 7, 2, b).await.unwrap();
+    let rows = coordinators::shards(&db).await.unwrap();
+    assert_eq!(rows[7].owner, Some(2));
+    coordinators::release(&db, 7, 3, b).await.unwrap();
+    let rows = coordinators::shards(&db).await.unwrap();
+    assert_eq!((rows[7].owner, rows[7].records), (None, 2));
+    let again = register(&db, 1).await;
+    let back = coordinators::claim(&db, 7, again)
+        .await
+        .unwrap()
+        .expect("released");
+    assert_eq!(back.epoch, 4);
+
+    // Group configs: any broker writes them; empty removes.
+    let mut configs = BTreeMap::new();
+    configs.insert(
+        "consumer.session.timeout.ms".to_string(),
+        "50000".to_string(),
+    );
+    coordinators::set_group_configs(&db, b, "g1", &configs)
+        .await
+        .unwrap();
+    let all = coordinators::group_configs(&db).await.unwrap();
+    assert_eq!(all.get("g1"), Some(&configs));
+    coordinators::set_group_configs(&db, b, "g1", &BTreeMap::new())
+        .await
+        .unwrap();
+    assert!(coordinators::group_configs(&db).await.unwrap().is_empty());
+}
