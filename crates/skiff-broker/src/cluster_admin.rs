@@ -68,6 +68,25 @@ impl Broker {
         Ok((cluster, reg))
     }
 
+    /// Writes a group's config overrides to PostgreSQL (every broker mirrors them), then into
+    /// this broker's view.
+    pub(crate) fn cluster_set_group_configs(
+        &self,
+        group_id: &str,
+        overrides: BTreeMap<String, String>,
+    ) -> Result<(), MetaError> {
+        let (cluster, reg) = self.cluster_and_registration("altering group configs")?;
+        wait(skiff_cluster::coordinators::set_group_configs(
+            &cluster.db,
+            reg,
+            group_id,
+            &overrides,
+        ))?
+        .map_err(|e| db_error("altering group configs", &cluster, e))?;
+        self.groups.mirror_group_overrides(group_id, overrides);
+        Ok(())
+    }
+
     /// Re-reads the topics from PostgreSQL into the mirror.
     fn refresh_topics(&self, cluster: &Cluster) -> Result<(), MetaError> {
         let rows = wait(topics::list(&cluster.db))?

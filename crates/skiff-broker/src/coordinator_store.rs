@@ -1,8 +1,9 @@
 //! The storage seam of the group and transaction coordinators: a key-value record stream they
 //! write every change to (a `None` value deletes the key) and read back whole at start. The
 //! compacted internal logs `data.dir/__groups` and `data.dir/__transactions` ([`KvLog`]) are
-//! the first implementation; a second backend (a database table in cluster mode) implements
-//! the same two traits, and the coordinators do not change.
+//! the first implementation; cluster mode's coordinator shards in PostgreSQL
+//! ([`crate::cluster::coordination`]) the second, and the coordinators do not change beyond
+//! loading and unloading the shards a broker is given and loses.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -24,11 +25,42 @@ pub trait CoordinatorStore: Send {
     fn needs_compaction(&self) -> bool;
     /// Rewrites the store with only `live` (the coordinator's current state).
     fn compact(&mut self, live: &[(Bytes, Bytes)]) -> Result<()>;
+    /// Whether this broker coordinates `id` (a group or transactional ID) now: always on one
+    /// node; in cluster mode, only for the shards it owns and has loaded.
+    fn serves(&self, _id: &str) -> bool {
+        true
+    }
+    /// What to wait for before answering a request about `id` in cluster mode: the last
+    /// append to its shard (`None`: nothing to wait for).
+    fn barrier(&self, _id: &str) -> Option<i64> {
+        None
+    }
+}
+
+/// Why appends did not become durable.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// Cluster mode: the shard's write was refused or failed; this broker no longer
+    /// coordinates it (until it has loaded it again).
+    #[error("not the coordinator: {0}")]
+    NotCoordinator(String),
+}
+
+impl StoreError {
+    /// The error code a client gets.
+    pub fn code(&self) -> skiff_protocol::ErrorCode {
+        match self {
+            StoreError::Log(_) => skiff_protocol::ErrorCode::KAFKA_STORAGE_ERROR,
+            StoreError::NotCoordinator(_) => skiff_protocol::ErrorCode::NOT_COORDINATOR,
+        }
+    }
 }
 
 /// Waits, outside the coordinator's lock, until appends are durable.
 pub trait Durable: Send + Sync {
-    fn wait_durable(&self, end: i64) -> BoxFuture<'_, Result<(), LogError>>;
+    fn wait_durable(&self, end: i64) -> BoxFuture<'_, Result<(), StoreError>>;
 }
 
 /// An opened store: the store, every live pair in it, and its durability waiter (`None`
@@ -40,7 +72,7 @@ pub struct Opened {
 }
 
 /// Waits until a store with the waiter `durable` is durable up to `end` (at once without one).
-pub async fn wait_durable(durable: Option<&Arc<dyn Durable>>, end: i64) -> Result<(), LogError> {
+pub async fn wait_durable(durable: Option<&Arc<dyn Durable>>, end: i64) -> Result<(), StoreError> {
     match durable {
         Some(d) => d.wait_durable(end).await,
         None => Ok(()),
@@ -74,7 +106,7 @@ impl CoordinatorStore for KvLog {
 }
 
 impl Durable for GroupCommitter {
-    fn wait_durable(&self, end: i64) -> BoxFuture<'_, Result<(), LogError>> {
-        Box::pin(GroupCommitter::wait_durable(self, end))
+    fn wait_durable(&self, end: i64) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move { Ok(GroupCommitter::wait_durable(self, end).await?) })
     }
 }

@@ -3,13 +3,14 @@
 //! Locks are `std` locks held for short, non-async critical sections; nothing awaits while
 //! holding one. fdatasync happens outside every lock (group commit in `skiff-log`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use anyhow::{Context, Result, bail};
+use bytes::Bytes;
 use skiff_log::{FlushPolicy, LogConfig, PartitionLog, TimestampPolicy};
 use skiff_meta::{EffectiveTopicConfig, MetadataStore, TimestampType, TopicInfo};
 use skiff_protocol::{ApiKey, Uuid};
@@ -83,6 +84,32 @@ impl crate::cluster::Host for Broker {
             }
             Err(e) => tracing::error!(error = %e, "mirroring the cluster's topics failed"),
         }
+    }
+
+    fn mirror_group_configs(&self, all: BTreeMap<String, BTreeMap<String, String>>) {
+        self.groups.mirror_overrides(all);
+    }
+
+    fn load_shard(&self, shard: i32, records: Vec<(Vec<u8>, Vec<u8>)>) {
+        use crate::cluster::coordination::GROUPS;
+        let pairs: BTreeMap<Bytes, Bytes> = records
+            .into_iter()
+            .filter_map(|(key, value)| match key.split_first() {
+                Some((&GROUPS, rest)) => Some((Bytes::copy_from_slice(rest), Bytes::from(value))),
+                _ => None,
+            })
+            .collect();
+        let groups = self.groups.load_shard(
+            pairs,
+            |id| skiff_cluster::coordinators::shard_of(id) == shard,
+            now_ms(),
+        );
+        tracing::debug!(shard, groups, "groups loaded");
+    }
+
+    fn unload_shard(&self, shard: i32) {
+        self.groups
+            .unload_shard(|id| skiff_cluster::coordinators::shard_of(id) == shard);
     }
 
     fn retention_targets(&self) -> Vec<crate::cluster::RetentionTarget> {
@@ -264,14 +291,24 @@ impl Broker {
                     .unwrap_or_else(|| (bound.ip().to_string(), bound.port()))
             })
             .collect();
-        let groups = crate::groups::GroupCoordinator::open(
-            crate::coordinator_store::open_local(
+        let group_store = match &cluster {
+            // Cluster mode: the groups are in PostgreSQL, loaded shard by shard as this broker
+            // is given them.
+            Some(c) => crate::coordinator_store::Opened {
+                store: Box::new(c.coordination.store(
+                    crate::cluster::coordination::GROUPS,
+                    crate::groups::record_owner,
+                )),
+                pairs: BTreeMap::new(),
+                durable: Some(Arc::clone(&c.coordination.writer) as _),
+            },
+            None => crate::coordinator_store::open_local(
                 &config.data_dir.join(GROUP_LOG_DIR),
                 flush_policy(config.flush),
             )?,
-            config.groups.clone(),
-            now_ms(),
-        )?;
+        };
+        let groups =
+            crate::groups::GroupCoordinator::open(group_store, config.groups.clone(), now_ms())?;
         let txns = crate::txns::TransactionCoordinator::open(
             crate::coordinator_store::open_local(
                 &config.data_dir.join(crate::txns::TXN_LOG_DIR),
@@ -496,7 +533,8 @@ impl Broker {
     pub(crate) fn group_coordinator(&self, key: &str, listener: usize) -> Option<Node> {
         let cluster = self.cluster.as_ref()?;
         let ids: Vec<i32> = cluster.live().iter().map(|b| b.node_id).collect();
-        let owner = crate::cluster::placement::owner_of_key(key, &ids)?;
+        let shard = skiff_cluster::coordinators::shard_of(key);
+        let owner = crate::cluster::coordination::shard_owner(shard, &ids)?;
         self.nodes_for(listener)
             .into_iter()
             .find(|n| n.node_id == owner)

@@ -67,7 +67,11 @@ pub async fn finish(broker: Arc<Broker>, plan: EndPlan) -> Result<(), ErrorCode>
                 stored
             };
             let synced = match stored {
-                Ok(end) => broker.groups.wait_durable(end).await,
+                Ok(end) => broker
+                    .groups
+                    .wait_durable(end)
+                    .await
+                    .map_err(anyhow::Error::from),
                 Err(e) => Err(e),
             };
             if let Err(e) = synced {

@@ -560,3 +560,269 @@ async fn topic_changes_reach_every_broker() {
     }
     cluster.stop_all().await;
 }
+
+/// FindCoordinator for a group through broker `via` (the node it names).
+async fn find_coordinator(cluster: &TestCluster, via: i32, group: &str) -> i32 {
+    let mut c = cluster.client(via).await;
+    let request = skiff_protocol::generated::FindCoordinatorRequest {
+        key_type: 0,
+        coordinator_keys: vec![group.into()],
+        ..Default::default()
+    };
+    match c.call(request, 4).await {
+        Response::FindCoordinator(r) => {
+            assert_eq!(r.coordinators[0].error_code, 0, "{r:?}");
+            r.coordinators[0].node_id
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// One KIP-848 heartbeat; answers (error code, member ID, member epoch, assigned partitions).
+async fn consumer_heartbeat(
+    c: &mut Client,
+    group: &str,
+    member: &str,
+    epoch: i32,
+) -> (i16, String, i32, Vec<i32>) {
+    let request = skiff_protocol::generated::ConsumerGroupHeartbeatRequest {
+        group_id: group.into(),
+        member_id: member.into(),
+        member_epoch: epoch,
+        rebalance_timeout_ms: 30_000,
+        subscribed_topic_names: (epoch == 0).then(|| vec!["work".into()]),
+        server_assignor: None,
+        topic_partitions: (epoch == 0).then(Vec::new),
+        ..Default::default()
+    };
+    match c.call(request, 1).await {
+        Response::ConsumerGroupHeartbeat(r) => {
+            let mut partitions: Vec<i32> = r
+                .assignment
+                .iter()
+                .flat_map(|a| &a.topic_partitions)
+                .flat_map(|t| t.partitions.iter().copied())
+                .collect();
+            partitions.sort();
+            (
+                r.error_code,
+                r.member_id.map(|m| m.to_string()).unwrap_or_default(),
+                r.member_epoch,
+                partitions,
+            )
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Heartbeats through whichever broker FindCoordinator names until one is answered without a
+/// coordinator error (a shard moving or loading); answers like [`consumer_heartbeat`] and the
+/// node that answered.
+async fn heartbeat_coordinator(
+    cluster: &TestCluster,
+    group: &str,
+    member: &str,
+    epoch: i32,
+) -> ((i16, String, i32, Vec<i32>), i32) {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let via = cluster
+        .nodes
+        .iter()
+        .find(|n| n.running.is_some())
+        .expect("a running broker")
+        .node_id;
+    loop {
+        let node = find_coordinator(cluster, via, group).await;
+        if cluster.node(node).running.is_none() {
+            // Named from a live set that has not yet heard of the stop.
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "a stopped coordinator named"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        let mut c = cluster.client(node).await;
+        let answer = consumer_heartbeat(&mut c, group, member, epoch).await;
+        if ![
+            error_codes::NOT_COORDINATOR,
+            error_codes::COORDINATOR_LOAD_IN_PROGRESS,
+            error_codes::COORDINATOR_NOT_AVAILABLE,
+        ]
+        .contains(&answer.0)
+        {
+            return (answer, node);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no coordinator answered: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn commit_offset(c: &mut Client, group: &str, member: &str, epoch: i32, offset: i64) -> i16 {
+    use skiff_protocol::generated::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    let request = skiff_protocol::generated::OffsetCommitRequest {
+        group_id: group.into(),
+        generation_id_or_member_epoch: epoch,
+        member_id: member.into(),
+        topics: vec![OffsetCommitRequestTopic {
+            name: "work".into(),
+            partitions: vec![OffsetCommitRequestPartition {
+                partition_index: 0,
+                committed_offset: offset,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    match c.call(request, 9).await {
+        Response::OffsetCommit(r) => r.topics[0].partitions[0].error_code,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+async fn fetch_offset(c: &mut Client, group: &str) -> (i16, i64) {
+    use skiff_protocol::generated::offset_fetch_request::{
+        OffsetFetchRequestGroup, OffsetFetchRequestTopics,
+    };
+    let request = skiff_protocol::generated::OffsetFetchRequest {
+        groups: vec![OffsetFetchRequestGroup {
+            group_id: group.into(),
+            topics: Some(vec![OffsetFetchRequestTopics {
+                name: "work".into(),
+                partition_indexes: vec![0],
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    match c.call(request, 8).await {
+        Response::OffsetFetch(r) => {
+            let g = &r.groups[0];
+            let offset = g
+                .topics
+                .first()
+                .and_then(|t| t.partitions.first())
+                .map_or(-1, |p| p.committed_offset);
+            (g.error_code, offset)
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Group coordination across brokers: every broker names the same coordinator for a group,
+/// the others answer NOT_COORDINATOR; the group's state and offsets are in PostgreSQL, so when
+/// the coordinator's lease lapses (as if it was paused) another broker takes the shard over and
+/// the member goes on with the same ID and epoch and the committed offset, while the stale
+/// coordinator can change nothing; a clean stop hands shards over at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn group_coordinators_move_with_their_state() {
+    let Some(mut cluster) = TestCluster::start("coordinators", 3, false).await else {
+        return;
+    };
+    wait_for_brokers(&cluster, 1, &[1, 2, 3]).await;
+    let mut c = cluster.client(1).await;
+    create_topic(&mut c, "work", 2).await;
+    wait_for_topic(&cluster, "work", 2).await;
+
+    let group = "movers";
+    let owner = find_coordinator(&cluster, 1, group).await;
+    for via in [2, 3] {
+        assert_eq!(find_coordinator(&cluster, via, group).await, owner);
+    }
+    // A broker that does not coordinate the group refuses it.
+    let other = [1, 2, 3]
+        .into_iter()
+        .find(|n| *n != owner)
+        .expect("another");
+    let mut wrong = cluster.client(other).await;
+    let (code, ..) = consumer_heartbeat(&mut wrong, group, "m-1", 0).await;
+    assert_eq!(code, error_codes::NOT_COORDINATOR);
+
+    // Join through the coordinator; the member gets both partitions and commits an offset.
+    let ((code, member, mut epoch, mut assigned), node) =
+        heartbeat_coordinator(&cluster, group, "member-one-0123456789", 0).await;
+    assert_eq!(code, 0);
+    assert_eq!(node, owner);
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while assigned != [0, 1] {
+        assert!(tokio::time::Instant::now() < deadline, "never assigned");
+        let ((code, _, e, a), _) = heartbeat_coordinator(&cluster, group, &member, epoch).await;
+        assert_eq!(code, 0);
+        (epoch, assigned) = (e, a);
+    }
+    let mut at_owner = cluster.client(owner).await;
+    assert_eq!(
+        commit_offset(&mut at_owner, group, &member, epoch, 42).await,
+        0
+    );
+
+    // The coordinator's lease lapses behind its back: another broker takes the shard.
+    let db = skiff_cluster::Db::new(&cluster.metadata_url, 2).expect("pool");
+    let expire = format!(
+        "UPDATE brokers SET lease_until = now() - interval '1 second' WHERE node_id = {owner}"
+    );
+    db.client()
+        .await
+        .expect("connect")
+        .execute(expire.as_str(), &[])
+        .await
+        .expect("expire");
+    let survivors: Vec<i32> = [1, 2, 3].into_iter().filter(|n| *n != owner).collect();
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let successor = loop {
+        let shards = skiff_cluster::coordinators::shards(&db)
+            .await
+            .expect("shards");
+        let shard = skiff_cluster::coordinators::shard_of(group) as usize;
+        if let Some(o) = shards[shard].owner
+            && survivors.contains(&o)
+        {
+            break o;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never taken over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // The stale coordinator changes nothing: its commit is refused.
+    let stale = commit_offset(&mut at_owner, group, &member, epoch, 99).await;
+    assert!(
+        [
+            error_codes::NOT_COORDINATOR,
+            error_codes::COORDINATOR_LOAD_IN_PROGRESS
+        ]
+        .contains(&stale),
+        "a stale coordinator stored a commit: {stale}"
+    );
+    // The successor knows the member (same ID and epoch) and the committed offset.
+    let mut at_successor = cluster.client(successor).await;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let (code, m, e, a) = consumer_heartbeat(&mut at_successor, group, &member, epoch).await;
+        if code == 0 {
+            // The same epoch, and no new assignment: the member keeps what it had.
+            assert_eq!((m.as_str(), e), (member.as_str(), epoch));
+            assert!(a.is_empty(), "{a:?}");
+            break;
+        }
+        assert_eq!(code, error_codes::COORDINATOR_LOAD_IN_PROGRESS, "{code}");
+        assert!(tokio::time::Instant::now() < deadline, "never loaded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fetch_offset(&mut at_successor, group).await, (0, 42));
+
+    // A clean stop of the successor hands the shard over without waiting for its lease; once
+    // the first coordinator is back in the live set, every broker names one owner again.
+    cluster.stop(successor).await;
+    let ((code, m, e, _), node) = heartbeat_coordinator(&cluster, group, &member, epoch).await;
+    assert_eq!((code, m.as_str(), e), (0, member.as_str(), epoch));
+    assert_ne!(node, successor);
+    let mut at_node = cluster.client(node).await;
+    assert_eq!(fetch_offset(&mut at_node, group).await, (0, 42));
+    cluster.stop_all().await;
+}

@@ -8,13 +8,16 @@
 //! again); PostgreSQL's LISTEN/NOTIFY wakes long polls on commits and reloads brokers and topics
 //! when they change, with a one-second poll behind it; unused objects are deleted after their
 //! grace period, uploads that were never committed are swept, and retention runs for the
-//! partitions this broker leads.
+//! partitions this broker leads. Coordinator shards ([`coordination`]) are claimed, loaded,
+//! written through and released as placement moves them.
 
+pub mod coordination;
 pub mod fetch;
 pub mod placement;
 pub mod produce;
 mod tasks;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -33,6 +36,16 @@ use crate::config::ClusterConfig;
 pub trait Host: Send + Sync + 'static {
     /// Makes the broker's topics these (PostgreSQL's, as just read).
     fn mirror(&self, topics: Vec<skiff_meta::TopicInfo>);
+    /// Makes every group's config overrides these (PostgreSQL's, as just read).
+    fn mirror_group_configs(
+        &self,
+        all: std::collections::BTreeMap<String, BTreeMap<String, String>>,
+    );
+    /// Takes in a coordinator shard just claimed: its records, each under its coordinator's
+    /// namespace byte.
+    fn load_shard(&self, shard: i32, records: Vec<(Vec<u8>, Vec<u8>)>);
+    /// Forgets a coordinator shard this broker no longer owns.
+    fn unload_shard(&self, shard: i32);
     /// The topics with a retention limit, and their limits.
     fn retention_targets(&self) -> Vec<RetentionTarget>;
     /// `log.retention.check.interval.ms`.
@@ -85,6 +98,8 @@ pub struct Cluster {
     pub stats: Stats,
     /// The producer IDs left in this broker's block: next, end (exclusive).
     producer_ids: std::sync::Mutex<(i64, i64)>,
+    /// The coordinator shards this broker owns, and their writes.
+    pub coordination: Arc<coordination::Coordination>,
 }
 
 /// Counters of the cluster's storage traffic (admin metrics, benchmarks).
@@ -156,6 +171,7 @@ impl Cluster {
             cluster_id,
             stats: Stats::default(),
             producer_ids: std::sync::Mutex::new((0, 0)),
+            coordination: Arc::default(),
         }))
     }
 
@@ -199,7 +215,17 @@ impl Cluster {
     }
 
     fn set_live(&self, live: Vec<BrokerInfo>) {
-        *self.live.write().unwrap_or_else(PoisonError::into_inner) = live;
+        let ids = |brokers: &[BrokerInfo]| -> Vec<(i32, i64)> {
+            brokers.iter().map(|b| (b.node_id, b.epoch)).collect()
+        };
+        let mut current = self.live.write().unwrap_or_else(PoisonError::into_inner);
+        let changed = ids(&current) != ids(&live);
+        *current = live;
+        drop(current);
+        if changed {
+            // Coordinator shards follow the live set at once.
+            self.coordination.wake.notify_one();
+        }
     }
 
     /// The lowest live node ID (Metadata's controller), or this broker's.

@@ -30,38 +30,12 @@ pub fn leader(topic_id: Uuid, partition: i32, live: &[i32]) -> Option<i32> {
         .max_by_key(|&node| (score(topic_id, partition, node), node))
 }
 
-/// The live broker that owns a string key (a group ID): placed like a partition, from a
-/// stable 128-bit hash of the key (FNV-1a, twice).
-pub fn owner_of_key(key: &str, live: &[i32]) -> Option<i32> {
-    let fnv = |seed: u64| {
-        key.bytes().fold(seed, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        })
-    };
-    let hi = fnv(0xcbf2_9ce4_8422_2325);
-    let lo = fnv(0x8422_2325_cbf2_9ce4);
-    leader(Uuid::from_halves(hi, lo), 0, live)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn topic(n: u8) -> Uuid {
         Uuid::from_bytes([n; 16])
-    }
-
-    #[test]
-    fn keys_spread_and_are_stable() {
-        let mut counts = [0usize; 3];
-        for i in 0..900 {
-            let key = format!("group-{i}");
-            let owner = owner_of_key(&key, &[1, 2, 3]).unwrap();
-            assert_eq!(owner_of_key(&key, &[3, 2, 1]), Some(owner));
-            counts[(owner - 1) as usize] += 1;
-        }
-        assert!(counts.iter().all(|c| *c > 200), "{counts:?}");
-        assert_eq!(owner_of_key("g", &[]), None);
     }
 
     #[test]

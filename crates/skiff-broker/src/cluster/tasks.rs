@@ -44,6 +44,15 @@ pub fn spawn_tasks(
             shutdown.clone(),
         )),
         tokio::spawn(collect_objects(Arc::clone(&cluster), shutdown.clone())),
+        tokio::spawn(super::coordination::run_writer(
+            Arc::clone(&cluster),
+            shutdown.clone(),
+        )),
+        tokio::spawn(super::coordination::keep_shards(
+            Arc::clone(&broker),
+            Arc::clone(&cluster),
+            shutdown.clone(),
+        )),
         tokio::spawn(retention(broker, cluster, shutdown)),
     ]
 }
@@ -56,10 +65,12 @@ async fn refresh_live(cluster: &Cluster) {
     }
 }
 
-/// Mirrors PostgreSQL's topics into the broker's metadata.
+/// Mirrors PostgreSQL's topics into the broker's metadata, and its group configs into the
+/// group coordinator.
 pub async fn sync_topics(broker: &dyn Host, cluster: &Cluster) -> Result<(), DbError> {
     let rows = topics::list(&cluster.db).await?;
     broker.mirror(rows.into_iter().map(topic_info).collect());
+    broker.mirror_group_configs(skiff_cluster::coordinators::group_configs(&cluster.db).await?);
     Ok(())
 }
 

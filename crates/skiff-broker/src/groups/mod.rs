@@ -26,7 +26,7 @@ use tokio::sync::{Notify, oneshot};
 
 pub mod requests;
 
-use crate::coordinator_store::{CoordinatorStore, Durable, Opened};
+use crate::coordinator_store::{CoordinatorStore, Durable, Opened, StoreError};
 
 /// What the group coordinator knows of the topics: an image of names, IDs and partition counts,
 /// rebuilt when the generation changes (the broker implements it over its open topics).
@@ -155,6 +155,89 @@ fn parse_offset_key(key: &[u8]) -> Option<(String, OffsetKey)> {
     ))
 }
 
+/// Groups, offsets and configs read from a store's pairs.
+struct Loaded {
+    groups: HashMap<String, Group>,
+    offsets: Vec<(String, OffsetKey, CommittedOffset)>,
+    group_configs: BTreeMap<String, GroupOverrides>,
+}
+
+impl Loaded {
+    /// Reads every record it understands; unreadable ones are logged and skipped.
+    fn read(pairs: BTreeMap<Bytes, Bytes>, now_ms: i64) -> Loaded {
+        let mut groups = HashMap::new();
+        let mut offsets = Vec::new();
+        let mut group_configs = BTreeMap::new();
+        for (key, value) in pairs {
+            if let Some(group_id) = key.strip_prefix(GROUP_PREFIX) {
+                let group_id = String::from_utf8_lossy(group_id).to_string();
+                let stored: StoredGroup = match serde_json::from_slice(&value) {
+                    Ok(stored) => stored,
+                    Err(e) => {
+                        tracing::error!(group = %group_id, error = %e, "skipping an unreadable group record");
+                        continue;
+                    }
+                };
+                let group = match stored {
+                    StoredGroup::Consumer(s) => Group::Consumer(ConsumerGroup::restore(s, now_ms)),
+                    StoredGroup::Classic(s) => Group::Classic(ClassicGroup::restore(s, now_ms)),
+                };
+                groups.insert(group_id, group);
+            } else if let Some(group_id) = key.strip_prefix(CONFIG_PREFIX) {
+                let group_id = String::from_utf8_lossy(group_id).to_string();
+                match serde_json::from_slice::<GroupOverrides>(&value) {
+                    Ok(o) if !o.is_empty() => {
+                        group_configs.insert(group_id, o);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::error!(group = %group_id, error = %e, "skipping an unreadable group config record")
+                    }
+                }
+            } else if let Some((group, okey)) = parse_offset_key(&key) {
+                match serde_json::from_slice::<CommittedOffset>(&value) {
+                    Ok(committed) => offsets.push((group, okey, committed)),
+                    Err(e) => {
+                        tracing::error!(group = %group, error = %e, "skipping an unreadable offset record")
+                    }
+                }
+            }
+        }
+        Loaded {
+            groups,
+            offsets,
+            group_configs,
+        }
+    }
+
+    /// Adds what was read to the coordinator's state.
+    fn into(self, inner: &mut Inner) {
+        for (group_id, group) in self.groups {
+            inner
+                .persisted
+                .insert(group_id.clone(), group.change_counter());
+            inner.groups.insert(group_id, group);
+        }
+        for (group, key, committed) in self.offsets {
+            inner.offsets.commit(&group, key, committed);
+        }
+        inner.group_configs.extend(self.group_configs);
+    }
+}
+
+/// The group ID a record of the group store is about (`None` for keys it does not know).
+pub fn record_owner(key: &[u8]) -> Option<&str> {
+    let rest = key
+        .strip_prefix(GROUP_PREFIX)
+        .or_else(|| key.strip_prefix(CONFIG_PREFIX))
+        .map(|id| id as &[u8])
+        .or_else(|| {
+            key.strip_prefix(OFFSET_PREFIX)
+                .and_then(|rest| rest.split(|b| *b == 0).next())
+        })?;
+    std::str::from_utf8(rest).ok()
+}
+
 /// Everything under the coordinator's lock.
 pub struct Inner {
     pub groups: HashMap<String, Group>,
@@ -165,7 +248,8 @@ pub struct Inner {
     topics_generation: u64,
     kv: Box<dyn CoordinatorStore>,
     persisted: HashMap<String, u64>,
-    pending: HashMap<u64, oneshot::Sender<ClassicResponse>>,
+    /// Parked classic requests: token -> (group ID, where the answer goes).
+    pending: HashMap<u64, (String, oneshot::Sender<ClassicResponse>)>,
 }
 
 pub struct GroupCoordinator {
@@ -186,64 +270,111 @@ impl GroupCoordinator {
             pairs,
             durable,
         } = opened;
-        let mut groups = HashMap::new();
-        let mut offsets = OffsetStore::default();
-        let mut persisted = HashMap::new();
-        let mut group_configs = BTreeMap::new();
-        for (key, value) in pairs {
-            if let Some(group_id) = key.strip_prefix(GROUP_PREFIX) {
-                let group_id = String::from_utf8_lossy(group_id).to_string();
-                let stored: StoredGroup = match serde_json::from_slice(&value) {
-                    Ok(stored) => stored,
-                    Err(e) => {
-                        tracing::error!(group = %group_id, error = %e, "skipping an unreadable group record");
-                        continue;
-                    }
-                };
-                let group = match stored {
-                    StoredGroup::Consumer(s) => Group::Consumer(ConsumerGroup::restore(s, now_ms)),
-                    StoredGroup::Classic(s) => Group::Classic(ClassicGroup::restore(s, now_ms)),
-                };
-                persisted.insert(group_id.clone(), group.change_counter());
-                groups.insert(group_id, group);
-            } else if let Some(group_id) = key.strip_prefix(CONFIG_PREFIX) {
-                let group_id = String::from_utf8_lossy(group_id).to_string();
-                match serde_json::from_slice::<GroupOverrides>(&value) {
-                    Ok(o) if !o.is_empty() => {
-                        group_configs.insert(group_id, o);
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::error!(group = %group_id, error = %e, "skipping an unreadable group config record")
-                    }
-                }
-            } else if let Some((group, okey)) = parse_offset_key(&key) {
-                match serde_json::from_slice::<CommittedOffset>(&value) {
-                    Ok(committed) => offsets.commit(&group, okey, committed),
-                    Err(e) => {
-                        tracing::error!(group = %group, error = %e, "skipping an unreadable offset record")
-                    }
-                }
-            }
-        }
-        tracing::info!(groups = groups.len(), "group coordinator loaded");
+        let loaded = Loaded::read(pairs, now_ms);
+        tracing::info!(groups = loaded.groups.len(), "group coordinator loaded");
+        let mut inner = Inner {
+            groups: HashMap::new(),
+            offsets: OffsetStore::default(),
+            topics: TopicsImage::default(),
+            group_configs: BTreeMap::new(),
+            topics_generation: u64::MAX,
+            kv,
+            persisted: HashMap::new(),
+            pending: HashMap::new(),
+        };
+        loaded.into(&mut inner);
         Ok(GroupCoordinator {
-            inner: Mutex::new(Inner {
-                groups,
-                offsets,
-                topics: TopicsImage::default(),
-                group_configs,
-                topics_generation: u64::MAX,
-                kv,
-                persisted,
-                pending: HashMap::new(),
-            }),
+            inner: Mutex::new(inner),
             config,
             durable,
             next_token: AtomicU64::new(1),
             armed_deadline: AtomicI64::new(i64::MAX),
             timers_changed: Notify::new(),
         })
+    }
+
+    /// Cluster mode: takes in a shard's records (just claimed), replacing whatever this broker
+    /// held of the shard's groups; their session and rebalance timers are armed afresh from
+    /// `now_ms`. `owned` says which groups belong to the shard.
+    pub fn load_shard(
+        &self,
+        pairs: BTreeMap<Bytes, Bytes>,
+        owned: impl Fn(&str) -> bool,
+        now_ms: i64,
+    ) -> usize {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        Self::drop_groups(&mut inner, &owned);
+        let loaded = Loaded::read(pairs, now_ms);
+        let count = loaded.groups.len();
+        loaded.into(&mut inner);
+        drop(inner);
+        self.timers_changed.notify_one();
+        count
+    }
+
+    /// Cluster mode: forgets the groups `owned` says belong to a shard this broker lost; their
+    /// parked requests are answered NOT_COORDINATOR (their senders dropped).
+    pub fn unload_shard(&self, owned: impl Fn(&str) -> bool) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        Self::drop_groups(&mut inner, &owned);
+    }
+
+    fn drop_groups(inner: &mut Inner, owned: &impl Fn(&str) -> bool) {
+        inner.groups.retain(|id, _| !owned(id));
+        inner.persisted.retain(|id, _| !owned(id));
+        inner.pending.retain(|_, (group, _)| !owned(group));
+        let gone: Vec<String> = inner
+            .offsets
+            .groups()
+            .filter(|g| owned(g))
+            .map(str::to_string)
+            .collect();
+        for group in gone {
+            inner.offsets.delete_group(&group);
+        }
+    }
+
+    /// Cluster mode: every group's config overrides, as the cluster holds them now.
+    pub fn mirror_overrides(&self, all: BTreeMap<String, GroupOverrides>) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if inner.group_configs != all {
+            inner.group_configs = all;
+            drop(inner);
+            self.timers_changed.notify_one();
+        }
+    }
+
+    /// Cluster mode: sets one group's overrides in this broker's view (after writing them to
+    /// the cluster), so that its answer and its next calls see them at once.
+    pub fn mirror_group_overrides(&self, group_id: &str, overrides: GroupOverrides) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if overrides.is_empty() {
+            inner.group_configs.remove(group_id);
+        } else {
+            inner.group_configs.insert(group_id.to_string(), overrides);
+        }
+        drop(inner);
+        self.timers_changed.notify_one();
+    }
+
+    /// Waits until what was written about `id` so far is durable (cluster mode: in PostgreSQL,
+    /// under the shard's epoch); NOT_COORDINATOR when this broker does not or no longer
+    /// coordinates it.
+    pub async fn settle(&self, id: &str) -> Result<(), skiff_protocol::ErrorCode> {
+        let barrier = {
+            let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            if !inner.kv.serves(id) {
+                return Err(skiff_protocol::ErrorCode::NOT_COORDINATOR);
+            }
+            inner.kv.barrier(id)
+        };
+        match barrier {
+            Some(end) => self.wait_durable(end).await.map_err(|e| {
+                tracing::debug!(group = id, error = %e, "a group change did not become durable");
+                e.code()
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Locks the state, refreshing the topics image first if topics changed since last time.
@@ -350,16 +481,21 @@ impl GroupCoordinator {
     }
 
     /// Parks a classic request: its answer arrives on the receiver.
-    pub fn park(&self, inner: &mut Inner, token: u64) -> oneshot::Receiver<ClassicResponse> {
+    pub fn park(
+        &self,
+        inner: &mut Inner,
+        token: u64,
+        group_id: &str,
+    ) -> oneshot::Receiver<ClassicResponse> {
         let (tx, rx) = oneshot::channel();
-        inner.pending.insert(token, tx);
+        inner.pending.insert(token, (group_id.to_string(), tx));
         rx
     }
 
     /// Answers parked requests.
     pub fn deliver(&self, inner: &mut Inner, completions: Vec<Completion>) {
         for completion in completions {
-            if let Some(tx) = inner.pending.remove(&completion.token) {
+            if let Some((_, tx)) = inner.pending.remove(&completion.token) {
                 let _ = tx.send(completion.response);
             }
         }
@@ -476,10 +612,8 @@ impl GroupCoordinator {
     }
 
     /// Waits until the group log is durable up to `end` (with `flush = always`).
-    pub async fn wait_durable(&self, end: i64) -> Result<()> {
-        crate::coordinator_store::wait_durable(self.durable.as_ref(), end)
-            .await
-            .context("syncing the group log")
+    pub async fn wait_durable(&self, end: i64) -> Result<(), StoreError> {
+        crate::coordinator_store::wait_durable(self.durable.as_ref(), end).await
     }
 
     /// The earliest deadline of any group.
@@ -494,6 +628,9 @@ impl GroupCoordinator {
     /// Fires every due timer.
     pub fn fire_timers(&self, topics: &impl TopicsSource, now_ms: i64) {
         let mut inner = self.lock(topics, now_ms);
+        // Cluster mode: a group created just as its shard went away belongs to no one here.
+        let Inner { groups, kv, .. } = &mut *inner;
+        groups.retain(|id, _| kv.serves(id));
         let due: Vec<String> = inner
             .groups
             .iter()

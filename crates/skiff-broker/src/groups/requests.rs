@@ -248,7 +248,7 @@ impl GroupCoordinator {
             }
         }
         let token = self.next_token();
-        let receiver = self.park(inner, token);
+        let receiver = self.park(inner, token, &group_id);
         let completions = match inner.groups.get_mut(&group_id) {
             Some(Group::Classic(group)) => group.join(
                 request,
@@ -281,7 +281,7 @@ impl GroupCoordinator {
             return Err(ErrorCode::UNKNOWN_MEMBER_ID);
         }
         let token = self.next_token();
-        let receiver = self.park(inner, token);
+        let receiver = self.park(inner, token, &group_id);
         let completions = match inner.groups.get_mut(&group_id) {
             Some(Group::Classic(group)) => group.sync(request, version, token, now),
             _ => Vec::new(),
@@ -435,7 +435,10 @@ impl GroupCoordinator {
             Ok(end) => (response, end),
             Err(e) => {
                 tracing::error!(group = %group_id, error = %e, "cannot store offsets");
-                set_commit_errors(&mut response, ErrorCode::KAFKA_STORAGE_ERROR);
+                let code = e
+                    .downcast_ref::<crate::coordinator_store::StoreError>()
+                    .map_or(ErrorCode::KAFKA_STORAGE_ERROR, |e| e.code());
+                set_commit_errors(&mut response, code);
                 (response, None)
             }
         }

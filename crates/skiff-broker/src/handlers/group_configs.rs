@@ -172,6 +172,23 @@ pub fn alter(
         validate(config, &overrides)?;
         Ok(if validate_only { None } else { Some(overrides) })
     };
+    if broker.cluster().is_some() {
+        // Cluster mode: the overrides are cluster metadata in PostgreSQL, written by whichever
+        // broker the client asked.
+        let current = broker.groups.group_overrides(broker, name, now_ms());
+        let Some(overrides) = edit(current, &broker.groups.config)? else {
+            return Ok(());
+        };
+        return broker
+            .cluster_set_group_configs(name, overrides)
+            .map_err(|e| {
+                tracing::error!(group = %name, error = %e, "cannot store group configs in the cluster");
+                KafkaError::new(
+                    ErrorCode::UNKNOWN_SERVER_ERROR,
+                    "the group configs could not be saved",
+                )
+            });
+    }
     broker
         .groups
         .alter_group_overrides(broker, name, now_ms(), edit, |e| {

@@ -130,25 +130,98 @@ pub(super) fn answer_allowed<I: Clone, T>(
     answer: impl FnOnce(Vec<I>) -> Vec<T>,
     denied: impl Fn(&I) -> T,
 ) -> Vec<T> {
-    let verdicts: Vec<bool> = items.iter().map(allowed).collect();
+    answer_checked(
+        items,
+        |item| (!allowed(item)).then_some(()),
+        answer,
+        |item, ()| denied(item),
+    )
+}
+
+/// [`answer_allowed`] with a reason per refusal: `check` says why an item is refused (`None`:
+/// it passes), and `denied` answers it with that reason.
+fn answer_checked<I: Clone, T, R>(
+    items: &[I],
+    check: impl Fn(&I) -> Option<R>,
+    answer: impl FnOnce(Vec<I>) -> Vec<T>,
+    denied: impl Fn(&I, R) -> T,
+) -> Vec<T> {
+    let verdicts: Vec<Option<R>> = items.iter().map(check).collect();
     let passed = items
         .iter()
         .zip(&verdicts)
-        .filter(|(_, ok)| **ok)
+        .filter(|(_, refusal)| refusal.is_none())
         .map(|(item, _)| item.clone())
         .collect();
     let mut answers = answer(passed).into_iter();
     items
         .iter()
         .zip(verdicts)
-        .filter_map(|(item, ok)| {
-            if ok {
-                answers.next()
-            } else {
-                Some(denied(item))
-            }
+        .filter_map(|(item, refusal)| match refusal {
+            None => answers.next(),
+            Some(reason) => Some(denied(item, reason)),
         })
         .collect()
+}
+
+/// Cluster mode: why this broker cannot coordinate `group_id` now (NOT_COORDINATOR, or
+/// COORDINATOR_LOAD_IN_PROGRESS while its shard loads); `None` on a single node.
+fn not_coordinating(ctx: &RequestContext, group_id: &str) -> Option<ErrorCode> {
+    ctx.broker.cluster()?.coordination.refusal(group_id)
+}
+
+/// The refusal of a group in a batch: `operation` denied, or not coordinated here.
+fn group_refusal(ctx: &RequestContext, operation: AclOperation, group_id: &str) -> Option<i16> {
+    if !on_group(ctx, operation, group_id) {
+        return Some(error_codes::GROUP_AUTHORIZATION_FAILED);
+    }
+    not_coordinating(ctx, group_id).map(ErrorCode::code)
+}
+
+/// Answers `response` once what the coordinator wrote about `group_id` is durable (cluster
+/// mode: in PostgreSQL under the shard's epoch; a single node answers at once), else
+/// `failed`'s answer with the code (NOT_COORDINATOR: the client finds the coordinator again).
+fn settled(
+    ctx: &RequestContext,
+    group_id: &str,
+    response: Response,
+    failed: impl FnOnce(ErrorCode) -> Response + Send + 'static,
+) -> Reply {
+    if ctx.broker.cluster().is_none() {
+        return Reply::Now(response);
+    }
+    let broker = std::sync::Arc::clone(&ctx.broker);
+    let group_id = group_id.to_string();
+    Reply::Later(Box::pin(async move {
+        match broker.groups.settle(&group_id).await {
+            Ok(()) => response,
+            Err(code) => failed(code),
+        }
+    }))
+}
+
+/// [`settled`] whose failure is the request's generic error answer.
+fn settled_or_error(ctx: &RequestContext, request: Request, response: Response) -> Reply {
+    let group_id = request_group(&request).unwrap_or_default();
+    let version = ctx.version;
+    settled(ctx, &group_id, response, move |code| {
+        skiff_protocol::error_response::error_response(&request, version, code.code(), None)
+    })
+}
+
+/// The group a single-group request names.
+fn request_group(request: &Request) -> Option<String> {
+    Some(
+        match request {
+            Request::Heartbeat(r) => &r.group_id,
+            Request::LeaveGroup(r) => &r.group_id,
+            Request::OffsetDelete(r) => &r.group_id,
+            Request::JoinGroup(r) => &r.group_id,
+            Request::SyncGroup(r) => &r.group_id,
+            _ => return None,
+        }
+        .to_string(),
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -308,9 +381,16 @@ fn heartbeat_refusal(
 pub fn consumer_group_heartbeat(
     ctx: &RequestContext,
     request: ConsumerGroupHeartbeatRequest,
-) -> Response {
+) -> Reply {
     if let Some(refusal) = heartbeat_refusal(ctx, &request) {
-        return Response::ConsumerGroupHeartbeat(heartbeat_error(refusal));
+        return Response::ConsumerGroupHeartbeat(heartbeat_error(refusal)).into();
+    }
+    if let Some(code) = not_coordinating(ctx, &request.group_id) {
+        return Response::ConsumerGroupHeartbeat(heartbeat_error(GroupError::new(
+            code.code(),
+            "this broker does not coordinate the group now",
+        )))
+        .into();
     }
     if names_anothers_member(
         ctx,
@@ -321,7 +401,8 @@ pub fn consumer_group_heartbeat(
         return Response::ConsumerGroupHeartbeat(heartbeat_error(GroupError::new(
             error_codes::UNKNOWN_MEMBER_ID,
             "this member ID belongs to another principal",
-        )));
+        )))
+        .into();
     }
     let host = client_host(ctx);
     let client = ClientInfo {
@@ -354,7 +435,17 @@ pub fn consumer_group_heartbeat(
             names_anothers_member(ctx, &request.group_id, member, None);
         }
     }
-    Response::ConsumerGroupHeartbeat(result.unwrap_or_else(heartbeat_error))
+    settled(
+        ctx,
+        &request.group_id,
+        Response::ConsumerGroupHeartbeat(result.unwrap_or_else(heartbeat_error)),
+        |code| {
+            Response::ConsumerGroupHeartbeat(heartbeat_error(GroupError::new(
+                code.code(),
+                "the group's state could not be stored",
+            )))
+        },
+    )
 }
 
 pub fn consumer_group_describe(
@@ -362,18 +453,18 @@ pub fn consumer_group_describe(
     mut request: ConsumerGroupDescribeRequest,
 ) -> Response {
     let ids = std::mem::take(&mut request.group_ids);
-    let mut groups = answer_allowed(
+    let mut groups = answer_checked(
         &ids,
-        |id| on_group(ctx, AclOperation::Describe, id),
+        |id| group_refusal(ctx, AclOperation::Describe, id),
         |allowed| {
             request.group_ids = allowed;
             ctx.broker
                 .groups
                 .consumer_describe(&ctx.broker, &request, now_ms())
         },
-        |id| ConsumerDescribed {
+        |id, code| ConsumerDescribed {
             group_id: id.clone(),
-            error_code: error_codes::GROUP_AUTHORIZATION_FAILED,
+            error_code: code,
             ..Default::default()
         },
     );
@@ -448,10 +539,11 @@ fn parked_then(
 ) -> Reply {
     let version = ctx.version;
     let mut shutdown = ctx.shutdown.clone();
+    let broker = std::sync::Arc::clone(&ctx.broker);
     Reply::Later(Box::pin(async move {
         let fallback =
             |code| skiff_protocol::error_response::error_response(&request, version, code, None);
-        let response = tokio::select! {
+        let mut response = tokio::select! {
             answer = receiver => match answer {
                 Ok(ClassicResponse::Join(r)) => Response::JoinGroup(r),
                 Ok(ClassicResponse::Sync(r)) => Response::SyncGroup(r),
@@ -459,6 +551,13 @@ fn parked_then(
             },
             _ = crate::shutdown::stopped(&mut shutdown) => fallback(error_codes::NOT_COORDINATOR),
         };
+        // Cluster mode: the rebalance this answer reports is in PostgreSQL before it goes out.
+        if broker.cluster().is_some()
+            && let Some(group_id) = request_group(&request)
+            && let Err(code) = broker.groups.settle(&group_id).await
+        {
+            response = fallback(code.code());
+        }
         then(&response);
         response
     }))
@@ -475,6 +574,9 @@ pub fn join_group(ctx: &RequestContext, request: JoinGroupRequest) -> Reply {
         request.group_instance_id.as_deref(),
     ) {
         return refused(ctx, &request.into(), ErrorCode::UNKNOWN_MEMBER_ID).into();
+    }
+    if let Some(code) = not_coordinating(ctx, &request.group_id) {
+        return refused(ctx, &request.into(), code).into();
     }
     let host = client_host(ctx);
     let joiner = Joiner {
@@ -523,6 +625,9 @@ pub fn sync_group(ctx: &RequestContext, request: SyncGroupRequest) -> Reply {
     ) {
         return refused(ctx, &request.into(), ErrorCode::UNKNOWN_MEMBER_ID).into();
     }
+    if let Some(code) = not_coordinating(ctx, &request.group_id) {
+        return refused(ctx, &request.into(), code).into();
+    }
     let synced = ctx
         .broker
         .groups
@@ -534,9 +639,9 @@ pub fn sync_group(ctx: &RequestContext, request: SyncGroupRequest) -> Reply {
     }
 }
 
-pub fn heartbeat(ctx: &RequestContext, request: HeartbeatRequest) -> Response {
+pub fn heartbeat(ctx: &RequestContext, request: HeartbeatRequest) -> Reply {
     if !on_group(ctx, AclOperation::Read, &request.group_id) {
-        return refused(ctx, &request.into(), ErrorCode::GROUP_AUTHORIZATION_FAILED);
+        return refused(ctx, &request.into(), ErrorCode::GROUP_AUTHORIZATION_FAILED).into();
     }
     if names_anothers_member(
         ctx,
@@ -544,23 +649,31 @@ pub fn heartbeat(ctx: &RequestContext, request: HeartbeatRequest) -> Response {
         &request.member_id,
         request.group_instance_id.as_deref(),
     ) {
-        return refused(ctx, &request.into(), ErrorCode::UNKNOWN_MEMBER_ID);
+        return refused(ctx, &request.into(), ErrorCode::UNKNOWN_MEMBER_ID).into();
+    }
+    if let Some(code) = not_coordinating(ctx, &request.group_id) {
+        return refused(ctx, &request.into(), code).into();
     }
     if let Some(instance) = ctx.instance_id {
         ctx.broker
             .clients
             .note_member(&request.group_id, &request.member_id, instance);
     }
-    Response::Heartbeat(
-        ctx.broker
-            .groups
-            .heartbeat(&ctx.broker, &request, ctx.version, now_ms()),
-    )
+    let response = Response::Heartbeat(ctx.broker.groups.heartbeat(
+        &ctx.broker,
+        &request,
+        ctx.version,
+        now_ms(),
+    ));
+    settled_or_error(ctx, request.into(), response)
 }
 
-pub fn leave_group(ctx: &RequestContext, request: LeaveGroupRequest) -> Response {
+pub fn leave_group(ctx: &RequestContext, request: LeaveGroupRequest) -> Reply {
     if !on_group(ctx, AclOperation::Read, &request.group_id) {
-        return refused(ctx, &request.into(), ErrorCode::GROUP_AUTHORIZATION_FAILED);
+        return refused(ctx, &request.into(), ErrorCode::GROUP_AUTHORIZATION_FAILED).into();
+    }
+    if let Some(code) = not_coordinating(ctx, &request.group_id) {
+        return refused(ctx, &request.into(), code).into();
     }
     let leaving: Vec<(&str, Option<&str>)> = std::iter::once((&*request.member_id, None))
         .chain(
@@ -574,7 +687,7 @@ pub fn leave_group(ctx: &RequestContext, request: LeaveGroupRequest) -> Response
         .iter()
         .any(|(member, instance)| names_anothers_member(ctx, &request.group_id, member, *instance))
     {
-        return refused(ctx, &request.into(), ErrorCode::UNKNOWN_MEMBER_ID);
+        return refused(ctx, &request.into(), ErrorCode::UNKNOWN_MEMBER_ID).into();
     }
     match ctx
         .broker
@@ -586,9 +699,9 @@ pub fn leave_group(ctx: &RequestContext, request: LeaveGroupRequest) -> Response
             for (member, _) in leaving.iter().filter(|(m, _)| !m.is_empty()) {
                 owners.forget_member(&request.group_id, member);
             }
-            Response::LeaveGroup(response)
+            settled_or_error(ctx, request.into(), Response::LeaveGroup(response))
         }
-        Err(code) => refused(ctx, &request.into(), code),
+        Err(code) => refused(ctx, &request.into(), code).into(),
     }
 }
 
@@ -651,6 +764,9 @@ pub fn offset_commit(ctx: &RequestContext, mut request: OffsetCommitRequest) -> 
     ) {
         return refused(ctx, &request.into(), ErrorCode::UNKNOWN_MEMBER_ID).into();
     }
+    if let Some(code) = not_coordinating(ctx, &request.group_id) {
+        return refused(ctx, &request.into(), code).into();
+    }
     let denied = take_unreadable_commits(ctx, &mut request);
     if request.topics.is_empty() && !denied.is_empty() {
         // Nothing left to commit: Kafka does not ask the coordinator.
@@ -671,11 +787,8 @@ pub fn offset_commit(ctx: &RequestContext, mut request: OffsetCommitRequest) -> 
     let broker = std::sync::Arc::clone(&ctx.broker);
     Reply::Later(Box::pin(async move {
         if let Err(e) = broker.groups.wait_durable(end).await {
-            tracing::error!(error = %e, "group log sync failed");
-            crate::groups::requests::set_commit_errors(
-                &mut response,
-                ErrorCode::KAFKA_STORAGE_ERROR,
-            );
+            tracing::error!(error = %e, "storing committed offsets failed");
+            crate::groups::requests::set_commit_errors(&mut response, e.code());
         }
         Response::OffsetCommit(response)
     }))
@@ -735,6 +848,9 @@ fn offset_fetch_group(ctx: &RequestContext, request: OffsetFetchRequest) -> Resp
     if !on_group(ctx, AclOperation::Describe, &request.group_id) {
         return refused(ctx, &request.into(), ErrorCode::GROUP_AUTHORIZATION_FAILED);
     }
+    if let Some(code) = not_coordinating(ctx, &request.group_id) {
+        return refused(ctx, &request.into(), code);
+    }
     let mut response = fetch_offsets(ctx, &request);
     if response.error_code == error_codes::NONE {
         screen_fetched_topics(
@@ -762,16 +878,16 @@ fn offset_fetch_group(ctx: &RequestContext, request: OffsetFetchRequest) -> Resp
 fn offset_fetch_groups(ctx: &RequestContext, mut request: OffsetFetchRequest) -> Response {
     let by_id = ctx.version >= 10;
     let requested = std::mem::take(&mut request.groups);
-    let mut groups = answer_allowed(
+    let mut groups = answer_checked(
         &requested,
-        |g| on_group(ctx, AclOperation::Describe, &g.group_id),
+        |g| group_refusal(ctx, AclOperation::Describe, &g.group_id),
         |allowed| {
             request.groups = allowed;
             fetch_offsets(ctx, &request).groups
         },
-        |g| OffsetFetchResponseGroup {
+        |g, code| OffsetFetchResponseGroup {
             group_id: g.group_id.clone(),
-            error_code: error_codes::GROUP_AUTHORIZATION_FAILED,
+            error_code: code,
             ..Default::default()
         },
     );
@@ -841,9 +957,12 @@ fn take_unreadable_deletions(
         .collect()
 }
 
-pub fn offset_delete(ctx: &RequestContext, mut request: OffsetDeleteRequest) -> Response {
+pub fn offset_delete(ctx: &RequestContext, mut request: OffsetDeleteRequest) -> Reply {
     if !on_group(ctx, AclOperation::Delete, &request.group_id) {
-        return refused(ctx, &request.into(), ErrorCode::GROUP_AUTHORIZATION_FAILED);
+        return refused(ctx, &request.into(), ErrorCode::GROUP_AUTHORIZATION_FAILED).into();
+    }
+    if let Some(code) = not_coordinating(ctx, &request.group_id) {
+        return refused(ctx, &request.into(), code).into();
     }
     let denied = take_unreadable_deletions(ctx, &mut request);
     let mut response = ctx
@@ -854,7 +973,7 @@ pub fn offset_delete(ctx: &RequestContext, mut request: OffsetDeleteRequest) -> 
     if response.error_code == error_codes::NONE {
         response.topics.extend(denied);
     }
-    Response::OffsetDelete(response)
+    settled_or_error(ctx, request.into(), Response::OffsetDelete(response))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -875,9 +994,9 @@ pub fn list_groups(ctx: &RequestContext, request: ListGroupsRequest) -> Response
 
 pub fn describe_groups(ctx: &RequestContext, mut request: DescribeGroupsRequest) -> Response {
     let ids = std::mem::take(&mut request.groups);
-    let mut groups = answer_allowed(
+    let mut groups = answer_checked(
         &ids,
-        |id| on_group(ctx, AclOperation::Describe, id),
+        |id| group_refusal(ctx, AclOperation::Describe, id),
         |allowed| {
             request.groups = allowed;
             ctx.broker
@@ -885,9 +1004,9 @@ pub fn describe_groups(ctx: &RequestContext, mut request: DescribeGroupsRequest)
                 .describe(&ctx.broker, &request, ctx.version, now_ms())
                 .groups
         },
-        |id| ClassicDescribed {
+        |id, code| ClassicDescribed {
             group_id: id.clone(),
-            error_code: error_codes::GROUP_AUTHORIZATION_FAILED,
+            error_code: code,
             ..Default::default()
         },
     );
@@ -905,11 +1024,11 @@ pub fn describe_groups(ctx: &RequestContext, mut request: DescribeGroupsRequest)
     })
 }
 
-pub fn delete_groups(ctx: &RequestContext, mut request: DeleteGroupsRequest) -> Response {
+pub fn delete_groups(ctx: &RequestContext, mut request: DeleteGroupsRequest) -> Reply {
     let names = std::mem::take(&mut request.groups_names);
-    let results = answer_allowed(
+    let results = answer_checked(
         &names,
-        |id| on_group(ctx, AclOperation::Delete, id),
+        |id| group_refusal(ctx, AclOperation::Delete, id),
         |allowed| {
             request.groups_names = allowed;
             ctx.broker
@@ -917,14 +1036,33 @@ pub fn delete_groups(ctx: &RequestContext, mut request: DeleteGroupsRequest) -> 
                 .delete_groups(&ctx.broker, &request, now_ms())
                 .results
         },
-        |id| DeletableGroupResult {
+        |id, code| DeletableGroupResult {
             group_id: id.clone(),
-            error_code: error_codes::GROUP_AUTHORIZATION_FAILED,
+            error_code: code,
             ..Default::default()
         },
     );
-    Response::DeleteGroups(DeleteGroupsResponse {
-        results,
-        ..Default::default()
-    })
+    if ctx.broker.cluster().is_none() {
+        return Response::DeleteGroups(DeleteGroupsResponse {
+            results,
+            ..Default::default()
+        })
+        .into();
+    }
+    // Cluster mode: each deletion is answered once it is in PostgreSQL.
+    let broker = std::sync::Arc::clone(&ctx.broker);
+    Reply::Later(Box::pin(async move {
+        let mut results = results;
+        for result in &mut results {
+            if result.error_code == error_codes::NONE
+                && let Err(code) = broker.groups.settle(&result.group_id).await
+            {
+                result.error_code = code.code();
+            }
+        }
+        Response::DeleteGroups(DeleteGroupsResponse {
+            results,
+            ..Default::default()
+        })
+    }))
 }
