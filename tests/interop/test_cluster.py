@@ -37,12 +37,10 @@ import contextlib
 import logging
 import os
 import random
-import re
 import shutil
 import subprocess
 import threading
 import time
-import uuid
 
 import kafka
 import pytest
@@ -50,6 +48,7 @@ from confluent_kafka import KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import cluster_util as cu
+from cluster_fixtures import cluster, pg_db, postgres  # noqa: F401 (fixtures, also imported by other modules)
 import kafka_wire as kw
 from confluent_util import consume_partitions, consumer
 
@@ -65,51 +64,6 @@ MESSAGE_TIMEOUT_MS = 60_000
 
 # ---------------------------------------------------------------------------------------------
 # fixtures
-
-@pytest.fixture(scope="module")
-def postgres(tmp_path_factory):
-    """One throwaway PostgreSQL for the module (a database per test); its log is kept in the
-    pytest temp dir."""
-    pg = cu.start_postgres()
-    try:
-        yield pg
-    finally:
-        pg.close(keep_log=tmp_path_factory.mktemp("postgres") / "postgres.log")
-
-
-@pytest.fixture
-def pg_db(postgres, request) -> str:
-    postgres.start()  # running again if an earlier test left it stopped
-    name = re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())[:40] + "_" + uuid.uuid4().hex[:6]
-    return postgres.create_database(name)
-
-
-@pytest.fixture
-def cluster(make_broker, tmp_path, pg_db):
-    """``cluster(n, objects=None, extra=None, env=None)`` starts brokers 1..n on this test's
-    database and ``file://<tmp>/objects`` (or ``objects``), and waits until every one lists all n
-    as live. SIGSTOPped brokers get SIGCONT at teardown, before make_broker stops them."""
-    made: list[cu.Cluster] = []
-
-    def make(n: int, objects: str | None = None, extra: dict | None = None,
-             env: dict | None = None) -> cu.Cluster:
-        objects = objects or f"file://{tmp_path / 'objects'}"
-        (tmp_path / "objects").mkdir(exist_ok=True)
-        try:
-            c = cu.Cluster(make_broker, tmp_path / f"cluster{len(made)}", pg_db, objects, n, extra,
-                           {"NO_COLOR": "1", **(env or {})})
-        except RuntimeError as exc:
-            pytest.fail(str(exc), pytrace=False)
-        made.append(c)
-        c.wait_view(set(range(1, n + 1)))
-        return c
-
-    try:
-        yield make
-    finally:
-        for c in made:
-            c.resume_all()
-
 
 @pytest.fixture(autouse=True)
 def _stop_producer_threads():

@@ -76,8 +76,8 @@ def split_takeover_scenario(bootstrap: str, group: str, topic: str, start, step=
 # ---------------------------------------------------------------- confluent-kafka, classic protocol
 
 
-def test_confluent_classic_split_takeover_exactly_once(make_broker):
-    b = group_broker(make_broker)
+def test_confluent_classic_split_takeover_exactly_once(group_target):
+    b = group_target
     topic, group = name("gcl-t"), name("gcl")
     members: list[Member] = []
 
@@ -178,8 +178,8 @@ class KPMember:
         assert self.error is None, f"{self.name}: {self.error!r}"
 
 
-def test_kafka_python_split_takeover_exactly_once(make_broker):
-    b = group_broker(make_broker)
+def test_kafka_python_split_takeover_exactly_once(group_target):
+    b = group_target
     topic, group = name("gkp-t"), name("gkp")
     members: list[KPMember] = []
 

@@ -109,8 +109,8 @@ def assert_exactly_once(produced: list[bytes], *members: Member) -> None:
         f"unexpected {sorted(extra)[:10]}; events: " + "; ".join(f"{m.name}: {m.events}" for m in members))
 
 
-def test_kip848_two_members_split_then_takeover_exactly_once(make_broker):
-    b = group_broker(make_broker)
+def test_kip848_two_members_split_then_takeover_exactly_once(group_target):
+    b = group_target
     topic, group = name("g848-t"), name("g848")
     produced = produce_values(b.bootstrap, topic, "a", 20)
     m1 = Member(b.bootstrap, group, topic, "m1")

@@ -105,8 +105,8 @@ class NodeMember:
         assert self.proc.returncode == 0, f"node member exited {self.proc.returncode}: {''.join(self.stderr)[-3000:]}"
 
 
-def test_node_and_confluent_share_a_kip848_group(node, make_broker):
-    b = group_broker(make_broker)
+def test_node_and_confluent_share_a_kip848_group(node, group_target):
+    b = group_target
     topic, group = name("gnode-t"), name("gnode")
     produced = produce_values(b.bootstrap, topic, "a", 10)
     nm = NodeMember(node, b.bootstrap, group, topic, "node1")

@@ -102,8 +102,8 @@ class RdkafkaMember:
         return sorted(tp.partition for tp in self.c.assignment())
 
 
-def test_skiff_client_and_librdkafka_split_a_group_and_consume_everything_once(make_broker):
-    broker = group_broker(make_broker)
+def test_skiff_client_and_librdkafka_split_a_group_and_consume_everything_once(group_target):
+    broker = group_target
     bootstrap = broker.bootstrap
     topic, group = name("mixed"), name("mixed-g")
     r = _skiff("topic", "create", topic, "--partitions", str(PARTS), bootstrap=bootstrap)

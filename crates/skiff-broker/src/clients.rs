@@ -5,12 +5,16 @@
 //!
 //! Each connection owns its record behind its own lock, so recording a request never contends
 //! with other connections; the registry only holds references for the admin endpoint.
+//!
+//! The records serialize both ways: in cluster mode they travel to the other brokers in this
+//! broker's published client summary (see `admin::views`).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use skiff_protocol::{ApiKey, Uuid};
 
 use crate::identity::RejectReason;
@@ -21,7 +25,7 @@ const REJECTIONS_KEPT: usize = 50;
 const PRODUCERS_KEPT: usize = 10_000;
 
 /// A producer ID InitProducerId handed to a client instance.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProducerNote {
     pub producer_id: i64,
     /// The epoch handed out (a transactional producer's current one is the coordinator's).
@@ -30,19 +34,19 @@ pub struct ProducerNote {
     pub at_ms: i64,
 }
 
-/// One KIP-1313 rejection.
-#[derive(Debug, Clone, Serialize)]
+/// One KIP-1313 rejection (names borrowed here, owned when read back from another broker).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rejection {
     pub at_ms: i64,
     pub connection: u64,
-    pub api: &'static str,
-    pub reason: &'static str,
+    pub api: Cow<'static, str>,
+    pub reason: Cow<'static, str>,
     pub expected: Option<String>,
     pub received: Option<String>,
 }
 
 /// What one open connection has shown of itself.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnectionRecord {
     pub id: u64,
     pub peer: String,
@@ -59,7 +63,8 @@ pub struct ConnectionRecord {
     pub connected_since_ms: i64,
     /// The KIP-1313 ID this connection fixed, if any (text form).
     pub client_instance_id: Option<String>,
-    pub requests: BTreeMap<&'static str, u64>,
+    /// Requests by API name (names borrowed here, owned when read back from another broker).
+    pub requests: BTreeMap<Cow<'static, str>, u64>,
 }
 
 impl ConnectionRecord {
@@ -80,7 +85,7 @@ impl ConnectionRecord {
     }
 
     pub fn count(&mut self, api: ApiKey, client_id: Option<&str>) {
-        *self.requests.entry(api.name()).or_insert(0) += 1;
+        *self.requests.entry(Cow::Borrowed(api.name())).or_insert(0) += 1;
         if self.client_id.is_none()
             && let Some(id) = client_id
         {
@@ -141,8 +146,8 @@ impl ClientRegistry {
         list.push_back(Rejection {
             at_ms: now_ms,
             connection,
-            api: api.name(),
-            reason: reason.label(),
+            api: Cow::Borrowed(api.name()),
+            reason: Cow::Borrowed(reason.label()),
             expected: expected.map(|u| u.to_string()),
             received: received.map(|u| u.to_string()),
         });

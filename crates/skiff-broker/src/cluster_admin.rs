@@ -30,6 +30,10 @@ fn unavailable(context: &str, e: impl std::fmt::Display) -> MetaError {
 }
 
 /// Runs `work` to completion from synchronous handler code.
+pub(crate) fn block_on<T>(work: impl std::future::Future<Output = T>) -> Result<T, MetaError> {
+    wait(work)
+}
+
 fn wait<T>(work: impl std::future::Future<Output = T>) -> Result<T, MetaError> {
     match tokio::runtime::Handle::try_current() {
         Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {

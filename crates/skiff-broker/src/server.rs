@@ -104,6 +104,13 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker> {
         None => None,
     };
     let broker = Broker::open_in(config, &bound, cluster)?;
+    if let Some(cluster) = broker.cluster() {
+        // The ACLs, credentials and telemetry subscriptions are the cluster's before anyone
+        // is served.
+        crate::cluster::documents::sync(&*broker, cluster)
+            .await
+            .context("reading the cluster's shared documents")?;
+    }
     let (shutdown, shutdown_rx) = watch::channel(false);
     let admin = match broker.config.admin_listen {
         Some(addr) => {
@@ -200,6 +207,10 @@ async fn serve(
         ),
         None => Vec::new(),
     };
+    tokio::spawn(crate::admin::publish_clients(
+        Arc::clone(&broker),
+        shutdown.clone(),
+    ));
     // The produce pipeline stops after the connections: what they submit until then is
     // committed.
     let (pipeline_stop, pipeline_stop_rx) = watch::channel(false);

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use skiff_log::{FlushPolicy, LogConfig, PartitionLog, TimestampPolicy};
 use skiff_meta::{EffectiveTopicConfig, MetadataStore, TimestampType, TopicInfo};
 use skiff_protocol::{ApiKey, Uuid};
+use skiff_telemetry::subscriptions::Subscriptions;
 
 use crate::clock::now_ms;
 use crate::config::{BrokerConfig, FlushMode};
@@ -35,9 +36,19 @@ fn flush_policy(mode: FlushMode) -> FlushPolicy {
 /// The client metrics subscriptions, inside the data directory.
 pub const SUBSCRIPTIONS_FILE: &str = "client-metrics.json";
 
-fn open_telemetry(config: &BrokerConfig) -> Result<skiff_telemetry::TelemetryManager> {
+/// The telemetry manager with the data directory's subscriptions (none in cluster mode: they are
+/// the cluster's, mirrored once read).
+fn open_telemetry(
+    config: &BrokerConfig,
+    cluster: bool,
+) -> Result<skiff_telemetry::TelemetryManager> {
     let path = config.data_dir.join(SUBSCRIPTIONS_FILE);
-    let subscriptions = match std::fs::read(&path) {
+    let read = if cluster {
+        Err(std::io::Error::from(std::io::ErrorKind::NotFound))
+    } else {
+        std::fs::read(&path)
+    };
+    let subscriptions = match read {
         Ok(bytes) => {
             let snapshot: skiff_telemetry::subscriptions::SubscriptionsSnapshot =
                 serde_json::from_slice(&bytes)
@@ -59,6 +70,14 @@ fn open_telemetry(config: &BrokerConfig) -> Result<skiff_telemetry::TelemetryMan
         telemetry_config,
         subscriptions,
     ))
+}
+
+/// Subscriptions from their stored JSON snapshot.
+fn decode_subscriptions(body: &[u8]) -> Result<Subscriptions> {
+    let snapshot: skiff_telemetry::subscriptions::SubscriptionsSnapshot =
+        serde_json::from_slice(body).context("client metrics subscriptions")?;
+    Subscriptions::from_snapshot(&snapshot)
+        .map_err(|(name, e)| anyhow::anyhow!("subscription {name}: {e}"))
 }
 
 impl crate::groups::TopicsSource for Broker {
@@ -90,7 +109,7 @@ impl crate::cluster::Host for Broker {
         self.groups.mirror_overrides(all);
     }
 
-    fn load_shard(&self, shard: i32, records: Vec<(Vec<u8>, Vec<u8>)>) {
+    fn load_shard(&self, shard: i32, records: Vec<(Vec<u8>, Vec<u8>)>, loaded: &dyn Fn()) {
         use crate::cluster::coordination::GROUPS;
         let pairs: BTreeMap<Bytes, Bytes> = records
             .into_iter()
@@ -103,8 +122,25 @@ impl crate::cluster::Host for Broker {
             pairs,
             |id| skiff_cluster::coordinators::shard_of(id) == shard,
             now_ms(),
+            loaded,
         );
         tracing::debug!(shard, groups, "groups loaded");
+    }
+
+    fn mirror_document(&self, name: &str, body: &[u8]) {
+        use crate::cluster::documents::{ACLS, CLIENT_METRICS, CREDENTIALS};
+        let mirrored = match name {
+            ACLS => match &self.security.acls {
+                Some(acls) => acls.mirror(body),
+                None => Ok(()),
+            },
+            CREDENTIALS => self.security.mirror_credentials(body),
+            CLIENT_METRICS => self.mirror_subscriptions(body),
+            _ => Ok(()),
+        };
+        if let Err(e) = mirrored {
+            tracing::error!(document = name, error = %format!("{e:#}"), "cannot read a shared document of the cluster");
+        }
     }
 
     fn unload_shard(&self, shard: i32) {
@@ -316,8 +352,11 @@ impl Broker {
             )?,
             config.transactions,
         )?;
-        let telemetry = crate::state::open_telemetry(&config)?;
-        let security = crate::security::SecurityState::open(&config)?;
+        let telemetry = crate::state::open_telemetry(&config, cluster.is_some())?;
+        let shared = cluster
+            .as_ref()
+            .map(|c| Arc::clone(c) as Arc<dyn crate::cluster::documents::SharedDocuments>);
+        let security = crate::security::SecurityState::open(&config, shared)?;
         let open_files_max = config
             .log_open_files_max
             .unwrap_or_else(default_open_files_max);
@@ -421,13 +460,63 @@ impl Broker {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Saves the client metrics subscriptions (crash-safe replace).
-    pub fn persist_subscriptions(
+    /// Changes the client metrics subscriptions and stores them: in the data directory
+    /// (crash-safe replace), or in cluster mode in the cluster's document (the change applies
+    /// to its current content, under its lock). `Ok(Err(_))`: `change` refused, nothing changed.
+    pub fn alter_subscriptions<E>(
         &self,
-        snapshot: &skiff_telemetry::subscriptions::SubscriptionsSnapshot,
-    ) -> Result<()> {
-        let json = serde_json::to_vec_pretty(snapshot).context("serialising subscriptions")?;
-        crate::node_file::write_atomically(&self.config.data_dir.join(SUBSCRIPTIONS_FILE), &json)
+        change: impl FnOnce(&mut Subscriptions) -> Result<(), E>,
+    ) -> Result<Result<(), E>> {
+        let mut telemetry = self.lock_telemetry();
+        let Some(cluster) = &self.cluster else {
+            let mut changed = telemetry.subscriptions().clone();
+            if let Err(refusal) = change(&mut changed) {
+                return Ok(Err(refusal));
+            }
+            let json = serde_json::to_vec_pretty(&changed.snapshot())
+                .context("serialising subscriptions")?;
+            crate::node_file::write_atomically(
+                &self.config.data_dir.join(SUBSCRIPTIONS_FILE),
+                &json,
+            )?;
+            *telemetry.subscriptions_mut() = changed;
+            return Ok(Ok(()));
+        };
+        use crate::cluster::documents::SharedDocuments;
+        let mut change = Some(change);
+        let mut refused = None;
+        let mut changed_to = None;
+        let stored = cluster.update(crate::cluster::documents::CLIENT_METRICS, &mut |current| {
+            let mut subs = match current {
+                Some(body) => decode_subscriptions(body)?,
+                None => Subscriptions::new(),
+            };
+            let change = change
+                .take()
+                .ok_or_else(|| anyhow::anyhow!("a subscription change ran twice"))?;
+            if let Err(refusal) = change(&mut subs) {
+                refused = Some(refusal);
+                anyhow::bail!("refused");
+            }
+            let json = serde_json::to_vec_pretty(&subs.snapshot())?;
+            changed_to = Some(subs);
+            Ok(json)
+        });
+        if let Some(refusal) = refused {
+            return Ok(Err(refusal));
+        }
+        stored?;
+        if let Some(subs) = changed_to {
+            *telemetry.subscriptions_mut() = subs;
+        }
+        Ok(Ok(()))
+    }
+
+    /// Cluster mode: the subscriptions are now these (the cluster's document, as just read).
+    fn mirror_subscriptions(&self, body: &[u8]) -> Result<()> {
+        let subs = decode_subscriptions(body)?;
+        *self.lock_telemetry().subscriptions_mut() = subs;
+        Ok(())
     }
 
     /// The versions this broker serves of `api` (what ApiVersions advertises).

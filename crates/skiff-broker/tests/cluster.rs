@@ -30,6 +30,8 @@ struct Node {
 }
 
 struct TestCluster {
+    /// Applied to every broker's config.
+    adjust: fn(&mut BrokerConfig),
     _pg: Postgres,
     metadata_url: String,
     objects_url: String,
@@ -63,6 +65,16 @@ impl TestCluster {
     /// A cluster of `n` brokers on a shared directory (`s3`: on moto's S3 server instead);
     /// `None` when PostgreSQL (or moto) is not installed, outside CI.
     async fn start(name: &str, n: i32, s3: bool) -> Option<TestCluster> {
+        Self::start_with(name, n, s3, |_| {}).await
+    }
+
+    /// [`TestCluster::start`] with `adjust` applied to each broker's config.
+    async fn start_with(
+        name: &str,
+        n: i32,
+        s3: bool,
+        adjust: fn(&mut BrokerConfig),
+    ) -> Option<TestCluster> {
         let pg = Postgres::start().expect("start PostgreSQL")?;
         let metadata_url = pg.database(name).await.expect("database");
         let objects_dir = tempfile::tempdir().expect("tempdir");
@@ -74,6 +86,7 @@ impl TestCluster {
             (format!("file://{}", objects_dir.path().display()), None)
         };
         let mut cluster = TestCluster {
+            adjust,
             _pg: pg,
             metadata_url,
             objects_url,
@@ -89,7 +102,7 @@ impl TestCluster {
 
     async fn add(&mut self, node_id: i32) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = BrokerConfig {
+        let mut config = BrokerConfig {
             listen: "127.0.0.1:0".parse().expect("addr"),
             data_dir: dir.path().to_path_buf(),
             node_id,
@@ -100,6 +113,7 @@ impl TestCluster {
             )),
             ..Default::default()
         };
+        (self.adjust)(&mut config);
         let running = skiff_broker::start(config).await.expect("broker starts");
         self.nodes.push(Node {
             addr: running.local_addr,
@@ -563,6 +577,13 @@ async fn topic_changes_reach_every_broker() {
 
 /// FindCoordinator for a group through broker `via` (the node it names).
 async fn find_coordinator(cluster: &TestCluster, via: i32, group: &str) -> i32 {
+    let found = try_find_coordinator(cluster, via, group).await;
+    found.unwrap_or_else(|code| panic!("FindCoordinator answered {code}"))
+}
+
+/// FindCoordinator for a group through broker `via`: the node, or the error code (a broker
+/// whose view of the live set is changing may answer COORDINATOR_NOT_AVAILABLE for a moment).
+async fn try_find_coordinator(cluster: &TestCluster, via: i32, group: &str) -> Result<i32, i16> {
     let mut c = cluster.client(via).await;
     let request = skiff_protocol::generated::FindCoordinatorRequest {
         key_type: 0,
@@ -570,10 +591,10 @@ async fn find_coordinator(cluster: &TestCluster, via: i32, group: &str) -> i32 {
         ..Default::default()
     };
     match c.call(request, 4).await {
-        Response::FindCoordinator(r) => {
-            assert_eq!(r.coordinators[0].error_code, 0, "{r:?}");
-            r.coordinators[0].node_id
+        Response::FindCoordinator(r) if r.coordinators[0].error_code == 0 => {
+            Ok(r.coordinators[0].node_id)
         }
+        Response::FindCoordinator(r) => Err(r.coordinators[0].error_code),
         other => panic!("unexpected {other:?}"),
     }
 }
@@ -632,7 +653,11 @@ async fn heartbeat_coordinator(
         .expect("a running broker")
         .node_id;
     loop {
-        let node = find_coordinator(cluster, via, group).await;
+        let Ok(node) = try_find_coordinator(cluster, via, group).await else {
+            assert!(tokio::time::Instant::now() < deadline, "no coordinator named");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
         if cluster.node(node).running.is_none() {
             // Named from a live set that has not yet heard of the stop.
             assert!(
@@ -824,5 +849,187 @@ async fn group_coordinators_move_with_their_state() {
     assert_ne!(node, successor);
     let mut at_node = cluster.client(node).await;
     assert_eq!(fetch_offset(&mut at_node, group).await, (0, 42));
+    cluster.stop_all().await;
+}
+
+/// Polls `check` through broker `via` until it holds (a mirrored change reaching it).
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// ACLs, SCRAM credentials and CLIENT_METRICS subscriptions are the cluster's: what one broker
+/// is told, the others enforce and describe; a broker started later has them before it serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn security_and_telemetry_documents_are_shared() {
+    use skiff_protocol::generated::alter_user_scram_credentials_request::ScramCredentialUpsertion;
+    use skiff_protocol::generated::create_acls_request::AclCreation;
+    use skiff_protocol::generated::describe_configs_request::DescribeConfigsResource;
+    use skiff_protocol::generated::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use skiff_protocol::generated::{
+        AlterUserScramCredentialsRequest, CreateAclsRequest, DescribeAclsRequest,
+        DescribeConfigsRequest, DescribeUserScramCredentialsRequest,
+        IncrementalAlterConfigsRequest,
+    };
+    fn secured(config: &mut BrokerConfig) {
+        config.security.authorizer = Some(skiff_broker::config::AuthorizerSettings {
+            super_users: vec![skiff_auth::principal::KafkaPrincipal::user("ANONYMOUS")],
+            allow_everyone_if_no_acl_found: false,
+        });
+    }
+    let Some(mut cluster) = TestCluster::start_with("documents", 2, false, secured).await else {
+        return;
+    };
+    let mut one = cluster.client(1).await;
+    let creation = AclCreation {
+        resource_type: 2,
+        resource_name: "shared-".into(),
+        resource_pattern_type: 4,
+        principal: "User:alice".into(),
+        host: "*".into(),
+        operation: 3,
+        permission_type: 3,
+        ..Default::default()
+    };
+    let request = CreateAclsRequest {
+        creations: vec![creation],
+        ..Default::default()
+    };
+    match one.call(request, 3).await {
+        Response::CreateAcls(r) => assert_eq!(r.results[0].error_code, 0, "{r:?}"),
+        other => panic!("unexpected {other:?}"),
+    }
+    let salt = b"salt-of-alice".to_vec();
+    let mechanism = skiff_auth::scram::ScramMechanism::Sha512;
+    let salted = skiff_auth::scram::salted_password(mechanism, b"alice-pw", &salt, 4096)
+        .expect("salted password");
+    let request = AlterUserScramCredentialsRequest {
+        upsertions: vec![ScramCredentialUpsertion {
+            name: "alice".into(),
+            mechanism: mechanism.code(),
+            iterations: 4096,
+            salt: salt.into(),
+            salted_password: salted.into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    match one.call(request, 0).await {
+        Response::AlterUserScramCredentials(r) => assert_eq!(r.results[0].error_code, 0),
+        other => panic!("unexpected {other:?}"),
+    }
+    // A telemetry subscription made through broker 2.
+    let mut two = cluster.client(2).await;
+    let request = IncrementalAlterConfigsRequest {
+        resources: vec![AlterConfigsResource {
+            resource_type: 16,
+            resource_name: "shared-subscription".into(),
+            configs: vec![
+                AlterableConfig {
+                    name: "metrics".into(),
+                    config_operation: 0,
+                    value: Some("org.apache.kafka.".into()),
+                    ..Default::default()
+                },
+                AlterableConfig {
+                    name: "interval.ms".into(),
+                    config_operation: 0,
+                    value: Some("1000".into()),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    match two.call(request, 1).await {
+        Response::IncrementalAlterConfigs(r) => assert_eq!(r.responses[0].error_code, 0, "{r:?}"),
+        other => panic!("unexpected {other:?}"),
+    }
+
+    async fn acl_principals(c: &mut Client) -> Vec<String> {
+        let request = DescribeAclsRequest {
+            resource_type_filter: 1,
+            pattern_type_filter: 1,
+            operation: 1,
+            permission_type: 1,
+            resource_name_filter: None,
+            principal_filter: None,
+            host_filter: None,
+            ..Default::default()
+        };
+        match c.call(request, 3).await {
+            Response::DescribeAcls(r) => r
+                .resources
+                .iter()
+                .flat_map(|res| res.acls.iter().map(|a| a.principal.to_string()))
+                .collect(),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    async fn scram_users(c: &mut Client) -> Vec<String> {
+        match c
+            .call(DescribeUserScramCredentialsRequest::default(), 0)
+            .await
+        {
+            Response::DescribeUserScramCredentials(r) => {
+                r.results.iter().map(|u| u.user.to_string()).collect()
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    async fn subscription(c: &mut Client) -> Option<String> {
+        let request = DescribeConfigsRequest {
+            resources: vec![DescribeConfigsResource {
+                resource_type: 16,
+                resource_name: "shared-subscription".into(),
+                configuration_keys: Some(vec!["metrics".into()]),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        match c.call(request, 4).await {
+            Response::DescribeConfigs(r) => r.results[0]
+                .configs
+                .iter()
+                .find(|c| &*c.name == "metrics")
+                .and_then(|c| c.value.as_ref().map(|v| v.to_string())),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let want_subscription = Some("org.apache.kafka.".to_string());
+    for via in [1, 2] {
+        let addr = cluster.node(via).addr;
+        eventually("the ACL on every broker", || async move {
+            acl_principals(&mut Client::connect(addr).await).await == ["User:alice"]
+        })
+        .await;
+        eventually("the SCRAM user on every broker", || async move {
+            scram_users(&mut Client::connect(addr).await).await == ["alice"]
+        })
+        .await;
+        eventually("the subscription on every broker", || async move {
+            subscription(&mut Client::connect(addr).await)
+                .await
+                .as_deref()
+                == Some("org.apache.kafka.")
+        })
+        .await;
+    }
+    // A broker that joins later has them all from its first answer.
+    cluster.add(3).await;
+    let mut three = cluster.client(3).await;
+    assert_eq!(acl_principals(&mut three).await, ["User:alice"]);
+    assert_eq!(scram_users(&mut three).await, ["alice"]);
+    assert_eq!(subscription(&mut three).await, want_subscription);
     cluster.stop_all().await;
 }

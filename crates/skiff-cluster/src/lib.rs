@@ -13,6 +13,8 @@
 //! - [`topics`]: topics, partitions, configs and producer ID blocks;
 //! - [`coordinators`]: coordinator shards (ownership fenced by epoch), their records, and group
 //!   configs;
+//! - [`documents`]: documents every broker mirrors (ACLs, SCRAM credentials, telemetry
+//!   subscriptions) and each broker's summary of its client instances;
 //! - [`status`]: what `skiff cluster status` shows;
 //! - [`objects`]: the object store (`s3://` or `file://`) and object keys.
 //!
@@ -21,6 +23,7 @@
 pub mod commit;
 pub mod coordinators;
 pub mod db;
+pub mod documents;
 pub mod gc;
 pub mod log;
 pub mod membership;

@@ -109,7 +109,7 @@ INSERT INTO producer_id_blocks (next_id) VALUES (0);
     },
     Migration {
         version: 2,
-        name: "coordinator shards, their records, group configs",
+        name: "coordinator shards, their records, group configs, shared documents, client summaries",
         sql: r#"
 CREATE TABLE coordinator_shards (
     shard INT PRIMARY KEY CHECK (shard >= 0),
@@ -132,6 +132,23 @@ CREATE TABLE coordinator_records (
 CREATE TABLE group_configs (
     group_id TEXT PRIMARY KEY,
     configs JSONB NOT NULL
+);
+
+-- Whole documents every broker mirrors: the ACLs, SCRAM credentials, CLIENT_METRICS
+-- subscriptions; each change bumps the version.
+CREATE TABLE cluster_documents (
+    name TEXT PRIMARY KEY,
+    body BYTEA NOT NULL,
+    version BIGINT NOT NULL CHECK (version > 0),
+    updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- Each live broker's summary of its client instances (the cluster-wide client view).
+CREATE TABLE client_summaries (
+    node_id INT PRIMARY KEY,
+    broker_epoch BIGINT NOT NULL,
+    body JSONB NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 "#,
     },

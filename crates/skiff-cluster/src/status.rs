@@ -1,5 +1,5 @@
-//! What `skiff cluster status` shows: the schema, the cluster ID, the live brokers and the
-//! size of what PostgreSQL and the object store hold.
+//! What `skiff cluster status` shows: the schema, the cluster ID, the live brokers, who owns the
+//! coordinator shards, and the size of what PostgreSQL and the object store hold.
 
 use crate::db::{Db, DbError};
 use crate::membership::{self, BrokerInfo};
@@ -19,6 +19,8 @@ pub struct Status {
     pub object_bytes: i64,
     /// Objects no batch refers to, waiting for their grace period.
     pub unused_objects: i64,
+    /// Coordinator shards owned, by node ID (shards no broker owns under `None`).
+    pub shards: Vec<(Option<i32>, i64)>,
 }
 
 /// Reads the status; a database without Skiff's schema has version 0 and nothing else.
@@ -36,6 +38,7 @@ pub async fn status(db: &Db) -> Result<Status, DbError> {
             objects: 0,
             object_bytes: 0,
             unused_objects: 0,
+            shards: Vec::new(),
         });
     }
     let brokers = membership::live_brokers(db).await?;
@@ -54,8 +57,22 @@ pub async fn status(db: &Db) -> Result<Status, DbError> {
             &[],
         )
         .await?;
+    let shards = if schema_version >= 2 {
+        client
+            .query(
+                "SELECT owner, COUNT(*) FROM coordinator_shards GROUP BY owner ORDER BY owner",
+                &[],
+            )
+            .await?
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect::<Result<Vec<_>, DbError>>()?
+    } else {
+        Vec::new()
+    };
     Ok(Status {
         schema_version,
+        shards,
         cluster_id,
         brokers,
         topics: row.try_get(0)?,

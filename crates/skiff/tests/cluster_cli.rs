@@ -83,7 +83,10 @@ async fn init_prepares_and_status_shows_a_cluster() {
         let (code, out, err) = run(&["cluster", "status", "--metadata", &url, "--json"]);
         assert_eq!(code, 0, "{err}");
         let status: serde_json::Value = serde_json::from_str(&out).expect("json");
-        if status["brokers"].as_array().is_some_and(|b| !b.is_empty()) {
+        // Registered, and owning every coordinator shard (the only broker).
+        if status["brokers"].as_array().is_some_and(|b| !b.is_empty())
+            && status["coordinator_shards"] == serde_json::json!([{"owner": 7, "shards": 50}])
+        {
             break status;
         }
         assert!(

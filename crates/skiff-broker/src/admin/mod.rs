@@ -10,6 +10,10 @@
 //! Everything about one client instance is shown under its KIP-1313 ID: its connections, their
 //! requests, its KIP-1313 rejections, its group memberships. Clients without an ID are listed
 //! one per connection.
+//!
+//! In cluster mode the view is cluster-wide: each broker publishes its client instances to
+//! PostgreSQL ([`publish_clients`], started by the server) and shows them merged with every
+//! other live broker's.
 
 mod access;
 mod metrics;
@@ -38,6 +42,7 @@ use crate::shutdown::stopped;
 use crate::state::Broker;
 use access::{BearerToken, TlsListener, reload_files, require_token};
 use metrics::metrics;
+pub(crate) use views::publish_clients;
 use views::{client, clients, ui};
 
 /// Binds the admin listener; returns its address and the serving task. Off loopback the

@@ -1,13 +1,23 @@
 //! The client-instance view: `/clients`, `/clients/{id}` (JSON) and the `/ui/clients` page.
+//!
+//! In cluster mode the view is cluster-wide: every broker publishes a summary of its own client
+//! instances (this view, serialized: [`client_summary`], [`publish_clients`]) and the view
+//! merges the other live brokers' summaries into this broker's live one ([`merge`]). An instance
+//! connected to several brokers is one entry: its connections (each labelled with its broker's
+//! node ID) from all of them, its memberships and producer IDs from wherever they are kept, and
+//! its telemetry from the broker it pushed to last. Without PostgreSQL the view is this broker's.
 
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Json, Response};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use skiff_protocol::Uuid;
+use tokio::sync::watch;
 
 use crate::clients::{ConnectionRecord, Rejection};
 use crate::clock::now_ms;
@@ -15,43 +25,77 @@ use crate::groups::Group;
 use crate::state::Broker;
 
 /// A group membership of a client instance.
-#[derive(Serialize, Clone)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 struct Membership {
     group: String,
-    protocol: &'static str,
+    protocol: Cow<'static, str>,
     member_id: String,
     member_epoch: Option<i32>,
     /// topic name -> partitions (KIP-848 members).
-    assigned: std::collections::BTreeMap<String, Vec<i32>>,
+    assigned: BTreeMap<String, Vec<i32>>,
     /// The member ID is not the client instance ID (KIP-1082 recommends they be equal).
     member_id_differs: bool,
 }
 
 /// A producer ID the client instance was given, with its transaction if it is transactional.
-#[derive(Serialize, Clone)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 struct ProducerView {
     producer_id: i64,
     producer_epoch: i16,
     transactional_id: Option<String>,
     /// The coordinator's state of the transactional ID (Empty, Ongoing, ...), while it is
     /// bound to this producer ID.
-    transaction_state: Option<&'static str>,
+    transaction_state: Option<Cow<'static, str>>,
     /// topic name -> partitions of the transaction in progress.
-    transaction_partitions: std::collections::BTreeMap<String, Vec<i32>>,
+    transaction_partitions: BTreeMap<String, Vec<i32>>,
     since_ms: i64,
 }
 
-#[derive(Serialize)]
+/// An open connection, on the broker `node_id`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+struct ConnectionView {
+    node_id: i32,
+    #[serde(flatten)]
+    record: ConnectionRecord,
+}
+
+/// A KIP-1313 rejection, by the broker `node_id` (its `connection` is that broker's).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+struct RejectionView {
+    node_id: i32,
+    #[serde(flatten)]
+    rejection: Rejection,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub(super) struct InstanceView {
     /// The KIP-1313 client instance ID, or null for a connection without one.
     client_instance_id: Option<String>,
-    connections: Vec<ConnectionRecord>,
+    connections: Vec<ConnectionView>,
     memberships: Vec<Membership>,
     /// Producer IDs InitProducerId handed to it (idempotent and transactional producers).
     producers: Vec<ProducerView>,
-    kip1313_rejections: Vec<Rejection>,
-    /// KIP-714: the instance's subscription and latest pushed metrics, if it pushes.
-    telemetry: Option<skiff_telemetry::InstanceView>,
+    kip1313_rejections: Vec<RejectionView>,
+    /// KIP-714: the instance's subscription and latest pushed metrics, if it pushes
+    /// (`skiff_telemetry::InstanceView` as JSON).
+    telemetry: Option<serde_json::Value>,
+}
+
+/// What a broker publishes of its client instances in cluster mode (read back entry by entry,
+/// so that one entry this broker cannot read does not hide the others).
+#[derive(Serialize, Deserialize)]
+struct Summary<T> {
+    instances: Vec<T>,
+}
+
+/// A KIP-848 member ID as the client instance ID it should be (KIP-1082). librdkafka writes
+/// its UUIDs in standard base64 (`+`, `/`) where Kafka writes the URL-safe alphabet (`-`, `_`):
+/// both are read.
+fn member_uuid(member_id: &str) -> Option<Uuid> {
+    member_id
+        .parse()
+        .ok()
+        .or_else(|| member_id.replace('+', "-").replace('/', "_").parse().ok())
 }
 
 fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
@@ -65,7 +109,7 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                     let instance = broker
                         .clients
                         .member_instance(group_id, &id)
-                        .or_else(|| id.parse().ok());
+                        .or_else(|| member_uuid(&id));
                     let assigned = member
                         .assigned_partitions()
                         .iter()
@@ -81,10 +125,10 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                         instance,
                         Membership {
                             group: group_id.clone(),
-                            protocol: "consumer",
+                            protocol: Cow::Borrowed("consumer"),
                             member_epoch: Some(member.member_epoch()),
                             assigned,
-                            member_id_differs: instance.is_none_or(|i| i.to_string() != id),
+                            member_id_differs: instance.is_none_or(|i| member_uuid(&id) != Some(i)),
                             member_id: id,
                         },
                     ));
@@ -98,7 +142,7 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                         instance,
                         Membership {
                             group: group_id.clone(),
-                            protocol: "classic",
+                            protocol: Cow::Borrowed("classic"),
                             member_epoch: None,
                             assigned: Default::default(),
                             member_id_differs: instance.is_none_or(|i| i.to_string() != id),
@@ -126,14 +170,14 @@ fn producers(broker: &Broker, instance: Uuid) -> Vec<ProducerView> {
                 .as_deref()
                 .and_then(|id| txns.state.get(id))
                 .filter(|t| t.producer_id == note.producer_id);
-            let mut partitions: std::collections::BTreeMap<String, Vec<i32>> = Default::default();
+            let mut partitions: BTreeMap<String, Vec<i32>> = Default::default();
             for (topic, index) in txn.map(|t| &t.partitions).into_iter().flatten() {
                 partitions.entry(topic.clone()).or_default().push(*index);
             }
             ProducerView {
                 producer_id: note.producer_id,
                 producer_epoch: txn.map_or(note.producer_epoch, |t| t.producer_epoch),
-                transaction_state: txn.map(|t| t.state.name()),
+                transaction_state: txn.map(|t| Cow::Borrowed(t.state.name())),
                 transaction_partitions: partitions,
                 transactional_id: note.transactional_id,
                 since_ms: note.at_ms,
@@ -142,15 +186,73 @@ fn producers(broker: &Broker, instance: Uuid) -> Vec<ProducerView> {
         .collect()
 }
 
-fn instance_views(broker: &Broker) -> Vec<InstanceView> {
-    let connections = broker.clients.connections();
-    let members = memberships(broker);
-    let telemetry: std::collections::HashMap<String, skiff_telemetry::InstanceView> = broker
+/// The KIP-714 view of every instance that pushes (as JSON), by instance ID.
+fn telemetry_views(broker: &Broker) -> HashMap<String, serde_json::Value> {
+    broker
         .lock_telemetry()
         .instances()
         .into_iter()
-        .map(|v| (v.client_instance_id.clone(), v))
+        .filter_map(|v| {
+            let id = v.client_instance_id.clone();
+            match serde_json::to_value(v) {
+                Ok(json) => Some((id, json)),
+                Err(e) => {
+                    tracing::debug!(error = %e, client_instance_id = %id, "telemetry view not shown");
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+fn rejections(broker: &Broker, instance: Option<Uuid>) -> Vec<RejectionView> {
+    let node_id = broker.node_id();
+    broker
+        .clients
+        .rejections_of(instance)
+        .into_iter()
+        .map(|rejection| RejectionView { node_id, rejection })
+        .collect()
+}
+
+/// What this broker knows of one client instance, from what it gathered.
+fn instance_view(
+    broker: &Broker,
+    id: Uuid,
+    connections: &[ConnectionView],
+    members: &[(Option<Uuid>, Membership)],
+    telemetry: &HashMap<String, serde_json::Value>,
+) -> InstanceView {
+    let text = id.to_string();
+    InstanceView {
+        connections: connections
+            .iter()
+            .filter(|c| c.record.client_instance_id.as_deref() == Some(&text))
+            .cloned()
+            .collect(),
+        memberships: members
+            .iter()
+            .filter(|(i, _)| *i == Some(id))
+            .map(|(_, m)| m.clone())
+            .collect(),
+        producers: producers(broker, id),
+        kip1313_rejections: rejections(broker, Some(id)),
+        telemetry: telemetry.get(&text).cloned(),
+        client_instance_id: Some(text),
+    }
+}
+
+/// This broker's own view: its client instances by ID, then its connections without one.
+fn instance_views(broker: &Broker) -> Vec<InstanceView> {
+    let node_id = broker.node_id();
+    let connections: Vec<ConnectionView> = broker
+        .clients
+        .connections()
+        .into_iter()
+        .map(|record| ConnectionView { node_id, record })
         .collect();
+    let members = memberships(broker);
+    let telemetry = telemetry_views(broker);
     let mut ids = broker.clients.known_instances();
     ids.extend(members.iter().filter_map(|(i, _)| *i));
     ids.extend(broker.clients.producer_instances());
@@ -159,44 +261,171 @@ fn instance_views(broker: &Broker) -> Vec<InstanceView> {
     ids.dedup();
     let mut views: Vec<InstanceView> = ids
         .into_iter()
-        .map(|id| {
-            let text = id.to_string();
-            InstanceView {
-                connections: connections
-                    .iter()
-                    .filter(|c| c.client_instance_id.as_deref() == Some(&text))
-                    .cloned()
-                    .collect(),
-                memberships: members
-                    .iter()
-                    .filter(|(i, _)| *i == Some(id))
-                    .map(|(_, m)| m.clone())
-                    .collect(),
-                producers: producers(broker, id),
-                kip1313_rejections: broker.clients.rejections_of(Some(id)),
-                telemetry: telemetry.get(&text).cloned(),
-                client_instance_id: Some(text),
-            }
-        })
+        .map(|id| instance_view(broker, id, &connections, &members, &telemetry))
         .collect();
-    for c in connections
-        .iter()
-        .filter(|c| c.client_instance_id.is_none())
-    {
-        views.push(InstanceView {
-            client_instance_id: None,
-            connections: vec![c.clone()],
-            memberships: Vec::new(),
-            producers: Vec::new(),
-            kip1313_rejections: Vec::new(),
-            telemetry: None,
-        });
-    }
+    views.extend(
+        connections
+            .into_iter()
+            .filter(|c| c.record.client_instance_id.is_none())
+            .map(|c| InstanceView {
+                client_instance_id: None,
+                connections: vec![c],
+                memberships: Vec::new(),
+                producers: Vec::new(),
+                kip1313_rejections: Vec::new(),
+                telemetry: None,
+            }),
+    );
     views
 }
 
+/// This broker's client instances as it publishes them in cluster mode (`Null`, not
+/// published, if they do not serialize).
+fn client_summary(broker: &Broker) -> serde_json::Value {
+    let summary = Summary {
+        instances: instance_views(broker),
+    };
+    serde_json::to_value(summary).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "this broker's client summary does not serialize");
+        serde_json::Value::Null
+    })
+}
+
+/// Publishes this broker's client instances for the other brokers' views until the broker
+/// stops (cluster mode; on a single node it returns at once).
+pub(crate) async fn publish_clients(broker: Arc<Broker>, shutdown: watch::Receiver<bool>) {
+    let Some(cluster) = broker.cluster().cloned() else {
+        return;
+    };
+    crate::cluster::clients::publish(cluster, move || client_summary(&broker), shutdown).await;
+}
+
+/// Another broker's published summary as views; entries this broker cannot read are left out.
+fn decode_summary(node_id: i32, body: serde_json::Value) -> Vec<InstanceView> {
+    let summary: Summary<serde_json::Value> = match serde_json::from_value(body) {
+        Ok(summary) => summary,
+        Err(e) => {
+            tracing::debug!(node_id, error = %e, "a broker's client summary is unreadable");
+            return Vec::new();
+        }
+    };
+    summary
+        .instances
+        .into_iter()
+        .filter_map(|entry| {
+            serde_json::from_value(entry)
+                .map_err(|e| {
+                    tracing::debug!(node_id, error = %e, "an entry of a broker's client summary is unreadable");
+                })
+                .ok()
+        })
+        .collect()
+}
+
+/// Adds the items of `more` that `into` does not have yet.
+fn union<T: PartialEq>(into: &mut Vec<T>, more: Vec<T>) {
+    for item in more {
+        if !into.contains(&item) {
+            into.push(item);
+        }
+    }
+}
+
+/// When a telemetry view was last pushed to (then fetched from): the newer view wins.
+fn pushed(telemetry: &serde_json::Value) -> (Option<i64>, Option<i64>) {
+    let at = |key: &str| telemetry.get(key).and_then(serde_json::Value::as_i64);
+    (at("last_push_ms"), at("last_get_ms"))
+}
+
+/// The telemetry view pushed to last (`a` on a tie), or whichever there is.
+fn latest(a: Option<serde_json::Value>, b: Option<serde_json::Value>) -> Option<serde_json::Value> {
+    match (a, b) {
+        (Some(a), Some(b)) if pushed(&b) > pushed(&a) => Some(b),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Where an entry goes in the view: see [`InstanceView::order`].
+type OrderKey = (bool, Option<Uuid>, Option<String>, Option<(i32, u64)>);
+
+impl InstanceView {
+    /// Takes in another broker's view of the same client instance.
+    fn absorb(&mut self, other: InstanceView) {
+        self.connections.extend(other.connections);
+        self.connections.sort_by_key(|c| (c.node_id, c.record.id));
+        union(&mut self.memberships, other.memberships);
+        union(&mut self.producers, other.producers);
+        self.producers.sort_by_key(|p| (p.since_ms, p.producer_id));
+        union(&mut self.kip1313_rejections, other.kip1313_rejections);
+        self.kip1313_rejections.sort_by_key(|r| r.rejection.at_ms);
+        self.telemetry = latest(self.telemetry.take(), other.telemetry);
+    }
+
+    /// Instances by ID first (in ID order), then connections without one (by broker, then
+    /// connection).
+    fn order(&self) -> OrderKey {
+        let id = self.client_instance_id.as_deref();
+        (
+            id.is_none(),
+            id.and_then(|i| i.parse().ok()),
+            id.map(str::to_string),
+            self.connections.first().map(|c| (c.node_id, c.record.id)),
+        )
+    }
+}
+
+/// Merges other brokers' views into this broker's: one entry per client instance ID (see
+/// [`InstanceView::absorb`]); connections without an ID stay one entry each.
+fn merge(
+    local: Vec<InstanceView>,
+    peers: impl IntoIterator<Item = Vec<InstanceView>>,
+) -> Vec<InstanceView> {
+    let mut merged: Vec<InstanceView> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for view in local.into_iter().chain(peers.into_iter().flatten()) {
+        let at = view
+            .client_instance_id
+            .as_ref()
+            .and_then(|id| index.get(id))
+            .copied();
+        match at.and_then(|at| merged.get_mut(at)) {
+            Some(entry) => entry.absorb(view),
+            None => {
+                if let Some(id) = &view.client_instance_id {
+                    index.insert(id.clone(), merged.len());
+                }
+                merged.push(view);
+            }
+        }
+    }
+    merged.sort_by_cached_key(InstanceView::order);
+    merged
+}
+
+/// The view shown: this broker's, merged in cluster mode with the other live brokers'
+/// summaries (this broker's alone when PostgreSQL does not answer).
+async fn views(broker: &Broker) -> Vec<InstanceView> {
+    let Some(cluster) = broker.cluster() else {
+        return instance_views(broker);
+    };
+    let peers = crate::cluster::clients::peer_summaries(cluster).await;
+    let local = instance_views(broker);
+    match peers {
+        Ok(peers) => merge(
+            local,
+            peers
+                .into_iter()
+                .map(|(node_id, body)| decode_summary(node_id, body)),
+        ),
+        Err(e) => {
+            tracing::debug!(error = %format!("{e:#}"), "reading the other brokers' client summaries failed; showing this broker's");
+            local
+        }
+    }
+}
+
 pub(super) async fn clients(State(broker): State<Arc<Broker>>) -> Json<Vec<InstanceView>> {
-    Json(instance_views(&broker))
+    Json(views(&broker).await)
 }
 
 pub(super) async fn client(State(broker): State<Arc<Broker>>, Path(id): Path<String>) -> Response {
@@ -207,9 +436,11 @@ pub(super) async fn client(State(broker): State<Arc<Broker>>, Path(id): Path<Str
         )
             .into_response();
     };
-    match instance_views(&broker)
+    let id = uuid.to_string();
+    match views(&broker)
+        .await
         .into_iter()
-        .find(|v| v.client_instance_id.as_deref() == Some(&uuid.to_string()))
+        .find(|v| v.client_instance_id.as_deref() == Some(&id))
     {
         Some(view) => Json(view).into_response(),
         None => (StatusCode::NOT_FOUND, "unknown client instance").into_response(),
@@ -225,7 +456,8 @@ fn escape(text: &str) -> String {
 
 /// A server-rendered page: one row per client instance, details below each.
 pub(super) async fn ui(State(broker): State<Arc<Broker>>) -> Html<String> {
-    let views = instance_views(&broker);
+    let views = views(&broker).await;
+    let cluster = broker.cluster().is_some();
     let mut page = String::from(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>Skiff clients</title><style>\
          body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:.5em 0 1.5em}\
@@ -234,14 +466,33 @@ pub(super) async fn ui(State(broker): State<Arc<Broker>>) -> Html<String> {
     );
     let _ = write!(
         page,
-        "<h1>Client instances</h1><p>Cluster <span class=\"id\">{}</span>, node {}. {} instance(s).</p>",
+        "<h1>Client instances</h1><p>Cluster <span class=\"id\">{}</span>, node {}{}. {} instance(s).</p>",
         escape(&broker.cluster_id),
         broker.node_id(),
+        if cluster {
+            " (the client instances of every live broker)"
+        } else {
+            ""
+        },
         views.len()
     );
-    page.push_str("<table id=\"instances\"><tr><th>client instance ID</th><th>client ID</th><th>software</th><th>connections</th><th>groups</th><th>KIP-1313 rejections</th></tr>");
+    instances_table(&mut page, &views);
     for v in &views {
-        let first = v.connections.first();
+        let id = v.client_instance_id.as_deref().unwrap_or("(none)");
+        let _ = write!(page, "<h2 id=\"{0}\" class=\"id\">{0}</h2>", escape(id));
+        connections_table(&mut page, &v.connections, cluster);
+        memberships_table(&mut page, &v.memberships);
+        producers_table(&mut page, &v.producers);
+    }
+    page.push_str("</body></html>");
+    Html(page)
+}
+
+/// The page's summary: one row per client instance.
+fn instances_table(page: &mut String, views: &[InstanceView]) {
+    page.push_str("<table id=\"instances\"><tr><th>client instance ID</th><th>client ID</th><th>software</th><th>connections</th><th>groups</th><th>KIP-1313 rejections</th></tr>");
+    for v in views {
+        let first = v.connections.first().map(|c| &c.record);
         let _ = write!(
             page,
             "<tr><td class=\"id\"><a href=\"#{0}\">{0}</a></td><td>{1}</td><td>{2}</td><td>{3}</td><td>{4}</td><td>{5}</td></tr>",
@@ -264,75 +515,303 @@ pub(super) async fn ui(State(broker): State<Arc<Broker>>) -> Html<String> {
         );
     }
     page.push_str("</table>");
-    for v in &views {
-        let id = v.client_instance_id.as_deref().unwrap_or("(none)");
-        let _ = write!(page, "<h2 id=\"{0}\" class=\"id\">{0}</h2>", escape(id));
-        page.push_str(
-            "<table><tr><th>connection</th><th>peer</th><th>listener</th><th>principal</th><th>since (ms)</th><th>requests</th></tr>",
+}
+
+/// An instance's connections (in cluster mode with the node each is on).
+fn connections_table(page: &mut String, connections: &[ConnectionView], cluster: bool) {
+    let node = if cluster { "<th>node</th>" } else { "" };
+    let _ = write!(
+        page,
+        "<table><tr>{node}<th>connection</th><th>peer</th><th>listener</th><th>principal</th><th>since (ms)</th><th>requests</th></tr>"
+    );
+    for c in connections {
+        let requests = c
+            .record
+            .requests
+            .iter()
+            .map(|(api, n)| format!("{api}: {n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let node = if cluster {
+            format!("<td>{}</td>", c.node_id)
+        } else {
+            String::new()
+        };
+        let c = &c.record;
+        let _ = write!(
+            page,
+            "<tr>{node}<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            c.id,
+            escape(&c.peer),
+            escape(&c.listener),
+            escape(c.principal.as_deref().unwrap_or("(not authenticated)")),
+            c.connected_since_ms,
+            escape(&requests)
         );
-        for c in &v.connections {
-            let requests = c
-                .requests
-                .iter()
-                .map(|(api, n)| format!("{api}: {n}"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let _ = write!(
-                page,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                c.id,
-                escape(&c.peer),
-                escape(&c.listener),
-                escape(c.principal.as_deref().unwrap_or("(not authenticated)")),
-                c.connected_since_ms,
-                escape(&requests)
-            );
-        }
-        page.push_str("</table>");
-        if !v.memberships.is_empty() {
-            page.push_str("<table><tr><th>group</th><th>protocol</th><th>member ID</th><th>epoch</th><th>assigned</th></tr>");
-            for m in &v.memberships {
-                let assigned = m
-                    .assigned
-                    .iter()
-                    .map(|(t, p)| format!("{t}{p:?}"))
-                    .collect::<Vec<_>>()
-                    .join(" ");
-                let _ = write!(
-                    page,
-                    "<tr><td>{}</td><td>{}</td><td class=\"id{}\">{}</td><td>{}</td><td>{}</td></tr>",
-                    escape(&m.group),
-                    m.protocol,
-                    if m.member_id_differs { " warn" } else { "" },
-                    escape(&m.member_id),
-                    m.member_epoch.map_or(String::new(), |e| e.to_string()),
-                    escape(&assigned)
-                );
-            }
-            page.push_str("</table>");
-        }
-        if !v.producers.is_empty() {
-            page.push_str("<table><tr><th>producer ID</th><th>epoch</th><th>transactional ID</th><th>transaction</th><th>partitions</th></tr>");
-            for p in &v.producers {
-                let partitions = p
-                    .transaction_partitions
-                    .iter()
-                    .map(|(t, parts)| format!("{t}{parts:?}"))
-                    .collect::<Vec<_>>()
-                    .join(" ");
-                let _ = write!(
-                    page,
-                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                    p.producer_id,
-                    p.producer_epoch,
-                    escape(p.transactional_id.as_deref().unwrap_or("")),
-                    p.transaction_state.unwrap_or(""),
-                    escape(&partitions)
-                );
-            }
-            page.push_str("</table>");
+    }
+    page.push_str("</table>");
+}
+
+/// An instance's group memberships, if any.
+fn memberships_table(page: &mut String, memberships: &[Membership]) {
+    if memberships.is_empty() {
+        return;
+    }
+    page.push_str("<table><tr><th>group</th><th>protocol</th><th>member ID</th><th>epoch</th><th>assigned</th></tr>");
+    for m in memberships {
+        let assigned = m
+            .assigned
+            .iter()
+            .map(|(t, p)| format!("{t}{p:?}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let _ = write!(
+            page,
+            "<tr><td>{}</td><td>{}</td><td class=\"id{}\">{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&m.group),
+            escape(&m.protocol),
+            if m.member_id_differs { " warn" } else { "" },
+            escape(&m.member_id),
+            m.member_epoch.map_or(String::new(), |e| e.to_string()),
+            escape(&assigned)
+        );
+    }
+    page.push_str("</table>");
+}
+
+/// An instance's producer IDs, if any.
+fn producers_table(page: &mut String, producers: &[ProducerView]) {
+    if producers.is_empty() {
+        return;
+    }
+    page.push_str("<table><tr><th>producer ID</th><th>epoch</th><th>transactional ID</th><th>transaction</th><th>partitions</th></tr>");
+    for p in producers {
+        let partitions = p
+            .transaction_partitions
+            .iter()
+            .map(|(t, parts)| format!("{t}{parts:?}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let _ = write!(
+            page,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            p.producer_id,
+            p.producer_epoch,
+            escape(p.transactional_id.as_deref().unwrap_or("")),
+            escape(p.transaction_state.as_deref().unwrap_or("")),
+            escape(&partitions)
+        );
+    }
+    page.push_str("</table>");
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn connection(node_id: i32, id: u64, instance: Option<Uuid>) -> ConnectionView {
+        let peer = "127.0.0.1:5000".parse().expect("addr");
+        let mut record = ConnectionRecord::new(id, peer, "PLAINTEXT", 10);
+        record.count(skiff_protocol::ApiKey::Metadata, Some("app"));
+        record.client_instance_id = instance.map(|i| i.to_string());
+        ConnectionView { node_id, record }
+    }
+
+    fn membership(group: &str, member_id: &str) -> Membership {
+        Membership {
+            group: group.into(),
+            protocol: Cow::Borrowed("consumer"),
+            member_id: member_id.into(),
+            member_epoch: Some(3),
+            assigned: BTreeMap::from([("t".to_string(), vec![0, 1])]),
+            member_id_differs: false,
         }
     }
-    page.push_str("</body></html>");
-    Html(page)
+
+    fn producer(producer_id: i64, since_ms: i64) -> ProducerView {
+        ProducerView {
+            producer_id,
+            producer_epoch: 0,
+            transactional_id: None,
+            transaction_state: None,
+            transaction_partitions: BTreeMap::new(),
+            since_ms,
+        }
+    }
+
+    fn telemetry(last_push_ms: Option<i64>, client_id: &str) -> serde_json::Value {
+        json!({"client_id": client_id, "last_push_ms": last_push_ms, "last_get_ms": 1, "metrics": []})
+    }
+
+    fn instance(id: Uuid, connections: Vec<ConnectionView>) -> InstanceView {
+        InstanceView {
+            client_instance_id: Some(id.to_string()),
+            connections,
+            memberships: Vec::new(),
+            producers: Vec::new(),
+            kip1313_rejections: Vec::new(),
+            telemetry: None,
+        }
+    }
+
+    fn anonymous(connection: ConnectionView) -> InstanceView {
+        InstanceView {
+            client_instance_id: None,
+            connections: vec![connection],
+            ..instance(Uuid::from_u128(0), Vec::new())
+        }
+    }
+
+    fn full(id: Uuid, node_id: i32) -> InstanceView {
+        let mut view = instance(id, vec![connection(node_id, 4, Some(id))]);
+        view.memberships = vec![membership("g", &id.to_string())];
+        view.producers = vec![producer(1000, 20)];
+        view.kip1313_rejections = vec![RejectionView {
+            node_id,
+            rejection: Rejection {
+                at_ms: 30,
+                connection: 4,
+                api: Cow::Borrowed("Produce"),
+                reason: Cow::Borrowed("different_id"),
+                expected: Some(id.to_string()),
+                received: Some(Uuid::from_u128(99).to_string()),
+            },
+        }];
+        view.telemetry = Some(telemetry(Some(40), "app"));
+        view
+    }
+
+    fn summary_of(views: Vec<InstanceView>) -> serde_json::Value {
+        serde_json::to_value(Summary { instances: views }).expect("serializes")
+    }
+
+    #[test]
+    fn a_summary_round_trips() {
+        let a = Uuid::from_u128(7);
+        let views = vec![full(a, 2), anonymous(connection(2, 5, None))];
+        let body = summary_of(views.clone());
+        assert_eq!(body["instances"][0]["connections"][0]["node_id"], 2);
+        assert_eq!(
+            body["instances"][0]["connections"][0]["requests"]["Metadata"],
+            1
+        );
+        assert_eq!(decode_summary(2, body), views);
+    }
+
+    #[test]
+    fn unreadable_summaries_and_entries_are_left_out() {
+        let a = Uuid::from_u128(7);
+        let mut body = summary_of(vec![full(a, 2)]);
+        if let Some(list) = body["instances"].as_array_mut() {
+            list.push(json!({"client_instance_id": 5}));
+        }
+        assert_eq!(decode_summary(2, body), vec![full(a, 2)]);
+        assert!(decode_summary(2, json!([1, 2])).is_empty());
+        assert!(decode_summary(2, serde_json::Value::Null).is_empty());
+    }
+
+    #[test]
+    fn merges_one_instance_across_brokers() {
+        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let mut local = full(a, 1);
+        local.telemetry = None;
+        let mut remote = full(a, 2);
+        remote.memberships.push(membership("other", "m"));
+        remote.producers.push(producer(2000, 10));
+        let merged = merge(
+            vec![local.clone(), anonymous(connection(1, 9, None))],
+            [vec![
+                remote.clone(),
+                anonymous(connection(2, 3, None)),
+                instance(b, Vec::new()),
+            ]],
+        );
+        let ids: Vec<Option<String>> = merged
+            .iter()
+            .map(|v| v.client_instance_id.clone())
+            .collect();
+        assert_eq!(
+            ids,
+            vec![Some(a.to_string()), Some(b.to_string()), None, None]
+        );
+        let entry = &merged[0];
+        let on: Vec<(i32, u64)> = entry
+            .connections
+            .iter()
+            .map(|c| (c.node_id, c.record.id))
+            .collect();
+        assert_eq!(
+            on,
+            vec![(1, 4), (2, 4)],
+            "each connection labelled with its node"
+        );
+        assert_eq!(
+            entry.memberships,
+            vec![membership("g", &a.to_string()), membership("other", "m")],
+            "equal memberships once"
+        );
+        assert_eq!(
+            entry.producers,
+            vec![producer(2000, 10), producer(1000, 20)]
+        );
+        assert_eq!(
+            entry.kip1313_rejections.len(),
+            2,
+            "rejections by different brokers"
+        );
+        assert_eq!(entry.telemetry, remote.telemetry, "the only telemetry");
+        let anonymous_on: Vec<(i32, u64)> = merged[2..]
+            .iter()
+            .map(|v| (v.connections[0].node_id, v.connections[0].record.id))
+            .collect();
+        assert_eq!(anonymous_on, vec![(1, 9), (2, 3)]);
+    }
+
+    #[test]
+    fn telemetry_pushed_to_last_wins() {
+        let a = Uuid::from_u128(1);
+        let with = |push: Option<i64>, client: &str| {
+            let mut view = instance(a, Vec::new());
+            view.telemetry = Some(telemetry(push, client));
+            view
+        };
+        let merged = merge(vec![with(Some(5), "old")], [vec![with(Some(8), "new")]]);
+        assert_eq!(merged[0].telemetry, Some(telemetry(Some(8), "new")));
+        let merged = merge(vec![with(Some(8), "here")], [vec![with(Some(5), "there")]]);
+        assert_eq!(merged[0].telemetry, Some(telemetry(Some(8), "here")));
+        let merged = merge(vec![with(None, "fetched")], [vec![with(Some(1), "pushed")]]);
+        assert_eq!(merged[0].telemetry, Some(telemetry(Some(1), "pushed")));
+        let merged = merge(vec![with(Some(3), "here")], [vec![with(Some(3), "tie")]]);
+        assert_eq!(
+            merged[0].telemetry,
+            Some(telemetry(Some(3), "here")),
+            "a tie keeps ours"
+        );
+    }
+
+    #[test]
+    fn member_ids_in_either_base64_alphabet_are_instance_ids() {
+        let id = Uuid::from_u128(0xfbef_ffff_0000_0000_0000_0000_0000_0000);
+        let url_safe = id.to_string();
+        assert!(
+            url_safe.contains('-') && url_safe.contains('_'),
+            "{url_safe}"
+        );
+        let standard = url_safe.replace('-', "+").replace('_', "/");
+        assert_eq!(member_uuid(&url_safe), Some(id));
+        assert_eq!(member_uuid(&standard), Some(id), "librdkafka's form");
+        assert_eq!(member_uuid("not a uuid"), None);
+    }
+
+    #[test]
+    fn without_peers_the_local_view_is_unchanged() {
+        let local = vec![
+            full(Uuid::from_u128(1), 1),
+            full(Uuid::from_u128(2), 1),
+            anonymous(connection(1, 9, None)),
+        ];
+        assert_eq!(merge(local.clone(), Vec::new()), local);
+    }
 }

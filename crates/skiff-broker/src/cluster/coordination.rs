@@ -397,14 +397,11 @@ async fn rebalance(host: &dyn Host, cluster: &Cluster) {
                 match coordinators::claim(&cluster.db, shard, reg).await {
                     Ok(Some(claimed)) => {
                         let records = claimed.records.len();
-                        host.load_shard(shard, claimed.records);
                         coordination.writer.forget(shard);
-                        coordination.set(
-                            shard,
-                            ShardState::Owned {
-                                epoch: claimed.epoch,
-                            },
-                        );
+                        let owned = ShardState::Owned {
+                            epoch: claimed.epoch,
+                        };
+                        host.load_shard(shard, claimed.records, &|| coordination.set(shard, owned));
                         tracing::info!(
                             shard,
                             epoch = claimed.epoch,

@@ -11,7 +11,9 @@
 //! partitions this broker leads. Coordinator shards ([`coordination`]) are claimed, loaded,
 //! written through and released as placement moves them.
 
+pub mod clients;
 pub mod coordination;
+pub mod documents;
 pub mod fetch;
 pub mod placement;
 pub mod produce;
@@ -42,10 +44,13 @@ pub trait Host: Send + Sync + 'static {
         all: std::collections::BTreeMap<String, BTreeMap<String, String>>,
     );
     /// Takes in a coordinator shard just claimed: its records, each under its coordinator's
-    /// namespace byte.
-    fn load_shard(&self, shard: i32, records: Vec<(Vec<u8>, Vec<u8>)>);
+    /// namespace byte; `loaded` runs under the coordinator's lock once they are in (so that
+    /// nothing sees the shard owned but empty, or loaded but not owned).
+    fn load_shard(&self, shard: i32, records: Vec<(Vec<u8>, Vec<u8>)>, loaded: &dyn Fn());
     /// Forgets a coordinator shard this broker no longer owns.
     fn unload_shard(&self, shard: i32);
+    /// Makes a shared document (ACLs, credentials, telemetry subscriptions) these bytes.
+    fn mirror_document(&self, name: &str, body: &[u8]);
     /// The topics with a retention limit, and their limits.
     fn retention_targets(&self) -> Vec<RetentionTarget>;
     /// `log.retention.check.interval.ms`.
@@ -100,6 +105,8 @@ pub struct Cluster {
     producer_ids: std::sync::Mutex<(i64, i64)>,
     /// The coordinator shards this broker owns, and their writes.
     pub coordination: Arc<coordination::Coordination>,
+    /// The shared documents' versions this broker has read.
+    documents: documents::Seen,
 }
 
 /// Counters of the cluster's storage traffic (admin metrics, benchmarks).
@@ -172,6 +179,7 @@ impl Cluster {
             stats: Stats::default(),
             producer_ids: std::sync::Mutex::new((0, 0)),
             coordination: Arc::default(),
+            documents: documents::Seen::default(),
         }))
     }
 

@@ -71,7 +71,7 @@ pub async fn sync_topics(broker: &dyn Host, cluster: &Cluster) -> Result<(), DbE
     let rows = topics::list(&cluster.db).await?;
     broker.mirror(rows.into_iter().map(topic_info).collect());
     broker.mirror_group_configs(skiff_cluster::coordinators::group_configs(&cluster.db).await?);
-    Ok(())
+    super::documents::sync(broker, cluster).await
 }
 
 /// A stored topic as the metadata store holds it.

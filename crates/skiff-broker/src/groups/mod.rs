@@ -295,18 +295,21 @@ impl GroupCoordinator {
 
     /// Cluster mode: takes in a shard's records (just claimed), replacing whatever this broker
     /// held of the shard's groups; their session and rebalance timers are armed afresh from
-    /// `now_ms`. `owned` says which groups belong to the shard.
+    /// `now_ms`. `owned` says which groups belong to the shard; `done` runs under the lock once
+    /// they are in.
     pub fn load_shard(
         &self,
         pairs: BTreeMap<Bytes, Bytes>,
         owned: impl Fn(&str) -> bool,
         now_ms: i64,
+        done: &dyn Fn(),
     ) -> usize {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         Self::drop_groups(&mut inner, &owned);
         let loaded = Loaded::read(pairs, now_ms);
         let count = loaded.groups.len();
         loaded.into(&mut inner);
+        done();
         drop(inner);
         self.timers_changed.notify_one();
         count

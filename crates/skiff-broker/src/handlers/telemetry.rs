@@ -176,24 +176,21 @@ pub fn alter_subscription(
         });
     }
     let error = |e: SubscriptionError| KafkaError::new(e.error_code(), e.to_string());
-    let mut telemetry = broker.lock_telemetry();
     if validate_only {
-        return telemetry
+        return broker
+            .lock_telemetry()
             .subscriptions()
             .validate_alter(name, &parsed)
             .map_err(error);
     }
-    telemetry
-        .subscriptions_mut()
-        .alter(name, &parsed)
-        .map_err(error)?;
-    let snapshot = telemetry.subscriptions().snapshot();
-    drop(telemetry);
-    broker.persist_subscriptions(&snapshot).map_err(|e| {
-        tracing::error!(error = %format!("{e:#}"), "cannot persist client metrics subscriptions");
-        KafkaError::new(
-            ErrorCode::UNKNOWN_SERVER_ERROR,
-            "the subscription could not be saved",
-        )
-    })
+    match broker.alter_subscriptions(|subs| subs.alter(name, &parsed)) {
+        Ok(result) => result.map_err(error),
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "cannot persist client metrics subscriptions");
+            Err(KafkaError::new(
+                ErrorCode::UNKNOWN_SERVER_ERROR,
+                "the subscription could not be saved",
+            ))
+        }
+    }
 }

@@ -1,11 +1,12 @@
 //! The ACLs and the authorizer in force: Kafka's StandardAuthorizer (`skiff-auth`) over the ACLs
-//! kept in `data.dir/acls.json`, replaced crash-safely on every change. Denials are counted and
+//! kept in `data.dir/acls.json`, replaced crash-safely on every change (in cluster mode, the
+//! cluster's `acls` document in PostgreSQL, which every broker mirrors). Denials are counted and
 //! logged once per (principal, operation, resource) a minute.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -14,6 +15,7 @@ use skiff_auth::acl::{
 };
 use skiff_auth::principal::KafkaPrincipal;
 
+use crate::cluster::documents::SharedDocuments;
 use crate::config::AuthorizerSettings;
 
 /// The ACL file, inside the data directory.
@@ -35,6 +37,9 @@ type DenialKey = (String, AclOperation, ResourceType, String);
 /// The ACLs, the authorizer that checks against them, and the denial log.
 pub struct Acls {
     path: PathBuf,
+    config: AuthorizerConfig,
+    /// Cluster mode: where changes go.
+    shared: Option<Arc<dyn SharedDocuments>>,
     authorizer: RwLock<Authorizer>,
     logged: Mutex<HashMap<DenialKey, i64>>,
     /// Checks denied since start.
@@ -42,36 +47,46 @@ pub struct Acls {
 }
 
 impl Acls {
-    /// Reads the ACLs of a data directory (none when the file does not exist yet).
-    pub fn open(data_dir: &Path, settings: &AuthorizerSettings) -> Result<Acls> {
+    /// Reads the ACLs of a data directory (none when the file does not exist yet); with
+    /// `shared` (cluster mode), changes go to the cluster's document instead, and the ACLs come
+    /// from it ([`Acls::mirror`]).
+    pub fn open(
+        data_dir: &Path,
+        settings: &AuthorizerSettings,
+        shared: Option<Arc<dyn SharedDocuments>>,
+    ) -> Result<Acls> {
         let path = data_dir.join(ACLS_FILE);
-        let mut authorizer = Authorizer::new(AuthorizerConfig {
+        let config = AuthorizerConfig {
             super_users: settings.super_users.clone(),
             allow_everyone_if_no_acl_found: settings.allow_everyone_if_no_acl_found,
-        });
-        match std::fs::read(&path) {
-            Ok(text) => {
-                let file: StoredFile = serde_json::from_slice(&text)
-                    .with_context(|| format!("{} is damaged", path.display()))?;
-                if file.version != 1 {
-                    bail!("{}: unknown version {}", path.display(), file.version);
-                }
-                for binding in file.acls {
-                    binding
-                        .validate()
-                        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-                    authorizer.add(binding);
-                }
+        };
+        let authorizer = match (&shared, std::fs::read(&path)) {
+            (Some(_), _) => Authorizer::new(config.clone()),
+            (None, Ok(text)) => {
+                decode(&config, &text).with_context(|| format!("{} is damaged", path.display()))?
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-        }
+            (None, Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                Authorizer::new(config.clone())
+            }
+            (None, Err(e)) => {
+                return Err(e).with_context(|| format!("reading {}", path.display()));
+            }
+        };
         Ok(Acls {
             path,
+            config,
+            shared,
             authorizer: RwLock::new(authorizer),
             logged: Mutex::new(HashMap::new()),
             denials: AtomicU64::new(0),
         })
+    }
+
+    /// Cluster mode: the ACLs are now these (the cluster's document, as just read).
+    pub fn mirror(&self, body: &[u8]) -> Result<()> {
+        let authorizer = decode(&self.config, body)?;
+        *self.authorizer.write().unwrap_or_else(|e| e.into_inner()) = authorizer;
+        Ok(())
     }
 
     /// Whether `principal` connecting from `host` may do `operation` on the resource; a denial
@@ -186,16 +201,57 @@ impl Acls {
 
     fn change<R>(&self, change: impl FnOnce(&mut Authorizer) -> R) -> Result<R> {
         let mut authorizer = self.authorizer.write().unwrap_or_else(|e| e.into_inner());
-        let mut changed = authorizer.clone();
-        let result = change(&mut changed);
-        let file = StoredFile {
-            version: 1,
-            acls: changed.bindings().cloned().collect(),
+        let Some(shared) = &self.shared else {
+            let mut changed = authorizer.clone();
+            let result = change(&mut changed);
+            crate::node_file::write_atomically(&self.path, &encode(&changed)?)?;
+            *authorizer = changed;
+            return Ok(result);
         };
-        crate::node_file::write_atomically(&self.path, &serde_json::to_vec_pretty(&file)?)?;
+        // Cluster mode: the change applies to the cluster's current ACLs, under their lock.
+        let mut change = Some(change);
+        let mut outcome = None;
+        shared.update(crate::cluster::documents::ACLS, &mut |current| {
+            let mut changed = match current {
+                Some(body) => decode(&self.config, body)?,
+                None => Authorizer::new(self.config.clone()),
+            };
+            let change = change
+                .take()
+                .ok_or_else(|| anyhow::anyhow!("an ACL change ran twice"))?;
+            let result = change(&mut changed);
+            let body = encode(&changed)?;
+            outcome = Some((result, changed));
+            Ok(body)
+        })?;
+        let (result, changed) =
+            outcome.ok_or_else(|| anyhow::anyhow!("the ACL change did not run"))?;
         *authorizer = changed;
         Ok(result)
     }
+}
+
+/// The ACL file's (and the cluster document's) bytes.
+fn encode(authorizer: &Authorizer) -> Result<Vec<u8>> {
+    let file = StoredFile {
+        version: 1,
+        acls: authorizer.bindings().cloned().collect(),
+    };
+    Ok(serde_json::to_vec_pretty(&file)?)
+}
+
+/// An authorizer with `config` and the ACLs of a file's (or the cluster document's) bytes.
+fn decode(config: &AuthorizerConfig, bytes: &[u8]) -> Result<Authorizer> {
+    let file: StoredFile = serde_json::from_slice(bytes)?;
+    if file.version != 1 {
+        bail!("unknown version {}", file.version);
+    }
+    let mut authorizer = Authorizer::new(config.clone());
+    for binding in file.acls {
+        binding.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+        authorizer.add(binding);
+    }
+    Ok(authorizer)
 }
 
 /// Who asks, from where: what an authorization check needs of the request.

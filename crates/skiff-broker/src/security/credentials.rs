@@ -49,7 +49,7 @@ impl Credentials {
         Self::decode(&text).with_context(|| format!("{} is damaged", path.display()))
     }
 
-    fn decode(text: &[u8]) -> Result<Credentials> {
+    pub(crate) fn decode(text: &[u8]) -> Result<Credentials> {
         let file: StoredFile = serde_json::from_slice(text)?;
         if file.version != 1 {
             bail!("unknown version {}", file.version);
@@ -80,7 +80,7 @@ impl Credentials {
         Ok(Credentials { users })
     }
 
-    fn encode(&self) -> Result<Vec<u8>> {
+    pub(crate) fn encode(&self) -> Result<Vec<u8>> {
         let users = self
             .users
             .iter()

@@ -17,6 +17,7 @@ use skiff_auth::principal::KafkaPrincipal;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
+use crate::cluster::documents::SharedDocuments;
 use crate::config::{BrokerConfig, ListenerConfig, SaslMechanism, SecurityProtocol};
 use credentials::Credentials;
 use oauth::OauthVerifier;
@@ -25,6 +26,8 @@ use tls::TlsServer;
 /// The broker's security state: credentials and the OAuth key set.
 pub struct SecurityState {
     data_dir: PathBuf,
+    /// Cluster mode: where the credentials (and ACLs) are kept.
+    shared: Option<Arc<dyn SharedDocuments>>,
     credentials: RwLock<Credentials>,
     pub oauth: Option<OauthVerifier>,
     /// The ACLs, when `authorizer = "standard"`.
@@ -36,17 +39,26 @@ pub struct SecurityState {
 }
 
 impl SecurityState {
-    /// Loads the credential store of the data directory.
-    pub fn open(config: &BrokerConfig) -> Result<SecurityState> {
+    /// Loads the credential store of the data directory; with `shared` (cluster mode) the
+    /// credentials and ACLs are the cluster's documents instead (mirrored, written through).
+    pub fn open(
+        config: &BrokerConfig,
+        shared: Option<Arc<dyn SharedDocuments>>,
+    ) -> Result<SecurityState> {
+        let credentials = match shared {
+            Some(_) => Credentials::default(),
+            None => Credentials::load(&config.data_dir)?,
+        };
         Ok(SecurityState {
             data_dir: config.data_dir.clone(),
-            credentials: RwLock::new(Credentials::load(&config.data_dir)?),
+            shared: shared.clone(),
+            credentials: RwLock::new(credentials),
             oauth: config.security.oauth.clone().map(OauthVerifier::new),
             acls: config
                 .security
                 .authorizer
                 .as_ref()
-                .map(|settings| acls::Acls::open(&config.data_dir, settings))
+                .map(|settings| acls::Acls::open(&config.data_dir, settings, shared.clone()))
                 .transpose()?,
             anonymous: Arc::new(KafkaPrincipal::anonymous()),
             owners: crate::owners::Owners::new(config.security.instance_binding_ms),
@@ -61,11 +73,41 @@ impl SecurityState {
     /// as it was.
     pub fn alter_credentials<R>(&self, change: impl FnOnce(&mut Credentials) -> R) -> Result<R> {
         let mut credentials = self.credentials.write().unwrap_or_else(|e| e.into_inner());
-        let mut changed = credentials.clone();
-        let result = change(&mut changed);
-        changed.save(&self.data_dir)?;
+        let Some(shared) = &self.shared else {
+            let mut changed = credentials.clone();
+            let result = change(&mut changed);
+            changed.save(&self.data_dir)?;
+            *credentials = changed;
+            return Ok(result);
+        };
+        // Cluster mode: the change applies to the cluster's current credentials, under their
+        // lock.
+        let mut change = Some(change);
+        let mut outcome = None;
+        shared.update(crate::cluster::documents::CREDENTIALS, &mut |current| {
+            let mut changed = match current {
+                Some(body) => Credentials::decode(body)?,
+                None => Credentials::default(),
+            };
+            let change = change
+                .take()
+                .ok_or_else(|| anyhow::anyhow!("a credential change ran twice"))?;
+            let result = change(&mut changed);
+            let body = changed.encode()?;
+            outcome = Some((result, changed));
+            Ok(body)
+        })?;
+        let (result, changed) =
+            outcome.ok_or_else(|| anyhow::anyhow!("the credential change did not run"))?;
         *credentials = changed;
         Ok(result)
+    }
+
+    /// Cluster mode: the credentials are now these (the cluster's document, as just read).
+    pub fn mirror_credentials(&self, body: &[u8]) -> Result<()> {
+        let decoded = Credentials::decode(body)?;
+        *self.credentials.write().unwrap_or_else(|e| e.into_inner()) = decoded;
+        Ok(())
     }
 }
 

@@ -151,6 +151,9 @@ pub async fn run(args: ClusterArgs, command: ClusterCommand) -> CmdResult {
                     "objects": s.objects,
                     "object_bytes": s.object_bytes,
                     "unused_objects": s.unused_objects,
+                    "coordinator_shards": s.shards.iter()
+                        .map(|(owner, n)| json!({"owner": owner, "shards": n}))
+                        .collect::<Vec<_>>(),
                 }));
                 return Ok(());
             }
@@ -189,6 +192,15 @@ pub async fn run(args: ClusterArgs, command: ClusterCommand) -> CmdResult {
                 })
                 .collect();
             print_table(&["NODE", "EPOCH", "ADDRESS", "RACK"], &rows);
+            let owned: Vec<String> = s
+                .shards
+                .iter()
+                .map(|(owner, n)| match owner {
+                    Some(node) => format!("node {node}: {n}"),
+                    None => format!("unowned: {n}"),
+                })
+                .collect();
+            println!("coordinator shards: {}", owned.join(", "));
             Ok(())
         }
     }
