@@ -654,7 +654,10 @@ async fn heartbeat_coordinator(
         .node_id;
     loop {
         let Ok(node) = try_find_coordinator(cluster, via, group).await else {
-            assert!(tokio::time::Instant::now() < deadline, "no coordinator named");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no coordinator named"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };

@@ -285,10 +285,33 @@ fn client_summary(broker: &Broker) -> serde_json::Value {
     let summary = Summary {
         instances: instance_views(broker),
     };
-    serde_json::to_value(summary).unwrap_or_else(|e| {
+    let mut value = serde_json::to_value(summary).unwrap_or_else(|e| {
         tracing::warn!(error = %e, "this broker's client summary does not serialize");
         serde_json::Value::Null
-    })
+    });
+    if value.to_string().len() > SUMMARY_MAX_BYTES {
+        omit_metrics(&mut value);
+    }
+    value
+}
+
+/// A summary larger than this is published without its instances' latest metric values (their
+/// telemetry says `metrics_omitted`; this broker's own view still has them).
+const SUMMARY_MAX_BYTES: usize = 4 << 20;
+
+fn omit_metrics(summary: &mut serde_json::Value) {
+    let instances = summary
+        .get_mut("instances")
+        .and_then(serde_json::Value::as_array_mut);
+    for instance in instances.into_iter().flatten() {
+        if let Some(telemetry) = instance
+            .get_mut("telemetry")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            telemetry.insert("metrics".into(), serde_json::Value::Array(Vec::new()));
+            telemetry.insert("metrics_omitted".into(), serde_json::Value::Bool(true));
+        }
+    }
 }
 
 /// Publishes this broker's client instances for the other brokers' views until the broker
@@ -813,5 +836,19 @@ mod tests {
             anonymous(connection(1, 9, None)),
         ];
         assert_eq!(merge(local.clone(), Vec::new()), local);
+    }
+
+    #[test]
+    fn an_oversized_summary_leaves_the_metric_values_out() {
+        let mut summary = serde_json::json!({"instances": [
+            {"client_instance_id": "a", "telemetry": {"metrics": [{"name": "x"}], "subscription_id": 1}},
+            {"client_instance_id": "b", "telemetry": null},
+        ]});
+        omit_metrics(&mut summary);
+        assert_eq!(
+            summary["instances"][0]["telemetry"],
+            serde_json::json!({"metrics": [], "metrics_omitted": true, "subscription_id": 1})
+        );
+        assert!(summary["instances"][1]["telemetry"].is_null());
     }
 }

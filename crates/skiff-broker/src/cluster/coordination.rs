@@ -38,6 +38,9 @@ pub const GROUPS: u8 = b'G';
 /// How often shard placement is checked without a change of the live set.
 const CHECK: Duration = Duration::from_millis(500);
 
+/// How long a release waits for the shard's queued writes.
+const RELEASE_WAIT: Duration = Duration::from_secs(5);
+
 /// Failures remembered for waiters that have not looked yet.
 const FAILED_KEPT: usize = 100_000;
 
@@ -429,7 +432,8 @@ async fn release(
     reg: skiff_cluster::membership::Registration,
 ) {
     if let Some(last) = cluster.coordination.writer.last(shard) {
-        let _ = cluster.coordination.writer.wait(last).await;
+        // Bounded: at shutdown the writer may be gone before a late append.
+        let _ = tokio::time::timeout(RELEASE_WAIT, cluster.coordination.writer.wait(last)).await;
     }
     cluster.coordination.writer.forget(shard);
     match coordinators::release(&cluster.db, shard, epoch, reg).await {
