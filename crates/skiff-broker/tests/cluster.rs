@@ -852,6 +852,62 @@ async fn group_coordinators_move_with_their_state() {
     assert_ne!(node, successor);
     let mut at_node = cluster.client(node).await;
     assert_eq!(fetch_offset(&mut at_node, group).await, (0, 42));
+
+    // Simple commits for groups spread over many shards; then a broker joins: the shards placed
+    // on it are released by their owners and claimed by it, with their offsets.
+    let groups: Vec<String> = (0..24).map(|i| format!("joiner-{i}")).collect();
+    for (i, g) in groups.iter().enumerate() {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            let via = node;
+            if let Ok(n) = try_find_coordinator(&cluster, via, g).await
+                && cluster.node(n).running.is_some()
+                && commit_offset(&mut cluster.client(n).await, g, "", -1, i as i64).await == 0
+            {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{g} never committed"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    cluster.add(4).await;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let moved: Vec<(usize, &String)> = loop {
+        let shards = skiff_cluster::coordinators::shards(&db)
+            .await
+            .expect("shards");
+        let on_four: Vec<(usize, &String)> = groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| {
+                shards[skiff_cluster::coordinators::shard_of(g) as usize].owner == Some(4)
+            })
+            .collect();
+        if !on_four.is_empty() {
+            break on_four;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node 4 never claimed a shard"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut at_four = cluster.client(4).await;
+    for (i, g) in moved {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            let (code, offset) = fetch_offset(&mut at_four, g).await;
+            if code == 0 {
+                assert_eq!(offset, i as i64, "{g} lost its offset in the handover");
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{g}: {code}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     cluster.stop_all().await;
 }
 
