@@ -322,3 +322,34 @@ def raw_offset_commit(bootstrap: str, group: str, partition: int, offset: int) -
     pos += 2 + name_len + 4
     _, error = struct.unpack_from(">ih", response, pos)
     return error
+
+
+def test_group_admin_through_any_broker(cluster):
+    """Listing, describing, offsets and deleting a group through brokers that do not coordinate
+    it: AdminClient finds the coordinator (ListGroups asks every broker)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    c = cluster(3)
+    create_topic(c, 1, TOPIC, PARTITIONS)
+    produce(c.bootstrap(), 0, 60)
+    groups = [f"admin-{i}" for i in range(6)]
+    for i, g in enumerate(groups):
+        commit(c.broker(1 + i % 3).bootstrap, g, 10 + i)
+    for via in (1, 2, 3):
+        admin = AdminClient({"bootstrap.servers": c.broker(via).bootstrap, "log_level": 4})
+        listed = admin.list_consumer_groups(request_timeout=15).result(timeout=20)
+        assert set(groups) <= {g.group_id for g in listed.valid}, (via, listed.valid, listed.errors)
+        for i, g in enumerate(groups):
+            (f,) = admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(g, [TopicPartition(TOPIC, 0)])], request_timeout=15).values()
+            assert f.result(timeout=20).topic_partitions[0].offset == 10 + i, (via, g)
+    admin = AdminClient({"bootstrap.servers": c.broker(3).bootstrap, "log_level": 4})
+    deleted = admin.delete_consumer_groups(groups[:3], request_timeout=15)
+    for g, f in deleted.items():
+        f.result(timeout=20)
+    lister = AdminClient({"bootstrap.servers": c.broker(1).bootstrap, "log_level": 4})
+    after = lister.list_consumer_groups(request_timeout=15).result(timeout=20)
+    left = {g.group_id for g in after.valid}
+    assert not set(groups[:3]) & left and set(groups[3:]) <= left, (left, after.errors)
+    # A deleted group's offsets are gone for good: the next coordinator reads them from PostgreSQL.
+    assert committed(c.bootstrap(), groups[0])[0] < 0

@@ -105,11 +105,11 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker> {
     };
     let broker = Broker::open_in(config, &bound, cluster)?;
     if let Some(cluster) = broker.cluster() {
-        // The ACLs, credentials and telemetry subscriptions are the cluster's before anyone
-        // is served.
-        crate::cluster::documents::sync(&*broker, cluster)
+        // The group configs, ACLs, credentials and telemetry subscriptions are the cluster's
+        // before anyone is served.
+        crate::cluster::sync_metadata(&*broker, cluster)
             .await
-            .context("reading the cluster's shared documents")?;
+            .context("reading the cluster's metadata")?;
     }
     let (shutdown, shutdown_rx) = watch::channel(false);
     let admin = match broker.config.admin_listen {

@@ -1084,11 +1084,62 @@ async fn security_and_telemetry_documents_are_shared() {
         })
         .await;
     }
+    // Group configs (resource 32) altered through broker 1 are described by broker 2.
+    let request = IncrementalAlterConfigsRequest {
+        resources: vec![AlterConfigsResource {
+            resource_type: 32,
+            resource_name: "configured-group".into(),
+            configs: vec![AlterableConfig {
+                name: "consumer.session.timeout.ms".into(),
+                config_operation: 0,
+                value: Some("50000".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    match one.call(request, 1).await {
+        Response::IncrementalAlterConfigs(r) => assert_eq!(r.responses[0].error_code, 0, "{r:?}"),
+        other => panic!("unexpected {other:?}"),
+    }
+    async fn group_session_timeout(c: &mut Client) -> Option<String> {
+        let request = DescribeConfigsRequest {
+            resources: vec![DescribeConfigsResource {
+                resource_type: 32,
+                resource_name: "configured-group".into(),
+                configuration_keys: Some(vec!["consumer.session.timeout.ms".into()]),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        match c.call(request, 4).await {
+            Response::DescribeConfigs(r) => r.results[0]
+                .configs
+                .iter()
+                .find(|c| &*c.name == "consumer.session.timeout.ms")
+                .and_then(|c| c.value.as_ref().map(|v| v.to_string())),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let addr = cluster.node(2).addr;
+    eventually("the group config on broker 2", || async move {
+        group_session_timeout(&mut Client::connect(addr).await)
+            .await
+            .as_deref()
+            == Some("50000")
+    })
+    .await;
+
     // A broker that joins later has them all from its first answer.
     cluster.add(3).await;
     let mut three = cluster.client(3).await;
     assert_eq!(acl_principals(&mut three).await, ["User:alice"]);
     assert_eq!(scram_users(&mut three).await, ["alice"]);
     assert_eq!(subscription(&mut three).await, want_subscription);
+    assert_eq!(
+        group_session_timeout(&mut three).await.as_deref(),
+        Some("50000")
+    );
     cluster.stop_all().await;
 }

@@ -308,4 +308,4 @@ impl Cluster {
     }
 }
 
-pub use tasks::{spawn_tasks, topic_info};
+pub use tasks::{spawn_tasks, sync_metadata, topic_info};

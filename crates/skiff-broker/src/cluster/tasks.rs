@@ -65,9 +65,9 @@ async fn refresh_live(cluster: &Cluster) {
     }
 }
 
-/// Mirrors PostgreSQL's topics into the broker's metadata, and its group configs into the
-/// group coordinator.
-pub async fn sync_topics(broker: &dyn Host, cluster: &Cluster) -> Result<(), DbError> {
+/// Mirrors PostgreSQL's topics into the broker's metadata, its group configs into the group
+/// coordinator, and the shared documents (ACLs, credentials, subscriptions) that changed.
+pub async fn sync_metadata(broker: &dyn Host, cluster: &Cluster) -> Result<(), DbError> {
     let rows = topics::list(&cluster.db).await?;
     broker.mirror(rows.into_iter().map(topic_info).collect());
     broker.mirror_group_configs(skiff_cluster::coordinators::group_configs(&cluster.db).await?);
@@ -123,7 +123,7 @@ async fn keep_registered(
                         cluster.set_registration(Some(reg));
                         // What happened while this broker was away is read afresh.
                         cluster.forget_heard();
-                        let _ = sync_topics(broker.as_ref(), &cluster).await;
+                        let _ = sync_metadata(broker.as_ref(), &cluster).await;
                     }
                     Err(e) => tracing::warn!(error = %e, "registering in the cluster failed"),
                 }
@@ -154,7 +154,7 @@ async fn listen(broker: Arc<dyn Host>, cluster: Arc<Cluster>, mut shutdown: watc
                 } else {
                     backoff = Duration::from_millis(100);
                     cluster.forget_heard();
-                    let _ = sync_topics(broker.as_ref(), &cluster).await;
+                    let _ = sync_metadata(broker.as_ref(), &cluster).await;
                     refresh_live(&cluster).await;
                     cluster.notify_commit();
                     loop {
@@ -168,7 +168,7 @@ async fn listen(broker: Arc<dyn Host>, cluster: Arc<Cluster>, mut shutdown: watc
                                     cluster.announced(&log::parse_changes(n.payload()));
                                     cluster.notify_commit();
                                 } else if n.channel() == topics::METADATA_CHANNEL {
-                                    let _ = sync_topics(broker.as_ref(), &cluster).await;
+                                    let _ = sync_metadata(broker.as_ref(), &cluster).await;
                                 } else {
                                     refresh_live(&cluster).await;
                                 }
@@ -203,7 +203,7 @@ async fn poll(broker: Arc<dyn Host>, cluster: Arc<Cluster>, mut shutdown: watch:
             _ = timer.tick() => {}
             _ = stopped(&mut shutdown) => return,
         }
-        if let Err(e) = sync_topics(broker.as_ref(), &cluster).await {
+        if let Err(e) = sync_metadata(broker.as_ref(), &cluster).await {
             tracing::debug!(error = %e, "reading the cluster's topics failed");
         }
         refresh_live(&cluster).await;
