@@ -149,6 +149,21 @@ impl Owners {
         }
     }
 
+    /// Whether a principal owns the member ID now.
+    pub fn member_owned(&self, group: &str, member: &str) -> bool {
+        let members = self.members.lock().unwrap_or_else(PoisonError::into_inner);
+        members
+            .0
+            .contains_key(&(group.to_string(), member.to_string()))
+    }
+
+    /// Forgets the owners of every member of the groups `pick` chooses (cluster mode: a shard
+    /// that moved away, or that is about to be loaded with the owners stored with it).
+    pub fn forget_members_of(&self, pick: impl Fn(&str) -> bool) {
+        let mut members = self.members.lock().unwrap_or_else(PoisonError::into_inner);
+        members.0.retain(|(group, _), _| !pick(group));
+    }
+
     /// The member left its group: its ID may be created again by anyone.
     pub fn forget_member(&self, group: &str, member: &str) {
         // Its place in the creation order stays until it comes round (removing it there would

@@ -118,12 +118,22 @@ impl crate::cluster::Host for Broker {
                 _ => None,
             })
             .collect();
-        let groups = self.groups.load_shard(
-            pairs,
-            |id| skiff_cluster::coordinators::shard_of(id) == shard,
-            now_ms(),
-            loaded,
-        );
+        let in_shard = |id: &str| skiff_cluster::coordinators::shard_of(id) == shard;
+        // The shard's member owners are the stored ones, not what this broker last knew.
+        self.security.owners.forget_members_of(in_shard);
+        let (groups, owners) = self.groups.load_shard(pairs, in_shard, now_ms(), loaded);
+        for (group, member, principal) in owners {
+            match skiff_auth::principal::KafkaPrincipal::parse(&principal) {
+                Ok(principal) => {
+                    self.security
+                        .owners
+                        .claim_member(&group, &member, &Arc::new(principal));
+                }
+                Err(e) => {
+                    tracing::error!(%group, error = %e, "skipping an unreadable member owner")
+                }
+            }
+        }
         tracing::debug!(shard, groups, "groups loaded");
     }
 
@@ -144,8 +154,9 @@ impl crate::cluster::Host for Broker {
     }
 
     fn unload_shard(&self, shard: i32) {
-        self.groups
-            .unload_shard(|id| skiff_cluster::coordinators::shard_of(id) == shard);
+        let in_shard = |id: &str| skiff_cluster::coordinators::shard_of(id) == shard;
+        self.groups.unload_shard(in_shard);
+        self.security.owners.forget_members_of(in_shard);
     }
 
     fn retention_targets(&self) -> Vec<crate::cluster::RetentionTarget> {

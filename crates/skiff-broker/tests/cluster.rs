@@ -1143,3 +1143,146 @@ async fn security_and_telemetry_documents_are_shared() {
     );
     cluster.stop_all().await;
 }
+
+/// With identities bound to principals, who owns a member ID is stored with the group: after
+/// the group's coordinator lost its shard, another principal naming the member at the new
+/// coordinator is refused (UNKNOWN_MEMBER_ID) while the owner goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn member_owners_move_with_their_group() {
+    use skiff_auth::scram::ScramMechanism;
+    use skiff_broker::config::{InstanceBinding, ListenerConfig, SaslMechanism, SecurityProtocol};
+    use skiff_protocol::generated::AlterUserScramCredentialsRequest;
+    use skiff_protocol::generated::alter_user_scram_credentials_request::ScramCredentialUpsertion;
+    fn sasl(config: &mut BrokerConfig) {
+        config.listeners = vec![
+            ListenerConfig::plaintext("PLAIN", "127.0.0.1:0".parse().expect("addr"), None),
+            ListenerConfig {
+                protocol: SecurityProtocol::SaslPlaintext,
+                sasl_mechanisms: vec![SaslMechanism::ScramSha512],
+                ..ListenerConfig::plaintext("SASL", "127.0.0.1:0".parse().expect("addr"), None)
+            },
+        ];
+        config.security.instance_binding = InstanceBinding::Enforce;
+    }
+    let Some(cluster) = TestCluster::start_with("owners", 3, false, sasl).await else {
+        return;
+    };
+    wait_for_brokers(&cluster, 1, &[1, 2, 3]).await;
+    let mechanism = ScramMechanism::Sha512;
+    let upsertion = |user: &str| {
+        let salt = format!("salt-of-{user}").into_bytes();
+        let password = format!("{user}-pw");
+        let salted =
+            skiff_auth::scram::salted_password(mechanism, password.as_bytes(), &salt, 4096)
+                .expect("salted password");
+        ScramCredentialUpsertion {
+            name: user.into(),
+            mechanism: mechanism.code(),
+            iterations: 4096,
+            salt: salt.into(),
+            salted_password: salted.into(),
+            ..Default::default()
+        }
+    };
+    let request = AlterUserScramCredentialsRequest {
+        upsertions: vec![upsertion("alice"), upsertion("bob")],
+        ..Default::default()
+    };
+    match cluster.client(1).await.call(request, 0).await {
+        Response::AlterUserScramCredentials(r) => {
+            assert!(r.results.iter().all(|r| r.error_code == 0), "{r:?}")
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let sasl_addr = |node: i32| {
+        cluster
+            .node(node)
+            .running
+            .as_ref()
+            .expect("running")
+            .listener_addrs[1]
+            .1
+    };
+    let login = |node: i32, user: &'static str| async move {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            let mut c = Client::connect(sasl_addr(node)).await;
+            let (code, _) =
+                common::sasl::scram_login(&mut c, mechanism, user, &format!("{user}-pw")).await;
+            if code == 0 {
+                return c;
+            }
+            // The credentials reach every broker within moments.
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{user} never logged in"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let mut c = cluster.client(1).await;
+    create_topic(&mut c, "work", 2).await;
+    wait_for_topic(&cluster, "work", 2).await;
+    let group = "owned-members";
+    let member = "alice-member-0123456789";
+    let owner = find_coordinator(&cluster, 1, group).await;
+    let mut alice = login(owner, "alice").await;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let epoch = loop {
+        let (code, _, epoch, _) = consumer_heartbeat(&mut alice, group, member, 0).await;
+        if code == 0 {
+            break epoch;
+        }
+        assert_eq!(code, error_codes::COORDINATOR_LOAD_IN_PROGRESS, "{code}");
+        assert!(tokio::time::Instant::now() < deadline, "alice never joined");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+
+    // The coordinator's lease lapses; another broker takes the group.
+    let db = skiff_cluster::Db::new(&cluster.metadata_url, 2).expect("pool");
+    let expire = format!(
+        "UPDATE brokers SET lease_until = now() - interval '1 second' WHERE node_id = {owner}"
+    );
+    db.client()
+        .await
+        .expect("connect")
+        .execute(expire.as_str(), &[])
+        .await
+        .expect("expire");
+    let shard = skiff_cluster::coordinators::shard_of(group) as usize;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let successor = loop {
+        let shards = skiff_cluster::coordinators::shards(&db)
+            .await
+            .expect("shards");
+        if let Some(o) = shards[shard].owner
+            && o != owner
+        {
+            break o;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never taken over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Bob names alice's member at the new coordinator: refused, as on the old one.
+    let mut bob = login(successor, "bob").await;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let (code, m, e, a) = consumer_heartbeat(&mut bob, group, member, epoch).await;
+        eprintln!("BOB {code} {m} {e} {a:?} successor {successor} owner {owner}");
+        if code != error_codes::COORDINATOR_LOAD_IN_PROGRESS && code != error_codes::NOT_COORDINATOR
+        {
+            assert_eq!(
+                code,
+                error_codes::UNKNOWN_MEMBER_ID,
+                "bob took alice's member"
+            );
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never loaded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut alice = login(successor, "alice").await;
+    let (code, m, e, _) = consumer_heartbeat(&mut alice, group, member, epoch).await;
+    assert_eq!((code, m.as_str(), e), (0, member, epoch));
+    cluster.stop_all().await;
+}

@@ -100,6 +100,8 @@ enum StoredGroup {
 const GROUP_PREFIX: &[u8] = b"g\0";
 const OFFSET_PREFIX: &[u8] = b"o\0";
 const CONFIG_PREFIX: &[u8] = b"c\0";
+/// Cluster mode: the principal that owns a member ID, `w\0<group>\0<member>` (with security on).
+const OWNER_PREFIX: &[u8] = b"w\0";
 
 /// One group's config overrides: Kafka group config key -> value.
 pub type GroupOverrides = BTreeMap<String, String>;
@@ -160,6 +162,7 @@ struct Loaded {
     groups: HashMap<String, Group>,
     offsets: Vec<(String, OffsetKey, CommittedOffset)>,
     group_configs: BTreeMap<String, GroupOverrides>,
+    owners: Vec<MemberOwner>,
 }
 
 impl Loaded {
@@ -168,8 +171,14 @@ impl Loaded {
         let mut groups = HashMap::new();
         let mut offsets = Vec::new();
         let mut group_configs = BTreeMap::new();
+        let mut owners = Vec::new();
         for (key, value) in pairs {
-            if let Some(group_id) = key.strip_prefix(GROUP_PREFIX) {
+            if key.starts_with(OWNER_PREFIX) {
+                match parse_owner(&key, &value) {
+                    Some(owner) => owners.push(owner),
+                    None => tracing::error!("skipping an unreadable member owner record"),
+                }
+            } else if let Some(group_id) = key.strip_prefix(GROUP_PREFIX) {
                 let group_id = String::from_utf8_lossy(group_id).to_string();
                 let stored: StoredGroup = match serde_json::from_slice(&value) {
                     Ok(stored) => stored,
@@ -207,6 +216,7 @@ impl Loaded {
             groups,
             offsets,
             group_configs,
+            owners,
         }
     }
 
@@ -233,9 +243,28 @@ pub fn record_owner(key: &[u8]) -> Option<&str> {
         .map(|id| id as &[u8])
         .or_else(|| {
             key.strip_prefix(OFFSET_PREFIX)
+                .or_else(|| key.strip_prefix(OWNER_PREFIX))
                 .and_then(|rest| rest.split(|b| *b == 0).next())
         })?;
     std::str::from_utf8(rest).ok()
+}
+
+fn owner_key(group: &str, member: &str) -> Bytes {
+    Bytes::from([OWNER_PREFIX, group.as_bytes(), b"\0", member.as_bytes()].concat())
+}
+
+/// A member ID's owner as stored: (group, member ID, principal).
+pub type MemberOwner = (String, String, String);
+
+fn parse_owner(key: &[u8], value: &[u8]) -> Option<MemberOwner> {
+    let rest = key.strip_prefix(OWNER_PREFIX)?;
+    let split = rest.iter().position(|b| *b == 0)?;
+    let (group, member) = (rest.get(..split)?, rest.get(split + 1..)?);
+    Some((
+        std::str::from_utf8(group).ok()?.to_string(),
+        std::str::from_utf8(member).ok()?.to_string(),
+        std::str::from_utf8(value).ok()?.to_string(),
+    ))
 }
 
 /// Everything under the coordinator's lock.
@@ -303,16 +332,28 @@ impl GroupCoordinator {
         owned: impl Fn(&str) -> bool,
         now_ms: i64,
         done: &dyn Fn(),
-    ) -> usize {
+    ) -> (usize, Vec<MemberOwner>) {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         Self::drop_groups(&mut inner, &owned);
-        let loaded = Loaded::read(pairs, now_ms);
+        let mut loaded = Loaded::read(pairs, now_ms);
         let count = loaded.groups.len();
+        let owners = std::mem::take(&mut loaded.owners);
         loaded.into(&mut inner);
         done();
         drop(inner);
         self.timers_changed.notify_one();
-        count
+        (count, owners)
+    }
+
+    /// Cluster mode with security on: stores (or, with `None`, forgets) the principal that owns
+    /// a member ID, with the group's state, so that the group's next coordinator knows it. A
+    /// shard this broker no longer owns stores nothing (the request is refused anyway).
+    pub fn store_member_owner(&self, group_id: &str, member_id: &str, principal: Option<&str>) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let value = principal.map(|p| Bytes::copy_from_slice(p.as_bytes()));
+        if let Err(e) = inner.kv.append(&[(owner_key(group_id, member_id), value)]) {
+            tracing::debug!(group = group_id, error = %e, "the member's owner was not stored");
+        }
     }
 
     /// Cluster mode: forgets the groups `owned` says belong to a shard this broker lost; their
@@ -678,6 +719,22 @@ impl GroupCoordinator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn owner_keys_round_trip() {
+        let key = owner_key("g", "group.instance.id:x");
+        assert_eq!(record_owner(&key), Some("g"));
+        assert_eq!(
+            parse_owner(&key, b"User:alice"),
+            Some((
+                "g".into(),
+                "group.instance.id:x".into(),
+                "User:alice".into()
+            ))
+        );
+        assert_eq!(parse_owner(b"w\0no-separator", b"User:a"), None);
+        assert_eq!(parse_owner(&key, &[0xff]), None);
+    }
 
     #[test]
     fn offset_keys_round_trip() {

@@ -104,8 +104,15 @@ fn names_anothers_member(
         .into_iter()
         .flatten()
         .filter(|id| !id.is_empty())
-        .any(|id| match owners.claim_member(group, id, &ctx.principal) {
-            Claim::Owner => false,
+        .any(|id| {
+            let new = !owners.member_owned(group, id);
+            match owners.claim_member(group, id, &ctx.principal) {
+                Claim::Owner => {
+                    if new {
+                        store_owner(&ctx.broker, group, id, Some(&ctx.principal));
+                    }
+                    false
+                }
             Claim::Conflict { owner } => {
                 tracing::warn!(
                     group,
@@ -114,9 +121,27 @@ fn names_anothers_member(
                     %owner,
                     "a group member owned by another principal was named; answered UNKNOWN_MEMBER_ID"
                 );
-                true
+                    true
+                }
             }
         })
+}
+
+/// Cluster mode with identities bound: the group's coordinator stores who owns a member ID (or
+/// that nobody does any more) with the group, for the group's next coordinator.
+fn store_owner(
+    broker: &crate::state::Broker,
+    group: &str,
+    member: &str,
+    principal: Option<&skiff_auth::principal::KafkaPrincipal>,
+) {
+    if broker.cluster().is_some() && broker.config.security.instance_binding != InstanceBinding::Off
+    {
+        let principal = principal.map(ToString::to_string);
+        broker
+            .groups
+            .store_member_owner(group, member, principal.as_deref());
+    }
 }
 
 /// Static members' instance IDs live beside member IDs in the ownership map, marked so.
@@ -429,6 +454,7 @@ pub fn consumer_group_heartbeat(
                 .security
                 .owners
                 .forget_member(&request.group_id, member);
+            store_owner(&ctx.broker, &request.group_id, member, None);
         } else if request.member_id.is_empty() {
             // A v0 member's ID is the broker's: it is its principal's from the first answer (an
             // ID the request named was claimed before the coordinator saw it).
@@ -601,10 +627,15 @@ pub fn join_group(ctx: &RequestContext, request: JoinGroupRequest) -> Reply {
                     && !r.member_id.is_empty()
                     && broker.config.security.instance_binding != InstanceBinding::Off
                 {
-                    broker
-                        .security
-                        .owners
-                        .claim_member(&group, &r.member_id, &principal);
+                    let new = !broker.security.owners.member_owned(&group, &r.member_id);
+                    let claim =
+                        broker
+                            .security
+                            .owners
+                            .claim_member(&group, &r.member_id, &principal);
+                    if new && claim == Claim::Owner {
+                        store_owner(&broker, &group, &r.member_id, Some(&principal));
+                    }
                 }
             };
             parked_then(ctx, as_request, receiver, claim)
@@ -698,6 +729,7 @@ pub fn leave_group(ctx: &RequestContext, request: LeaveGroupRequest) -> Reply {
             let owners = &ctx.broker.security.owners;
             for (member, _) in leaving.iter().filter(|(m, _)| !m.is_empty()) {
                 owners.forget_member(&request.group_id, member);
+                store_owner(&ctx.broker, &request.group_id, member, None);
             }
             settled_or_error(ctx, request.into(), Response::LeaveGroup(response))
         }
