@@ -103,6 +103,25 @@ impl Owners {
         }
     }
 
+    /// The instance IDs with a connection of their owner open here, and their owners (cluster
+    /// mode renews these claims).
+    pub fn open_instances(&self) -> Vec<(Uuid, String)> {
+        let instances = self
+            .instances
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        instances
+            .iter()
+            .filter(|(_, owner)| owner.connections > 0)
+            .map(|(id, owner)| (*id, owner.principal.to_string()))
+            .collect()
+    }
+
+    /// Counts a claim another broker's owner refused (cluster mode).
+    pub fn conflict_elsewhere(&self) {
+        self.count_conflict();
+    }
+
     /// Whether `principal` may speak for instance ID `id` (telemetry pushes name it in the body).
     pub fn instance_owner_is(&self, id: Uuid, principal: &KafkaPrincipal) -> Claim {
         let instances = self

@@ -153,6 +153,16 @@ impl crate::cluster::Host for Broker {
         }
     }
 
+    fn held_instances(&self) -> Option<(i64, Vec<(Uuid, String)>)> {
+        let security = &self.config.security;
+        (security.instance_binding != crate::config::InstanceBinding::Off).then(|| {
+            (
+                security.instance_binding_ms,
+                self.security.owners.open_instances(),
+            )
+        })
+    }
+
     fn unload_shard(&self, shard: i32) {
         let in_shard = |id: &str| skiff_cluster::coordinators::shard_of(id) == shard;
         self.groups.unload_shard(in_shard);

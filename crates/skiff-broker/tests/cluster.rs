@@ -1286,3 +1286,116 @@ async fn member_owners_move_with_their_group() {
     assert_eq!((code, m.as_str(), e), (0, member, epoch));
     cluster.stop_all().await;
 }
+
+/// With `client.instance.id.binding = enforce`, a client instance ID belongs to one principal
+/// across the cluster: another principal presenting it to another broker is refused while the
+/// owner's connection is open, and may have it once the owner is gone and the hold has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn instance_ids_belong_to_one_principal_across_brokers() {
+    use skiff_auth::scram::ScramMechanism;
+    use skiff_broker::config::{InstanceBinding, ListenerConfig, SaslMechanism, SecurityProtocol};
+    use skiff_protocol::generated::AlterUserScramCredentialsRequest;
+    use skiff_protocol::generated::alter_user_scram_credentials_request::ScramCredentialUpsertion;
+    fn sasl(config: &mut BrokerConfig) {
+        config.listeners = vec![
+            ListenerConfig::plaintext("PLAIN", "127.0.0.1:0".parse().expect("addr"), None),
+            ListenerConfig {
+                protocol: SecurityProtocol::SaslPlaintext,
+                sasl_mechanisms: vec![SaslMechanism::ScramSha512],
+                ..ListenerConfig::plaintext("SASL", "127.0.0.1:0".parse().expect("addr"), None)
+            },
+        ];
+        config.security.instance_binding = InstanceBinding::Enforce;
+        config.security.instance_binding_ms = 500;
+    }
+    let Some(cluster) = TestCluster::start_with("instances", 2, false, sasl).await else {
+        return;
+    };
+    let mechanism = ScramMechanism::Sha512;
+    let upsertions = ["alice", "mallory"]
+        .into_iter()
+        .map(|user| {
+            let salt = format!("salt-of-{user}").into_bytes();
+            let salted = skiff_auth::scram::salted_password(
+                mechanism,
+                format!("{user}-pw").as_bytes(),
+                &salt,
+                4096,
+            )
+            .expect("salted password");
+            ScramCredentialUpsertion {
+                name: user.into(),
+                mechanism: mechanism.code(),
+                iterations: 4096,
+                salt: salt.into(),
+                salted_password: salted.into(),
+                ..Default::default()
+            }
+        })
+        .collect();
+    let request = AlterUserScramCredentialsRequest {
+        upsertions,
+        ..Default::default()
+    };
+    match cluster.client(1).await.call(request, 0).await {
+        Response::AlterUserScramCredentials(r) => {
+            assert!(r.results.iter().all(|r| r.error_code == 0), "{r:?}")
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let id = Uuid::from_u128(0x1313_0017);
+    let connect = |node: i32, user: &'static str| {
+        let addr = cluster
+            .node(node)
+            .running
+            .as_ref()
+            .expect("running")
+            .listener_addrs[1]
+            .1;
+        async move {
+            let deadline = tokio::time::Instant::now() + TIMEOUT;
+            loop {
+                let mut c = Client::connect(addr).await;
+                c.instance_id = Some(id);
+                let (code, _) =
+                    common::sasl::scram_login(&mut c, mechanism, user, &format!("{user}-pw")).await;
+                if code == 0 {
+                    return c;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{user} never logged in"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    async fn served(c: &mut Client) -> bool {
+        match c.call(MetadataRequest::default(), 12).await {
+            Response::Metadata(m) => !m.brokers.is_empty(),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let mut alice = connect(1, "alice").await;
+    assert!(served(&mut alice).await);
+    let mut mallory = connect(2, "mallory").await;
+    assert!(
+        !served(&mut mallory).await,
+        "another principal took alice's instance ID through another broker"
+    );
+    drop((alice, mallory));
+    // Once alice's connections are gone and the hold has passed, the ID is free.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let mut mallory = connect(2, "mallory").await;
+        if served(&mut mallory).await {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the ID was never released"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    cluster.stop_all().await;
+}

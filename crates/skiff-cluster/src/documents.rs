@@ -5,7 +5,8 @@
 //! on the metadata channel, and brokers reload what changed.
 //!
 //! Beside them, each live broker publishes a summary of its client instances, which any broker
-//! merges into the cluster-wide client view.
+//! merges into the cluster-wide client view, and the owners of client instance IDs are shared
+//! (a claim holds while a broker renews it and for the hold after).
 
 use std::collections::BTreeMap;
 
@@ -121,4 +122,65 @@ pub async fn client_summaries(db: &Db) -> Result<BTreeMap<i32, serde_json::Value
     rows.iter()
         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
         .collect()
+}
+
+/// Claims client instance ID `id` for `principal` until `hold_ms` from now, unless another
+/// principal holds it: `None` when the claim holds, else the holder.
+pub async fn claim_instance(
+    db: &Db,
+    id: uuid::Uuid,
+    principal: &str,
+    hold_ms: i64,
+) -> Result<Option<String>, DbError> {
+    let client = db.client().await?;
+    let claimed = client
+        .query_opt(
+            "INSERT INTO instance_owners (instance_id, principal, held_until)
+             VALUES ($1, $2, now() + $3 * interval '1 millisecond')
+             ON CONFLICT (instance_id) DO UPDATE
+               SET principal = EXCLUDED.principal,
+                   held_until = GREATEST(instance_owners.held_until, EXCLUDED.held_until)
+             WHERE instance_owners.principal = EXCLUDED.principal
+                OR instance_owners.held_until < now()
+             RETURNING principal",
+            &[&id, &principal, &(hold_ms as f64)],
+        )
+        .await?;
+    if claimed.is_some() {
+        return Ok(None);
+    }
+    let holder = client
+        .query_opt(
+            "SELECT principal FROM instance_owners WHERE instance_id = $1",
+            &[&id],
+        )
+        .await?;
+    Ok(Some(match holder {
+        Some(row) => row.try_get(0)?,
+        None => String::new(),
+    }))
+}
+
+/// Renews the claims of the instance IDs this broker has connections of (with their owners).
+pub async fn hold_instances(
+    db: &Db,
+    held: &[(uuid::Uuid, String)],
+    hold_ms: i64,
+) -> Result<(), DbError> {
+    if held.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<uuid::Uuid> = held.iter().map(|(id, _)| *id).collect();
+    let principals: Vec<&str> = held.iter().map(|(_, p)| p.as_str()).collect();
+    let client = db.client().await?;
+    client
+        .execute(
+            "UPDATE instance_owners o
+                SET held_until = GREATEST(o.held_until, now() + $3 * interval '1 millisecond')
+               FROM unnest($1::uuid[], $2::text[]) AS h(id, principal)
+              WHERE o.instance_id = h.id AND o.principal = h.principal",
+            &[&ids, &principals, &(hold_ms as f64)],
+        )
+        .await?;
+    Ok(())
 }

@@ -109,7 +109,7 @@ INSERT INTO producer_id_blocks (next_id) VALUES (0);
     },
     Migration {
         version: 2,
-        name: "coordinator shards, their records, group configs, shared documents, client summaries",
+        name: "coordinator shards, their records, group configs, shared documents, instance owners, client summaries",
         sql: r#"
 CREATE TABLE coordinator_shards (
     shard INT PRIMARY KEY CHECK (shard >= 0),
@@ -141,6 +141,14 @@ CREATE TABLE cluster_documents (
     body BYTEA NOT NULL,
     version BIGINT NOT NULL CHECK (version > 0),
     updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- Which principal owns a client instance ID (client.instance.id.binding), held while any
+-- broker has a connection of it open (renewed) and for the binding's hold after.
+CREATE TABLE instance_owners (
+    instance_id UUID PRIMARY KEY,
+    principal TEXT NOT NULL,
+    held_until TIMESTAMPTZ NOT NULL
 );
 
 -- Each live broker's summary of its client instances (the cluster-wide client view).

@@ -51,6 +51,9 @@ pub trait Host: Send + Sync + 'static {
     fn unload_shard(&self, shard: i32);
     /// Makes a shared document (ACLs, credentials, telemetry subscriptions) these bytes.
     fn mirror_document(&self, name: &str, body: &[u8]);
+    /// With `client.instance.id.binding` on: how long a claim holds after its last connection
+    /// closes, and the instance IDs with an owner's connection open here (and their owners).
+    fn held_instances(&self) -> Option<(i64, Vec<(Uuid, String)>)>;
     /// The topics with a retention limit, and their limits.
     fn retention_targets(&self) -> Vec<RetentionTarget>;
     /// `log.retention.check.interval.ms`.
@@ -73,6 +76,10 @@ pub fn key(topic_id: Uuid, partition: i32) -> PartitionKey {
         partition,
     }
 }
+
+/// The shortest hold of an instance ID's claim in PostgreSQL: claims are renewed every third of
+/// the hold (at most every 10 s), so a shorter one would lapse between renewals.
+pub const INSTANCE_HOLD_MIN_MS: i64 = 3_000;
 
 /// Batches per partition the recent index keeps (a few seconds of a busy partition).
 const RECENT_BATCHES_PER_PARTITION: usize = 256;

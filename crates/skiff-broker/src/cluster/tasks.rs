@@ -44,6 +44,11 @@ pub fn spawn_tasks(
             shutdown.clone(),
         )),
         tokio::spawn(collect_objects(Arc::clone(&cluster), shutdown.clone())),
+        tokio::spawn(hold_instances(
+            Arc::clone(&broker),
+            Arc::clone(&cluster),
+            shutdown.clone(),
+        )),
         tokio::spawn(super::coordination::run_writer(
             Arc::clone(&cluster),
             shutdown.clone(),
@@ -207,6 +212,39 @@ async fn poll(broker: Arc<dyn Host>, cluster: Arc<Cluster>, mut shutdown: watch:
             tracing::debug!(error = %e, "reading the cluster's topics failed");
         }
         refresh_live(&cluster).await;
+    }
+}
+
+/// Renews this broker's claims of client instance IDs with open connections, every third of
+/// the hold (at most every 10 s), while the binding is on.
+async fn hold_instances(
+    broker: Arc<dyn Host>,
+    cluster: Arc<Cluster>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let Some((hold_ms, _)) = broker.held_instances() else {
+        return;
+    };
+    let hold_ms = hold_ms.max(super::INSTANCE_HOLD_MIN_MS);
+    let every = Duration::from_millis((hold_ms / 3).clamp(500, 10_000) as u64);
+    let mut timer = tokio::time::interval(every);
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = timer.tick() => {}
+            _ = stopped(&mut shutdown) => return,
+        }
+        let Some((_, open)) = broker.held_instances() else {
+            return;
+        };
+        let held: Vec<(uuid::Uuid, String)> = open
+            .into_iter()
+            .map(|(id, principal)| (uuid::Uuid::from_u128(id.as_u128()), principal))
+            .collect();
+        if let Err(e) = skiff_cluster::documents::hold_instances(&cluster.db, &held, hold_ms).await
+        {
+            tracing::debug!(error = %e, "renewing instance ID claims failed");
+        }
     }
 }
 

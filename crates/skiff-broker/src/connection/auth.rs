@@ -165,11 +165,15 @@ impl Connection {
         if binding == InstanceBinding::Off || self.instance_claim.is_some() {
             return;
         }
-        let claim =
-            self.broker
-                .security
-                .owners
-                .claim_instance(id, principal, crate::clock::now_ms());
+        let claim = match self.claim_in_cluster(id, principal) {
+            Some(conflict) => conflict,
+            None => {
+                self.broker
+                    .security
+                    .owners
+                    .claim_instance(id, principal, crate::clock::now_ms())
+            }
+        };
         if let Claim::Conflict { owner } = &claim {
             tracing::warn!(
                 client_instance_id = %id,
@@ -187,6 +191,39 @@ impl Connection {
             }
         }
         self.instance_claim = Some(claim);
+    }
+
+    /// Cluster mode: claims the instance ID in PostgreSQL too (another broker's connection may
+    /// hold it for another principal): the conflict, or `None` to go on with the local claim.
+    /// PostgreSQL unreachable: the local claim alone decides (logged).
+    fn claim_in_cluster(
+        &self,
+        id: skiff_protocol::Uuid,
+        principal: &skiff_auth::principal::KafkaPrincipal,
+    ) -> Option<Claim> {
+        let cluster = self.broker.cluster()?;
+        let hold_ms = self.broker.config.security.instance_binding_ms;
+        let claimed = crate::cluster_admin::block_on(skiff_cluster::documents::claim_instance(
+            &cluster.db,
+            uuid::Uuid::from_u128(id.as_u128()),
+            &principal.to_string(),
+            hold_ms.max(crate::cluster::INSTANCE_HOLD_MIN_MS),
+        ));
+        match claimed {
+            Ok(Ok(None)) => None,
+            Ok(Ok(Some(owner))) => {
+                self.broker.security.owners.conflict_elsewhere();
+                Some(Claim::Conflict { owner })
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "claiming the instance ID in the cluster failed; the local claim decides");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "claiming the instance ID in the cluster failed; the local claim decides");
+                None
+            }
+        }
     }
 
     /// How long a failed authentication's answer waits (`connection.failed.authentication.delay.ms`).
