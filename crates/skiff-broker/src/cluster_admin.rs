@@ -30,20 +30,8 @@ fn unavailable(context: &str, e: impl std::fmt::Display) -> MetaError {
 }
 
 /// Runs `work` to completion from synchronous handler code.
-pub(crate) fn block_on<T>(work: impl std::future::Future<Output = T>) -> Result<T, MetaError> {
-    wait(work)
-}
-
 fn wait<T>(work: impl std::future::Future<Output = T>) -> Result<T, MetaError> {
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            Ok(tokio::task::block_in_place(|| handle.block_on(work)))
-        }
-        _ => Err(unavailable(
-            "cluster mode",
-            "needs tokio's multi-thread runtime",
-        )),
-    }
+    crate::cluster::block_on(work).map_err(|e| unavailable("cluster mode", e))
 }
 
 fn db_error(context: &str, cluster: &Cluster, e: DbError) -> MetaError {

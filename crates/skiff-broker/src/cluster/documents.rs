@@ -34,7 +34,7 @@ impl SharedDocuments for Cluster {
         let reg = self
             .registration()
             .ok_or_else(|| anyhow!("this broker is not registered in the cluster right now"))?;
-        let updated = crate::cluster_admin::block_on(skiff_cluster::documents::update(
+        let updated = super::block_on(skiff_cluster::documents::update(
             &self.db,
             reg,
             name,

@@ -69,6 +69,18 @@ pub struct RetentionTarget {
     pub bytes: Option<i64>,
 }
 
+/// Runs `work` to completion from synchronous code (a handler, a connection's identity check):
+/// PostgreSQL is waited for on the caller's worker thread (`block_in_place`), so cluster mode
+/// needs tokio's multi-thread runtime (the broker binary's).
+pub fn block_on<T>(work: impl std::future::Future<Output = T>) -> Result<T, &'static str> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            Ok(tokio::task::block_in_place(|| handle.block_on(work)))
+        }
+        _ => Err("needs tokio's multi-thread runtime"),
+    }
+}
+
 /// The key of a partition in `skiff-cluster`'s terms.
 pub fn key(topic_id: Uuid, partition: i32) -> PartitionKey {
     PartitionKey {

@@ -203,7 +203,7 @@ impl Connection {
     ) -> Option<Claim> {
         let cluster = self.broker.cluster()?;
         let hold_ms = self.broker.config.security.instance_binding_ms;
-        let claimed = crate::cluster_admin::block_on(skiff_cluster::documents::claim_instance(
+        let claimed = crate::cluster::block_on(skiff_cluster::documents::claim_instance(
             &cluster.db,
             uuid::Uuid::from_u128(id.as_u128()),
             &principal.to_string(),
