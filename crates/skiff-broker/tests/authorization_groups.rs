@@ -13,9 +13,7 @@ use skiff_auth::principal::KafkaPrincipal;
 use skiff_auth::scram::{ClientExchange, ScramMechanism};
 use skiff_broker::{AuthorizerSettings, ListenerConfig, SaslMechanism, SecurityProtocol};
 use skiff_protocol::generated::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-use skiff_protocol::generated::alter_user_scram_credentials_request::{
-    AlterUserScramCredentialsRequest, ScramCredentialUpsertion,
-};
+use skiff_protocol::generated::alter_user_scram_credentials_request::AlterUserScramCredentialsRequest;
 use skiff_protocol::generated::create_acls_request::AclCreation;
 use skiff_protocol::generated::create_topics_request::CreatableTopic;
 use skiff_protocol::generated::describe_producers_request::TopicRequest;
@@ -210,25 +208,7 @@ fn deny(
 
 /// Creates SCRAM-SHA-512 users (password `<user>-secret`) over the PLAINTEXT listener.
 async fn add_users(tb: &TestBroker, users: &[&str]) {
-    let mechanism = ScramMechanism::Sha512;
-    let upsertions = users
-        .iter()
-        .map(|user| {
-            let salt = format!("salt-of-{user}").into_bytes();
-            let password = format!("{user}-secret");
-            let salted =
-                skiff_auth::scram::salted_password(mechanism, password.as_bytes(), &salt, 4096)
-                    .expect("salted password");
-            ScramCredentialUpsertion {
-                name: (*user).into(),
-                mechanism: mechanism.code(),
-                iterations: 4096,
-                salt: salt.into(),
-                salted_password: salted.into(),
-                ..Default::default()
-            }
-        })
-        .collect();
+    let upsertions = common::sasl::scram_upsertions(users, |user| format!("{user}-secret"));
     let mut plain = Client::connect(tb.addr).await;
     let request = AlterUserScramCredentialsRequest {
         upsertions,

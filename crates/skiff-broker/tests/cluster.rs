@@ -744,6 +744,40 @@ async fn fetch_offset(c: &mut Client, group: &str) -> (i16, i64) {
     }
 }
 
+/// Makes broker `owner`'s lease lapse behind its back (as if it was paused past it) and waits
+/// until another broker owns `group`'s coordinator shard in PostgreSQL: a pool on the cluster's
+/// database, and the new owner.
+async fn lapse_and_take_over(
+    cluster: &TestCluster,
+    owner: i32,
+    group: &str,
+) -> (skiff_cluster::Db, i32) {
+    let db = skiff_cluster::Db::new(&cluster.metadata_url, 2).expect("pool");
+    let expire = format!(
+        "UPDATE brokers SET lease_until = now() - interval '1 second' WHERE node_id = {owner}"
+    );
+    db.client()
+        .await
+        .expect("connect")
+        .execute(expire.as_str(), &[])
+        .await
+        .expect("expire");
+    let shard = skiff_cluster::coordinators::shard_of(group) as usize;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let shards = skiff_cluster::coordinators::shards(&db)
+            .await
+            .expect("shards");
+        if let Some(o) = shards[shard].owner
+            && o != owner
+        {
+            return (db, o);
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never taken over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Group coordination across brokers: every broker names the same coordinator for a group,
 /// the others answer NOT_COORDINATOR; the group's state and offsets are in PostgreSQL, so when
 /// the coordinator's lease lapses (as if it was paused) another broker takes the shard over and
@@ -792,31 +826,7 @@ async fn group_coordinators_move_with_their_state() {
     );
 
     // The coordinator's lease lapses behind its back: another broker takes the shard.
-    let db = skiff_cluster::Db::new(&cluster.metadata_url, 2).expect("pool");
-    let expire = format!(
-        "UPDATE brokers SET lease_until = now() - interval '1 second' WHERE node_id = {owner}"
-    );
-    db.client()
-        .await
-        .expect("connect")
-        .execute(expire.as_str(), &[])
-        .await
-        .expect("expire");
-    let survivors: Vec<i32> = [1, 2, 3].into_iter().filter(|n| *n != owner).collect();
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    let successor = loop {
-        let shards = skiff_cluster::coordinators::shards(&db)
-            .await
-            .expect("shards");
-        let shard = skiff_cluster::coordinators::shard_of(group) as usize;
-        if let Some(o) = shards[shard].owner
-            && survivors.contains(&o)
-        {
-            break o;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never taken over");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (db, successor) = lapse_and_take_over(&cluster, owner, group).await;
     // The stale coordinator changes nothing: its commit is refused.
     let stale = commit_offset(&mut at_owner, group, &member, epoch, 99).await;
     assert!(
@@ -924,20 +934,75 @@ where
     }
 }
 
+/// IncrementalAlterConfigs v1 setting `configs` on one resource: its error code.
+async fn alter_configs(
+    c: &mut Client,
+    resource_type: i8,
+    name: &str,
+    configs: &[(&str, &str)],
+) -> i16 {
+    use skiff_protocol::generated::IncrementalAlterConfigsRequest;
+    use skiff_protocol::generated::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    let request = IncrementalAlterConfigsRequest {
+        resources: vec![AlterConfigsResource {
+            resource_type,
+            resource_name: name.into(),
+            configs: configs
+                .iter()
+                .map(|(key, value)| AlterableConfig {
+                    name: (*key).into(),
+                    config_operation: 0,
+                    value: Some((*value).into()),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    match c.call(request, 1).await {
+        Response::IncrementalAlterConfigs(r) => r.responses[0].error_code,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// DescribeConfigs v4 of one key of one resource: its value.
+async fn described_config(
+    c: &mut Client,
+    resource_type: i8,
+    name: &str,
+    key: &str,
+) -> Option<String> {
+    use skiff_protocol::generated::DescribeConfigsRequest;
+    use skiff_protocol::generated::describe_configs_request::DescribeConfigsResource;
+    let request = DescribeConfigsRequest {
+        resources: vec![DescribeConfigsResource {
+            resource_type,
+            resource_name: name.into(),
+            configuration_keys: Some(vec![key.into()]),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    match c.call(request, 4).await {
+        Response::DescribeConfigs(r) => r.results[0]
+            .configs
+            .iter()
+            .find(|c| &*c.name == key)
+            .and_then(|c| c.value.as_ref().map(|v| v.to_string())),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
 /// ACLs, SCRAM credentials and CLIENT_METRICS subscriptions are the cluster's: what one broker
 /// is told, the others enforce and describe; a broker started later has them before it serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn security_and_telemetry_documents_are_shared() {
-    use skiff_protocol::generated::alter_user_scram_credentials_request::ScramCredentialUpsertion;
     use skiff_protocol::generated::create_acls_request::AclCreation;
-    use skiff_protocol::generated::describe_configs_request::DescribeConfigsResource;
-    use skiff_protocol::generated::incremental_alter_configs_request::{
-        AlterConfigsResource, AlterableConfig,
-    };
     use skiff_protocol::generated::{
-        AlterUserScramCredentialsRequest, CreateAclsRequest, DescribeAclsRequest,
-        DescribeConfigsRequest, DescribeUserScramCredentialsRequest,
-        IncrementalAlterConfigsRequest,
+        CreateAclsRequest, DescribeAclsRequest, DescribeUserScramCredentialsRequest,
     };
     fn secured(config: &mut BrokerConfig) {
         config.security.authorizer = Some(skiff_broker::config::AuthorizerSettings {
@@ -967,53 +1032,17 @@ async fn security_and_telemetry_documents_are_shared() {
         Response::CreateAcls(r) => assert_eq!(r.results[0].error_code, 0, "{r:?}"),
         other => panic!("unexpected {other:?}"),
     }
-    let salt = b"salt-of-alice".to_vec();
-    let mechanism = skiff_auth::scram::ScramMechanism::Sha512;
-    let salted = skiff_auth::scram::salted_password(mechanism, b"alice-pw", &salt, 4096)
-        .expect("salted password");
-    let request = AlterUserScramCredentialsRequest {
-        upsertions: vec![ScramCredentialUpsertion {
-            name: "alice".into(),
-            mechanism: mechanism.code(),
-            iterations: 4096,
-            salt: salt.into(),
-            salted_password: salted.into(),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    match one.call(request, 0).await {
-        Response::AlterUserScramCredentials(r) => assert_eq!(r.results[0].error_code, 0),
-        other => panic!("unexpected {other:?}"),
-    }
+    add_scram_users(&cluster, &["alice"]).await;
     // A telemetry subscription made through broker 2.
     let mut two = cluster.client(2).await;
-    let request = IncrementalAlterConfigsRequest {
-        resources: vec![AlterConfigsResource {
-            resource_type: 16,
-            resource_name: "shared-subscription".into(),
-            configs: vec![
-                AlterableConfig {
-                    name: "metrics".into(),
-                    config_operation: 0,
-                    value: Some("org.apache.kafka.".into()),
-                    ..Default::default()
-                },
-                AlterableConfig {
-                    name: "interval.ms".into(),
-                    config_operation: 0,
-                    value: Some("1000".into()),
-                    ..Default::default()
-                },
-            ],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    match two.call(request, 1).await {
-        Response::IncrementalAlterConfigs(r) => assert_eq!(r.responses[0].error_code, 0, "{r:?}"),
-        other => panic!("unexpected {other:?}"),
-    }
+    let code = alter_configs(
+        &mut two,
+        16,
+        "shared-subscription",
+        &[("metrics", "org.apache.kafka."), ("interval.ms", "1000")],
+    )
+    .await;
+    assert_eq!(code, 0);
 
     async fn acl_principals(c: &mut Client) -> Vec<String> {
         let request = DescribeAclsRequest {
@@ -1047,23 +1076,7 @@ async fn security_and_telemetry_documents_are_shared() {
         }
     }
     async fn subscription(c: &mut Client) -> Option<String> {
-        let request = DescribeConfigsRequest {
-            resources: vec![DescribeConfigsResource {
-                resource_type: 16,
-                resource_name: "shared-subscription".into(),
-                configuration_keys: Some(vec!["metrics".into()]),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        match c.call(request, 4).await {
-            Response::DescribeConfigs(r) => r.results[0]
-                .configs
-                .iter()
-                .find(|c| &*c.name == "metrics")
-                .and_then(|c| c.value.as_ref().map(|v| v.to_string())),
-            other => panic!("unexpected {other:?}"),
-        }
+        described_config(c, 16, "shared-subscription", "metrics").await
     }
     let want_subscription = Some("org.apache.kafka.".to_string());
     for via in [1, 2] {
@@ -1085,42 +1098,16 @@ async fn security_and_telemetry_documents_are_shared() {
         .await;
     }
     // Group configs (resource 32) altered through broker 1 are described by broker 2.
-    let request = IncrementalAlterConfigsRequest {
-        resources: vec![AlterConfigsResource {
-            resource_type: 32,
-            resource_name: "configured-group".into(),
-            configs: vec![AlterableConfig {
-                name: "consumer.session.timeout.ms".into(),
-                config_operation: 0,
-                value: Some("50000".into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    match one.call(request, 1).await {
-        Response::IncrementalAlterConfigs(r) => assert_eq!(r.responses[0].error_code, 0, "{r:?}"),
-        other => panic!("unexpected {other:?}"),
-    }
+    let code = alter_configs(
+        &mut one,
+        32,
+        "configured-group",
+        &[("consumer.session.timeout.ms", "50000")],
+    )
+    .await;
+    assert_eq!(code, 0);
     async fn group_session_timeout(c: &mut Client) -> Option<String> {
-        let request = DescribeConfigsRequest {
-            resources: vec![DescribeConfigsResource {
-                resource_type: 32,
-                resource_name: "configured-group".into(),
-                configuration_keys: Some(vec!["consumer.session.timeout.ms".into()]),
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
-        match c.call(request, 4).await {
-            Response::DescribeConfigs(r) => r.results[0]
-                .configs
-                .iter()
-                .find(|c| &*c.name == "consumer.session.timeout.ms")
-                .and_then(|c| c.value.as_ref().map(|v| v.to_string())),
-            other => panic!("unexpected {other:?}"),
-        }
+        described_config(c, 32, "configured-group", "consumer.session.timeout.ms").await
     }
     let addr = cluster.node(2).addr;
     eventually("the group config on broker 2", || async move {
@@ -1144,48 +1131,28 @@ async fn security_and_telemetry_documents_are_shared() {
     cluster.stop_all().await;
 }
 
-/// With identities bound to principals, who owns a member ID is stored with the group: after
-/// the group's coordinator lost its shard, another principal naming the member at the new
-/// coordinator is refused (UNKNOWN_MEMBER_ID) while the owner goes on.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn member_owners_move_with_their_group() {
-    use skiff_auth::scram::ScramMechanism;
+/// A PLAINTEXT listener (first) and a SASL_PLAINTEXT one with SCRAM-SHA-512, identities bound
+/// to principals with `enforce` (an instance ID's claim held 500 ms after its last connection).
+fn sasl_enforced(config: &mut BrokerConfig) {
     use skiff_broker::config::{InstanceBinding, ListenerConfig, SaslMechanism, SecurityProtocol};
+    config.listeners = vec![
+        ListenerConfig::plaintext("PLAIN", "127.0.0.1:0".parse().expect("addr"), None),
+        ListenerConfig {
+            protocol: SecurityProtocol::SaslPlaintext,
+            sasl_mechanisms: vec![SaslMechanism::ScramSha512],
+            ..ListenerConfig::plaintext("SASL", "127.0.0.1:0".parse().expect("addr"), None)
+        },
+    ];
+    config.security.instance_binding = InstanceBinding::Enforce;
+    config.security.instance_binding_ms = 500;
+}
+
+/// Adds SCRAM-SHA-512 users (password `USER-pw`) through broker 1's PLAINTEXT listener.
+async fn add_scram_users(cluster: &TestCluster, users: &[&str]) {
     use skiff_protocol::generated::AlterUserScramCredentialsRequest;
-    use skiff_protocol::generated::alter_user_scram_credentials_request::ScramCredentialUpsertion;
-    fn sasl(config: &mut BrokerConfig) {
-        config.listeners = vec![
-            ListenerConfig::plaintext("PLAIN", "127.0.0.1:0".parse().expect("addr"), None),
-            ListenerConfig {
-                protocol: SecurityProtocol::SaslPlaintext,
-                sasl_mechanisms: vec![SaslMechanism::ScramSha512],
-                ..ListenerConfig::plaintext("SASL", "127.0.0.1:0".parse().expect("addr"), None)
-            },
-        ];
-        config.security.instance_binding = InstanceBinding::Enforce;
-    }
-    let Some(cluster) = TestCluster::start_with("owners", 3, false, sasl).await else {
-        return;
-    };
-    wait_for_brokers(&cluster, 1, &[1, 2, 3]).await;
-    let mechanism = ScramMechanism::Sha512;
-    let upsertion = |user: &str| {
-        let salt = format!("salt-of-{user}").into_bytes();
-        let password = format!("{user}-pw");
-        let salted =
-            skiff_auth::scram::salted_password(mechanism, password.as_bytes(), &salt, 4096)
-                .expect("salted password");
-        ScramCredentialUpsertion {
-            name: user.into(),
-            mechanism: mechanism.code(),
-            iterations: 4096,
-            salt: salt.into(),
-            salted_password: salted.into(),
-            ..Default::default()
-        }
-    };
+    let upsertions = common::sasl::scram_upsertions(users, |user| format!("{user}-pw"));
     let request = AlterUserScramCredentialsRequest {
-        upsertions: vec![upsertion("alice"), upsertion("bob")],
+        upsertions,
         ..Default::default()
     };
     match cluster.client(1).await.call(request, 0).await {
@@ -1194,39 +1161,62 @@ async fn member_owners_move_with_their_group() {
         }
         other => panic!("unexpected {other:?}"),
     }
-    let sasl_addr = |node: i32| {
-        cluster
-            .node(node)
-            .running
-            .as_ref()
-            .expect("running")
-            .listener_addrs[1]
-            .1
-    };
-    let login = |node: i32, user: &'static str| async move {
-        let deadline = tokio::time::Instant::now() + TIMEOUT;
-        loop {
-            let mut c = Client::connect(sasl_addr(node)).await;
-            let (code, _) =
-                common::sasl::scram_login(&mut c, mechanism, user, &format!("{user}-pw")).await;
-            if code == 0 {
-                return c;
-            }
-            // The credentials reach every broker within moments.
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{user} never logged in"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+/// A client logged in as `user` on broker `node`'s SASL listener, with KIP-1313 ID `instance`
+/// in its headers; retried until the credentials have reached that broker.
+async fn sasl_client(
+    cluster: &TestCluster,
+    node: i32,
+    user: &str,
+    instance: Option<Uuid>,
+) -> Client {
+    let addr = cluster
+        .node(node)
+        .running
+        .as_ref()
+        .expect("running")
+        .listener_addrs[1]
+        .1;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let mut c = Client::connect(addr).await;
+        c.instance_id = instance;
+        let (code, _) = common::sasl::scram_login(
+            &mut c,
+            skiff_auth::scram::ScramMechanism::Sha512,
+            user,
+            &format!("{user}-pw"),
+        )
+        .await;
+        if code == 0 {
+            return c;
         }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{user} never logged in"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// With identities bound to principals, who owns a member ID is stored with the group: after
+/// the group's coordinator lost its shard, another principal naming the member at the new
+/// coordinator is refused (UNKNOWN_MEMBER_ID) while the owner goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn member_owners_move_with_their_group() {
+    let Some(cluster) = TestCluster::start_with("owners", 3, false, sasl_enforced).await else {
+        return;
     };
+    wait_for_brokers(&cluster, 1, &[1, 2, 3]).await;
+    add_scram_users(&cluster, &["alice", "bob"]).await;
     let mut c = cluster.client(1).await;
     create_topic(&mut c, "work", 2).await;
     wait_for_topic(&cluster, "work", 2).await;
     let group = "owned-members";
     let member = "alice-member-0123456789";
     let owner = find_coordinator(&cluster, 1, group).await;
-    let mut alice = login(owner, "alice").await;
+    let mut alice = sasl_client(&cluster, owner, "alice", None).await;
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     let epoch = loop {
         let (code, _, epoch, _) = consumer_heartbeat(&mut alice, group, member, 0).await;
@@ -1239,32 +1229,9 @@ async fn member_owners_move_with_their_group() {
     };
 
     // The coordinator's lease lapses; another broker takes the group.
-    let db = skiff_cluster::Db::new(&cluster.metadata_url, 2).expect("pool");
-    let expire = format!(
-        "UPDATE brokers SET lease_until = now() - interval '1 second' WHERE node_id = {owner}"
-    );
-    db.client()
-        .await
-        .expect("connect")
-        .execute(expire.as_str(), &[])
-        .await
-        .expect("expire");
-    let shard = skiff_cluster::coordinators::shard_of(group) as usize;
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    let successor = loop {
-        let shards = skiff_cluster::coordinators::shards(&db)
-            .await
-            .expect("shards");
-        if let Some(o) = shards[shard].owner
-            && o != owner
-        {
-            break o;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never taken over");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let (_db, successor) = lapse_and_take_over(&cluster, owner, group).await;
     // Bob names alice's member at the new coordinator: refused, as on the old one.
-    let mut bob = login(successor, "bob").await;
+    let mut bob = sasl_client(&cluster, successor, "bob", None).await;
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     loop {
         let (code, m, e, a) = consumer_heartbeat(&mut bob, group, member, epoch).await;
@@ -1281,7 +1248,7 @@ async fn member_owners_move_with_their_group() {
         assert!(tokio::time::Instant::now() < deadline, "never loaded");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let mut alice = login(successor, "alice").await;
+    let mut alice = sasl_client(&cluster, successor, "alice", None).await;
     let (code, m, e, _) = consumer_heartbeat(&mut alice, group, member, epoch).await;
     assert_eq!((code, m.as_str(), e), (0, member, epoch));
     cluster.stop_all().await;
@@ -1292,93 +1259,20 @@ async fn member_owners_move_with_their_group() {
 /// owner's connection is open, and may have it once the owner is gone and the hold has passed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn instance_ids_belong_to_one_principal_across_brokers() {
-    use skiff_auth::scram::ScramMechanism;
-    use skiff_broker::config::{InstanceBinding, ListenerConfig, SaslMechanism, SecurityProtocol};
-    use skiff_protocol::generated::AlterUserScramCredentialsRequest;
-    use skiff_protocol::generated::alter_user_scram_credentials_request::ScramCredentialUpsertion;
-    fn sasl(config: &mut BrokerConfig) {
-        config.listeners = vec![
-            ListenerConfig::plaintext("PLAIN", "127.0.0.1:0".parse().expect("addr"), None),
-            ListenerConfig {
-                protocol: SecurityProtocol::SaslPlaintext,
-                sasl_mechanisms: vec![SaslMechanism::ScramSha512],
-                ..ListenerConfig::plaintext("SASL", "127.0.0.1:0".parse().expect("addr"), None)
-            },
-        ];
-        config.security.instance_binding = InstanceBinding::Enforce;
-        config.security.instance_binding_ms = 500;
-    }
-    let Some(cluster) = TestCluster::start_with("instances", 2, false, sasl).await else {
+    let Some(cluster) = TestCluster::start_with("instances", 2, false, sasl_enforced).await else {
         return;
     };
-    let mechanism = ScramMechanism::Sha512;
-    let upsertions = ["alice", "mallory"]
-        .into_iter()
-        .map(|user| {
-            let salt = format!("salt-of-{user}").into_bytes();
-            let salted = skiff_auth::scram::salted_password(
-                mechanism,
-                format!("{user}-pw").as_bytes(),
-                &salt,
-                4096,
-            )
-            .expect("salted password");
-            ScramCredentialUpsertion {
-                name: user.into(),
-                mechanism: mechanism.code(),
-                iterations: 4096,
-                salt: salt.into(),
-                salted_password: salted.into(),
-                ..Default::default()
-            }
-        })
-        .collect();
-    let request = AlterUserScramCredentialsRequest {
-        upsertions,
-        ..Default::default()
-    };
-    match cluster.client(1).await.call(request, 0).await {
-        Response::AlterUserScramCredentials(r) => {
-            assert!(r.results.iter().all(|r| r.error_code == 0), "{r:?}")
-        }
-        other => panic!("unexpected {other:?}"),
-    }
-    let id = Uuid::from_u128(0x1313_0017);
-    let connect = |node: i32, user: &'static str| {
-        let addr = cluster
-            .node(node)
-            .running
-            .as_ref()
-            .expect("running")
-            .listener_addrs[1]
-            .1;
-        async move {
-            let deadline = tokio::time::Instant::now() + TIMEOUT;
-            loop {
-                let mut c = Client::connect(addr).await;
-                c.instance_id = Some(id);
-                let (code, _) =
-                    common::sasl::scram_login(&mut c, mechanism, user, &format!("{user}-pw")).await;
-                if code == 0 {
-                    return c;
-                }
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "{user} never logged in"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    };
+    add_scram_users(&cluster, &["alice", "mallory"]).await;
+    let id = Some(Uuid::from_u128(0x1313_0017));
     async fn served(c: &mut Client) -> bool {
         match c.call(MetadataRequest::default(), 12).await {
             Response::Metadata(m) => !m.brokers.is_empty(),
             other => panic!("unexpected {other:?}"),
         }
     }
-    let mut alice = connect(1, "alice").await;
+    let mut alice = sasl_client(&cluster, 1, "alice", id).await;
     assert!(served(&mut alice).await);
-    let mut mallory = connect(2, "mallory").await;
+    let mut mallory = sasl_client(&cluster, 2, "mallory", id).await;
     assert!(
         !served(&mut mallory).await,
         "another principal took alice's instance ID through another broker"
@@ -1387,7 +1281,7 @@ async fn instance_ids_belong_to_one_principal_across_brokers() {
     // Once alice's connections are gone and the hold has passed, the ID is free.
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     loop {
-        let mut mallory = connect(2, "mallory").await;
+        let mut mallory = sasl_client(&cluster, 2, "mallory", id).await;
         if served(&mut mallory).await {
             break;
         }

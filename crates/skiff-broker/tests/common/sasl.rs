@@ -5,9 +5,40 @@ use std::path::Path;
 
 use skiff_auth::scram::{ClientExchange, ScramCredential, ScramMechanism};
 use skiff_protocol::Response;
+use skiff_protocol::generated::alter_user_scram_credentials_request::ScramCredentialUpsertion;
 use skiff_protocol::generated::{SaslAuthenticateRequest, SaslHandshakeRequest};
 
 use super::Client;
+
+/// AlterUserScramCredentials upsertions of SCRAM-SHA-512 `users`, each with `password(user)`
+/// (salt `salt-of-<user>`, 4096 iterations).
+pub fn scram_upsertions(
+    users: &[&str],
+    password: impl Fn(&str) -> String,
+) -> Vec<ScramCredentialUpsertion> {
+    let mechanism = ScramMechanism::Sha512;
+    users
+        .iter()
+        .map(|user| {
+            let salt = format!("salt-of-{user}").into_bytes();
+            let salted = skiff_auth::scram::salted_password(
+                mechanism,
+                password(user).as_bytes(),
+                &salt,
+                4096,
+            )
+            .expect("salted password");
+            ScramCredentialUpsertion {
+                name: (*user).into(),
+                mechanism: mechanism.code(),
+                iterations: 4096,
+                salt: salt.into(),
+                salted_password: salted.into(),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
 
 /// SaslHandshake: the error code and the broker's mechanisms.
 pub async fn handshake(c: &mut Client, mechanism: &str, version: i16) -> (i16, Vec<String>) {
