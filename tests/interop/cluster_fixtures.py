@@ -8,6 +8,7 @@ cluster, as the test is parametrized).
 from __future__ import annotations
 
 import re
+import time
 import uuid
 
 import pytest
@@ -34,8 +35,26 @@ def pg_db(postgres, request) -> str:
     return postgres.create_database(name)
 
 
+def wait_shards(postgres, url: str, n: int, timeout: float = 30.0) -> None:
+    """Until every coordinator shard is owned, by the ``n`` brokers between them, the same way
+    twice 0.3 s apart: the shards have settled after the brokers joined one by one (each join
+    moves some from their first owner)."""
+    db = url.rsplit("/", 1)[-1].split("?", 1)[0]
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        owners = postgres.psql("SELECT owner FROM coordinator_shards ORDER BY shard", db=db).split()
+        settled = len(owners) == 50 and len(set(owners)) == min(n, 50)
+        if settled and owners == last:
+            return
+        last = owners if settled else None
+        if time.monotonic() > deadline:
+            raise AssertionError(f"coordinator shards never settled over {n} brokers: {owners}")
+        time.sleep(0.3)
+
+
 @pytest.fixture
-def cluster(make_broker, tmp_path, pg_db):
+def cluster(make_broker, tmp_path, pg_db, postgres):
     """``cluster(n, objects=None, extra=None, env=None)`` starts brokers 1..n on this test's
     database and ``file://<tmp>/objects`` (or ``objects``), and waits until every one lists all n
     as live. SIGSTOPped brokers get SIGCONT at teardown, before make_broker stops them."""
@@ -52,6 +71,7 @@ def cluster(make_broker, tmp_path, pg_db):
             pytest.fail(str(exc), pytrace=False)
         made.append(c)
         c.wait_view(set(range(1, n + 1)))
+        wait_shards(postgres, pg_db, n)
         return c
 
     try:

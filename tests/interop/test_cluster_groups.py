@@ -183,10 +183,14 @@ def run_group_through_a_kill(c: cu.Cluster, members: list[Member], group: str) -
     deadline = time.monotonic() + WAIT_S
     for m in members:
         assert m.ready.wait(max(0.1, deadline - time.monotonic())), f"{m.name} never got partitions: {m.errors}"
-    # Each member owns partitions before the kill (the rebalance settled).
-    while not all(m.seen for m in members):
-        assert time.monotonic() < deadline, f"not every member consumed: {[len(m.seen) for m in members]}"
-        time.sleep(0.1)
+    # Before the kill the rebalance has settled: three members, each with partitions (one member
+    # may have read the first records before the others joined).
+    while True:
+        described = describe(c.bootstrap(), group)
+        if len(described.members) == 3 and all(m.assignment.topic_partitions for m in described.members):
+            break
+        assert time.monotonic() < deadline, f"the group never split: {described.members}"
+        time.sleep(0.2)
     killed = coordinator_of(c.bootstrap(), group)
     ids_before = {m.name: m.member_ids[-1] for m in members}
     c.kill(killed)
