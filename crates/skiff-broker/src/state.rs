@@ -354,7 +354,7 @@ impl Broker {
             Some(c) => crate::coordinator_store::Opened {
                 store: Box::new(c.coordination.store(
                     crate::cluster::coordination::GROUPS,
-                    crate::groups::record_owner,
+                    crate::groups::record_group,
                 )),
                 pairs: BTreeMap::new(),
                 durable: Some(Arc::clone(&c.coordination.writer) as _),

@@ -429,6 +429,7 @@ async fn a_broker_whose_lease_lapsed_commits_nothing() {
     };
     let mut c = cluster.client(1).await;
     let id = create_topic(&mut c, "fenced", 1).await;
+    wait_for_topic(&cluster, "fenced", 1).await;
     let (code, _) = produce(&mut c, "fenced", 0, batch(&[b"before"])).await;
     assert_eq!(code, 0);
     // The lease lapses behind the broker's back (as if it had been paused past it).

@@ -41,14 +41,13 @@ pub async fn read(db: &Db, name: &str) -> Result<Option<(Vec<u8>, i64)>, DbError
 }
 
 /// Changes a document: `change` gets its current bytes (`None` when never written) under the
-/// row lock and returns the new bytes and a result, or refuses (nothing is written). Returns the
-/// new version and the result.
-pub async fn update<T, E>(
+/// row lock and returns the new bytes, or refuses (nothing is written). Returns the new version.
+pub async fn update<E>(
     db: &Db,
     reg: Registration,
     name: &str,
-    change: impl FnOnce(Option<&[u8]>) -> Result<(Vec<u8>, T), E>,
-) -> Result<Result<(i64, T), E>, DbError> {
+    change: impl FnOnce(Option<&[u8]>) -> Result<Vec<u8>, E>,
+) -> Result<Result<i64, E>, DbError> {
     let mut client = db.client().await?;
     let tx = client.transaction().await?;
     membership::check_current(&tx, reg).await?;
@@ -68,8 +67,8 @@ pub async fn update<T, E>(
     let body: Vec<u8> = row.try_get(0)?;
     let version: i64 = row.try_get(1)?;
     let current = (!body.is_empty()).then_some(body.as_slice());
-    let (new, result) = match change(current) {
-        Ok(changed) => changed,
+    let new = match change(current) {
+        Ok(new) => new,
         Err(refusal) => return Ok(Err(refusal)),
     };
     let version = version + 1;
@@ -84,7 +83,7 @@ pub async fn update<T, E>(
     )
     .await?;
     tx.commit().await?;
-    Ok(Ok((version, result)))
+    Ok(Ok(version))
 }
 
 /// Publishes this broker's summary of its client instances (replacing its last one).

@@ -496,7 +496,7 @@ mod tests {
     #[tokio::test]
     async fn the_sharded_store_queues_by_shard_and_reports_failures() {
         let c = Arc::new(Coordination::default());
-        let mut store = c.store(GROUPS, crate::groups::record_owner);
+        let mut store = c.store(GROUPS, crate::groups::record_group);
         let key = Bytes::from_static(b"g\0orders");
         let refused = store.append(&[(key.clone(), Some(Bytes::from_static(b"{}")))]);
         assert!(refused.is_err());

@@ -34,14 +34,10 @@ impl SharedDocuments for Cluster {
         let reg = self
             .registration()
             .ok_or_else(|| anyhow!("this broker is not registered in the cluster right now"))?;
-        let updated = super::block_on(skiff_cluster::documents::update(
-            &self.db,
-            reg,
-            name,
-            |current| change(current).map(|bytes| (bytes, ())),
+        let version = super::block_on(skiff_cluster::documents::update(
+            &self.db, reg, name, change,
         ))
-        .map_err(|e| anyhow!("{e}"))??;
-        let (version, ()) = updated?;
+        .map_err(|e| anyhow!("{e}"))???;
         self.seen_document(name, version);
         Ok(())
     }

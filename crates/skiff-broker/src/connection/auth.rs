@@ -208,16 +208,14 @@ impl Connection {
             uuid::Uuid::from_u128(id.as_u128()),
             &principal.to_string(),
             hold_ms.max(crate::cluster::INSTANCE_HOLD_MIN_MS),
-        ));
+        ))
+        .map_err(str::to_string)
+        .and_then(|asked| asked.map_err(|e| e.to_string()));
         match claimed {
-            Ok(Ok(None)) => None,
-            Ok(Ok(Some(owner))) => {
+            Ok(None) => None,
+            Ok(Some(owner)) => {
                 self.broker.security.owners.conflict_elsewhere();
                 Some(Claim::Conflict { owner })
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "claiming the instance ID in the cluster failed; the local claim decides");
-                None
             }
             Err(e) => {
                 tracing::warn!(error = %e, "claiming the instance ID in the cluster failed; the local claim decides");

@@ -221,7 +221,7 @@ impl Loaded {
     }
 
     /// Adds what was read to the coordinator's state.
-    fn into(self, inner: &mut Inner) {
+    fn add_to(self, inner: &mut Inner) {
         for (group_id, group) in self.groups {
             inner
                 .persisted
@@ -236,7 +236,7 @@ impl Loaded {
 }
 
 /// The group ID a record of the group store is about (`None` for keys it does not know).
-pub fn record_owner(key: &[u8]) -> Option<&str> {
+pub fn record_group(key: &[u8]) -> Option<&str> {
     let rest = key
         .strip_prefix(GROUP_PREFIX)
         .or_else(|| key.strip_prefix(CONFIG_PREFIX))
@@ -311,7 +311,7 @@ impl GroupCoordinator {
             persisted: HashMap::new(),
             pending: HashMap::new(),
         };
-        loaded.into(&mut inner);
+        loaded.add_to(&mut inner);
         Ok(GroupCoordinator {
             inner: Mutex::new(inner),
             config,
@@ -338,7 +338,7 @@ impl GroupCoordinator {
         let mut loaded = Loaded::read(pairs, now_ms);
         let count = loaded.groups.len();
         let owners = std::mem::take(&mut loaded.owners);
-        loaded.into(&mut inner);
+        loaded.add_to(&mut inner);
         done();
         drop(inner);
         self.timers_changed.notify_one();
@@ -723,7 +723,7 @@ mod tests {
     #[test]
     fn owner_keys_round_trip() {
         let key = owner_key("g", "group.instance.id:x");
-        assert_eq!(record_owner(&key), Some("g"));
+        assert_eq!(record_group(&key), Some("g"));
         assert_eq!(
             parse_owner(&key, b"User:alice"),
             Some((
