@@ -383,14 +383,27 @@ async fn group_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
     }
 }
 
-/// Aborts transactions past their timeout.
+/// Aborts transactions past their timeout; in cluster mode also applies the transactional
+/// offsets handed to the groups this broker coordinates.
 async fn txn_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_millis(
         crate::txns::TIMEOUT_CHECK_INTERVAL_MS,
     ));
+    let cluster = broker.cluster().cloned();
     loop {
+        // A wake-up while busy is kept (`notify_one` leaves a permit).
+        let handed = async {
+            match &cluster {
+                Some(c) => c.txn_offsets_committed.notified().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            _ = tick.tick() => crate::txn_end::tick(&broker).await,
+            _ = tick.tick() => {
+                crate::txn_end::tick(&broker).await;
+                crate::txn_end::apply_committed_offsets(&broker).await;
+            }
+            _ = handed => crate::txn_end::apply_committed_offsets(&broker).await,
             _ = stopped(&mut shutdown) => return,
         }
     }

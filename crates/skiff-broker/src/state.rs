@@ -110,15 +110,23 @@ impl crate::cluster::Host for Broker {
     }
 
     fn load_shard(&self, shard: i32, records: Vec<(Vec<u8>, Vec<u8>)>, loaded: &dyn Fn()) {
-        use crate::cluster::coordination::GROUPS;
-        let pairs: BTreeMap<Bytes, Bytes> = records
-            .into_iter()
-            .filter_map(|(key, value)| match key.split_first() {
-                Some((&GROUPS, rest)) => Some((Bytes::copy_from_slice(rest), Bytes::from(value))),
-                _ => None,
-            })
-            .collect();
+        use crate::cluster::coordination::{GROUPS, TRANSACTIONS};
+        let mut pairs: BTreeMap<Bytes, Bytes> = BTreeMap::new();
+        let mut txn_pairs: BTreeMap<Bytes, Bytes> = BTreeMap::new();
+        for (key, value) in records {
+            match key.split_first() {
+                Some((&GROUPS, rest)) => {
+                    pairs.insert(Bytes::copy_from_slice(rest), Bytes::from(value));
+                }
+                Some((&TRANSACTIONS, rest)) => {
+                    txn_pairs.insert(Bytes::copy_from_slice(rest), Bytes::from(value));
+                }
+                _ => {}
+            }
+        }
         let in_shard = |id: &str| skiff_cluster::coordinators::shard_of(id) == shard;
+        // Transactions first: the shard counts as owned (`loaded`) once the groups are in too.
+        let txns = self.txns.load_shard(txn_pairs, in_shard);
         // The shard's member owners are the stored ones, not what this broker last knew.
         self.security.owners.forget_members_of(in_shard);
         let (groups, owners) = self.groups.load_shard(pairs, in_shard, now_ms(), loaded);
@@ -134,7 +142,7 @@ impl crate::cluster::Host for Broker {
                 }
             }
         }
-        tracing::debug!(shard, groups, "groups loaded");
+        tracing::debug!(shard, groups, txns, "groups and transactions loaded");
     }
 
     fn mirror_document(&self, name: &str, body: &[u8]) {
@@ -166,6 +174,7 @@ impl crate::cluster::Host for Broker {
     fn unload_shard(&self, shard: i32) {
         let in_shard = |id: &str| skiff_cluster::coordinators::shard_of(id) == shard;
         self.groups.unload_shard(in_shard);
+        self.txns.unload_shard(in_shard);
         self.security.owners.forget_members_of(in_shard);
     }
 
@@ -366,13 +375,22 @@ impl Broker {
         };
         let groups =
             crate::groups::GroupCoordinator::open(group_store, config.groups.clone(), now_ms())?;
-        let txns = crate::txns::TransactionCoordinator::open(
-            crate::coordinator_store::open_local(
+        let txn_store = match &cluster {
+            // Cluster mode: transactions live in the same shards, under their own namespace.
+            Some(c) => crate::coordinator_store::Opened {
+                store: Box::new(c.coordination.store(
+                    crate::cluster::coordination::TRANSACTIONS,
+                    crate::txns::record_transaction,
+                )),
+                pairs: BTreeMap::new(),
+                durable: Some(Arc::clone(&c.coordination.writer) as _),
+            },
+            None => crate::coordinator_store::open_local(
                 &config.data_dir.join(crate::txns::TXN_LOG_DIR),
                 flush_policy(config.flush),
             )?,
-            config.transactions,
-        )?;
+        };
+        let txns = crate::txns::TransactionCoordinator::open(txn_store, config.transactions)?;
         let telemetry = crate::state::open_telemetry(&config, cluster.is_some())?;
         let shared = cluster
             .as_ref()
@@ -542,17 +560,12 @@ impl Broker {
 
     /// The versions this broker serves of `api` (what ApiVersions advertises).
     pub fn serves(&self, api: ApiKey) -> Option<(i16, i16)> {
-        // Cluster mode has no transactions yet, and no local partitions to describe.
+        // Cluster mode has no broker-to-broker markers (a coordinator commits its markers
+        // itself) and no local partitions or producer states to describe.
         if self.cluster.is_some()
             && matches!(
                 api,
-                ApiKey::AddPartitionsToTxn
-                    | ApiKey::AddOffsetsToTxn
-                    | ApiKey::EndTxn
-                    | ApiKey::TxnOffsetCommit
-                    | ApiKey::WriteTxnMarkers
-                    | ApiKey::DescribeTransactions
-                    | ApiKey::ListTransactions
+                ApiKey::WriteTxnMarkers
                     | ApiKey::DescribeProducers
                     | ApiKey::DescribeLogDirs
                     | ApiKey::OffsetForLeaderEpoch
@@ -655,6 +668,18 @@ impl Broker {
         self.cluster
             .as_ref()
             .map_or(self.node_id(), |c| c.controller())
+    }
+
+    /// Whether the topic named `name` has a partition `index` (on a single node, open here; in
+    /// cluster mode, in the cluster's metadata).
+    pub(crate) fn has_partition(&self, name: &str, index: i32) -> bool {
+        self.topic_by_name(name).is_some_and(|t| {
+            if self.cluster.is_some() {
+                (0..t.info.partitions).contains(&index)
+            } else {
+                t.partition(index).is_some()
+            }
+        })
     }
 
     /// The leader of partition `index` of `topic` (`None`: no live broker, or no such

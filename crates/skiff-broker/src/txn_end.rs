@@ -23,6 +23,56 @@ use crate::state::Broker;
 /// its own task; the returned error code is what EndTxn answers when it fails.
 pub async fn finish(broker: Arc<Broker>, plan: EndPlan) -> Result<(), ErrorCode> {
     let now = now_ms();
+    match broker.cluster().cloned() {
+        Some(cluster) => finish_in_cluster(&broker, &cluster, &plan, now).await?,
+        None => finish_locally(&broker, &plan, now).await?,
+    }
+    let end = {
+        let mut inner = broker.txns.lock();
+        let change = inner.state.complete(&plan, now_ms());
+        inner.persist_if(change, &plan.transactional_id)?
+    };
+    if let Some(end) = end {
+        broker.txns.wait_durable(end).await?;
+    }
+    Ok(())
+}
+
+/// Cluster mode: the markers go through this broker's produce pipeline into the cluster's
+/// logs, and the offsets staged beside the transaction's groups are handed to them (a commit)
+/// or dropped (an abort).
+async fn finish_in_cluster(
+    broker: &Broker,
+    cluster: &crate::cluster::Cluster,
+    plan: &EndPlan,
+    now: i64,
+) -> Result<(), ErrorCode> {
+    let keys: Vec<_> = plan
+        .partitions
+        .iter()
+        .filter_map(|(topic, index)| {
+            let topic = broker.topic_by_name(topic)?;
+            // Deleted since it joined the transaction: nothing left to mark.
+            (0..topic.info.partitions)
+                .contains(index)
+                .then(|| crate::cluster::key(topic.info.id, *index))
+        })
+        .collect();
+    crate::cluster::transactions::write_markers(
+        cluster,
+        &keys,
+        plan.producer_id,
+        plan.producer_epoch,
+        plan.commit,
+        now,
+    )
+    .await?;
+    crate::cluster::transactions::end_offsets(cluster, plan.producer_id, &plan.groups, plan.commit)
+        .await
+}
+
+/// A single node: markers into the local partitions, offsets into the group coordinator.
+async fn finish_locally(broker: &Arc<Broker>, plan: &EndPlan, now: i64) -> Result<(), ErrorCode> {
     let mut syncs = Vec::new();
     for (topic, index) in &plan.partitions {
         let Some(partition) = broker
@@ -61,7 +111,7 @@ pub async fn finish(broker: Arc<Broker>, plan: EndPlan) -> Result<(), ErrorCode>
                 })
                 .collect();
             let stored = {
-                let mut inner = broker.groups.lock(&broker, now);
+                let mut inner = broker.groups.lock(broker, now);
                 let stored = broker.groups.store_offsets(&mut inner, group, commits);
                 broker.groups.after_change(&mut inner, group);
                 stored
@@ -86,42 +136,49 @@ pub async fn finish(broker: Arc<Broker>, plan: EndPlan) -> Result<(), ErrorCode>
             return Err(ErrorCode::KAFKA_STORAGE_ERROR);
         }
     }
-    let end = {
-        let mut inner = broker.txns.lock();
-        let change = inner.state.complete(&plan, now_ms());
-        inner.persist_if(change, &plan.transactional_id)?
-    };
-    if let Some(end) = end {
-        broker.txns.wait_durable(end).await?;
-    }
     Ok(())
 }
 
 /// Runs [`finish`] as its own task (it completes even if the requester goes away) and waits for
 /// it.
 pub async fn finish_detached(broker: Arc<Broker>, plan: EndPlan) -> Result<(), ErrorCode> {
-    match tokio::spawn(finish(broker, plan)).await {
+    let id = plan.transactional_id.clone();
+    broker.txns.start_ending(&id);
+    let task = tokio::spawn(finish(Arc::clone(&broker), plan));
+    let result = match task.await {
         Ok(result) => result,
         Err(e) => {
             tracing::error!(error = %e, "a transaction end task failed");
             Err(ErrorCode::UNKNOWN_SERVER_ERROR)
         }
-    }
+    };
+    broker.txns.stop_ending(&id);
+    result
 }
 
-/// Carries out the ends persisted while preparing (at start) and aborts timed-out transactions;
-/// forgets transactional IDs idle past their expiration.
+/// Aborts timed-out transactions; forgets transactional IDs idle past their expiration. In
+/// cluster mode also carries out the ends of the shards this broker loaded (or whose end
+/// failed) that no task is carrying out, and closes hanging transactions
+/// ([`sweep_hanging`]).
 pub async fn tick(broker: &Arc<Broker>) {
     let now = now_ms();
     let (plans, expired) = {
         let mut inner = broker.txns.lock();
-        let plans = inner.state.abort_timed_out(now);
-        for plan in &plans {
-            tracing::info!(transactional_id = %plan.transactional_id, producer_id = plan.producer_id, "aborting a transaction past its timeout");
-            if let Err(code) = inner.persist(&plan.transactional_id) {
-                tracing::error!(%code, "cannot persist a timed-out transaction's abort");
-            }
-        }
+        let plans: Vec<_> = inner
+            .state
+            .abort_timed_out(now)
+            .into_iter()
+            .filter_map(|plan| {
+                tracing::info!(transactional_id = %plan.transactional_id, producer_id = plan.producer_id, "aborting a transaction past its timeout");
+                match inner.persist(&plan.transactional_id) {
+                    Ok(end) => Some((plan, end)),
+                    Err(code) => {
+                        tracing::warn!(%code, "cannot persist a timed-out transaction's abort");
+                        None
+                    }
+                }
+            })
+            .collect();
         let expired = inner.state.expire_ids(now);
         for id in &expired {
             let _ = inner.persist(id);
@@ -131,8 +188,178 @@ pub async fn tick(broker: &Arc<Broker>) {
     if expired > 0 {
         tracing::debug!(expired, "idle transactional IDs forgotten");
     }
-    for plan in plans {
-        let _ = finish_detached(Arc::clone(broker), plan).await;
+    for (plan, end) in plans {
+        if broker.txns.wait_durable(end).await.is_ok() {
+            let _ = finish_detached(Arc::clone(broker), plan).await;
+        }
+    }
+    if broker.cluster().is_some() {
+        let unfinished = broker.txns.lock().state.unfinished();
+        for plan in unfinished {
+            if !broker.txns.is_ending(&plan.transactional_id) {
+                tracing::info!(transactional_id = %plan.transactional_id, commit = plan.commit, "finishing a transaction end (its shard was loaded here, or its end failed)");
+                let broker = Arc::clone(broker);
+                tokio::spawn(async move {
+                    let _ = finish_detached(broker, plan).await;
+                });
+            }
+        }
+        if broker.txns.sweep_due(now) {
+            sweep_hanging(broker, now).await;
+        }
+    }
+}
+
+/// How long a partition's transaction stays open before the sweep looks at it.
+const HANGING_AFTER_MS: i64 = 30_000;
+/// How long past the longest transaction timeout a transaction no coordinator of this broker
+/// knows is left open before it is aborted.
+const ORPHAN_GRACE_MS: i64 = 60_000;
+
+/// Cluster mode: closes transactions left open on partitions that their coordinator no longer
+/// has in progress there (a batch that arrived after its transaction's marker, or a producer
+/// whose transactional ID is gone). For a producer this broker coordinates, the marker is the
+/// coordinator's decision (commit after CompleteCommit, abort otherwise; nothing while it is
+/// ending or still has the partition in progress); a producer no coordinator here knows is
+/// aborted once its transaction is older than the longest timeout allowed.
+async fn sweep_hanging(broker: &Arc<Broker>, now: i64) {
+    let Some(cluster) = broker.cluster().cloned() else {
+        return;
+    };
+    let open = match skiff_cluster::log::open_transactions_before(
+        &cluster.db,
+        now - HANGING_AFTER_MS,
+        1000,
+    )
+    .await
+    {
+        Ok(open) => open,
+        Err(e) => {
+            tracing::debug!(error = %e, "reading open transactions failed");
+            return;
+        }
+    };
+    let orphan_before =
+        now - i64::from(broker.config.transactions.max_timeout_ms) - ORPHAN_GRACE_MS;
+    for row in open {
+        let decision = {
+            let inner = broker.txns.lock();
+            match inner.state.by_producer(row.producer_id) {
+                Some(txn) => {
+                    let in_progress = broker
+                        .topic_by_id(skiff_protocol::Uuid::from_u128(row.key.topic_id.as_u128()))
+                        .is_some_and(|t| {
+                            inner
+                                .state
+                                .verify_produce(
+                                    row.producer_id,
+                                    row.producer_epoch,
+                                    (&t.info.name, row.key.partition),
+                                )
+                                .is_ok()
+                        });
+                    if in_progress
+                        || txn.state.is_preparing()
+                        || broker.txns.is_ending(&txn.transactional_id)
+                    {
+                        None
+                    } else {
+                        Some((
+                            txn.state == skiff_txn::TxnState::CompleteCommit
+                                && txn.producer_epoch == row.producer_epoch,
+                            txn.producer_epoch.max(row.producer_epoch),
+                        ))
+                    }
+                }
+                None if row.opened_ms < orphan_before => Some((false, row.producer_epoch)),
+                None => None,
+            }
+        };
+        let Some((commit, epoch)) = decision else {
+            continue;
+        };
+        tracing::warn!(topic_id = %row.key.topic_id, partition = row.key.partition, producer_id = row.producer_id, commit, "closing a transaction its coordinator does not have in progress");
+        if let Err(code) = crate::cluster::transactions::write_markers(
+            &cluster,
+            &[row.key],
+            row.producer_id,
+            epoch,
+            commit,
+            now,
+        )
+        .await
+        {
+            tracing::warn!(%code, "closing a hanging transaction failed");
+        }
+    }
+}
+
+/// Cluster mode: applies the transactional offsets that committed transactions handed to
+/// the groups this broker coordinates: into the group's state (written through its shard,
+/// waited for), then gone from PostgreSQL. Applying twice (a broker dying in between) writes
+/// the same offsets again.
+pub async fn apply_committed_offsets(broker: &Arc<Broker>) {
+    let Some(cluster) = broker.cluster().cloned() else {
+        return;
+    };
+    let rows = match skiff_cluster::txn_offsets::committed(&cluster.db, None).await {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::debug!(error = %e, "reading committed transactional offsets failed");
+            return;
+        }
+    };
+    let mut by_group: std::collections::BTreeMap<String, Vec<_>> = Default::default();
+    for (group, producer_id, offset) in rows {
+        if cluster.coordination.refusal(&group).is_none() {
+            by_group
+                .entry(group)
+                .or_default()
+                .push((producer_id, offset));
+        }
+    }
+    for (group, mut rows) in by_group {
+        rows.sort_by_key(|(_, o)| o.commit_ms);
+        let commits: Vec<(OffsetKey, CommittedOffset)> = rows
+            .iter()
+            .map(|(_, o)| {
+                (
+                    OffsetKey {
+                        topic: o.topic.clone(),
+                        partition: o.partition,
+                    },
+                    CommittedOffset {
+                        offset: o.offset,
+                        leader_epoch: o.leader_epoch,
+                        metadata: o.metadata.clone(),
+                        commit_timestamp_ms: o.commit_ms,
+                    },
+                )
+            })
+            .collect();
+        let stored = {
+            let mut inner = broker.groups.lock(broker, now_ms());
+            let stored = broker.groups.store_offsets(&mut inner, &group, commits);
+            broker.groups.after_change(&mut inner, &group);
+            stored
+        };
+        let durable = match stored {
+            Ok(end) => broker.groups.wait_durable(end).await.is_ok(),
+            Err(e) => {
+                tracing::warn!(group = %group, error = %format!("{e:#}"), "applying transactional offsets failed");
+                false
+            }
+        };
+        if !durable {
+            continue;
+        }
+        let keys: Vec<_> = rows
+            .iter()
+            .map(|(producer_id, o)| (group.clone(), *producer_id, o.topic.clone(), o.partition))
+            .collect();
+        if let Err(e) = skiff_cluster::txn_offsets::forget(&cluster.db, &keys).await {
+            tracing::warn!(group = %group, error = %e, "forgetting applied transactional offsets failed");
+        }
     }
 }
 
@@ -179,6 +406,7 @@ fn close_hanging(broker: &Arc<Broker>) {
                         commit,
                         partitions: vec![(partition.topic.clone(), partition.index)],
                         offsets: Default::default(),
+                        groups: Vec::new(),
                     }
                 };
                 tracing::warn!(topic = %partition.topic, partition = partition.index, producer_id, commit = plan.commit, "closing a transaction its coordinator does not have in progress");

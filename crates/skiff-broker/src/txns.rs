@@ -8,7 +8,8 @@
 //! marker can slip in between the check and the append); nothing here takes a partition lock
 //! while holding the coordinator's.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use anyhow::Result;
@@ -26,7 +27,7 @@ use skiff_txn::{
     TxnConfig, TxnCoordinator, TxnState,
 };
 
-use crate::coordinator_store::{CoordinatorStore, Durable, Opened};
+use crate::coordinator_store::{CoordinatorStore, Durable, Opened, StoreError};
 use crate::partition::TxnVerifier;
 
 /// The directory of the transaction log, inside the data directory.
@@ -45,7 +46,14 @@ pub struct Inner {
 pub struct TransactionCoordinator {
     inner: Mutex<Inner>,
     durable: Option<Arc<dyn Durable>>,
+    /// The transactional IDs whose end a task is carrying out now.
+    ending: Mutex<HashSet<String>>,
+    /// When hanging transactions were last looked for (cluster mode).
+    swept_ms: AtomicI64,
 }
+
+/// How often cluster mode looks for hanging transactions.
+pub const SWEEP_INTERVAL_MS: i64 = 10_000;
 
 impl TransactionCoordinator {
     /// Restores every transactional ID from an opened store.
@@ -55,17 +63,7 @@ impl TransactionCoordinator {
             pairs,
             durable,
         } = opened;
-        let mut txns = Vec::with_capacity(pairs.len());
-        for (key, value) in pairs {
-            match serde_json::from_slice::<Transaction>(&value) {
-                Ok(txn) => txns.push(txn),
-                Err(e) => tracing::error!(
-                    transactional_id = %String::from_utf8_lossy(&key),
-                    error = %e,
-                    "skipping an unreadable transaction record"
-                ),
-            }
-        }
+        let txns = read_transactions(pairs);
         tracing::info!(
             transactional_ids = txns.len(),
             "transaction coordinator loaded"
@@ -76,6 +74,8 @@ impl TransactionCoordinator {
                 kv,
             }),
             durable,
+            ending: Mutex::default(),
+            swept_ms: AtomicI64::new(0),
         })
     }
 
@@ -83,15 +83,89 @@ impl TransactionCoordinator {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Waits until the transaction log is durable up to `end` (with `flush = always`).
+    /// Waits until the transaction log is durable up to `end` (with `flush = always`; in
+    /// cluster mode, until the shard's write is in PostgreSQL).
     pub async fn wait_durable(&self, end: i64) -> Result<(), ErrorCode> {
         crate::coordinator_store::wait_durable(self.durable.as_ref(), end)
             .await
             .map_err(|e| {
-                tracing::error!(error = %e, "syncing the transaction log failed");
-                ErrorCode::KAFKA_STORAGE_ERROR
+                if matches!(e, StoreError::Log(_)) {
+                    tracing::error!(error = %e, "syncing the transaction log failed");
+                }
+                e.code()
             })
     }
+
+    /// Cluster mode: takes in the transactions of a shard just claimed (its `T` records),
+    /// replacing what this broker held of the shard; returns how many.
+    pub fn load_shard(&self, pairs: BTreeMap<Bytes, Bytes>, owned: impl Fn(&str) -> bool) -> usize {
+        let txns = read_transactions(pairs);
+        let count = txns.len();
+        self.lock().state.load_shard(owned, txns);
+        count
+    }
+
+    /// Cluster mode: forgets the transactions of a shard this broker no longer owns.
+    pub fn unload_shard(&self, owned: impl Fn(&str) -> bool) {
+        self.lock().state.unload_shard(owned);
+    }
+
+    /// Marks the end of `transactional_id` as being carried out.
+    pub fn start_ending(&self, transactional_id: &str) {
+        self.ending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(transactional_id.to_string());
+    }
+
+    /// Whether a task is carrying out the end of `transactional_id` now.
+    pub fn is_ending(&self, transactional_id: &str) -> bool {
+        self.ending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(transactional_id)
+    }
+
+    /// Whether the sweep of hanging transactions is due (every [`SWEEP_INTERVAL_MS`]); if
+    /// so, it counts as done now.
+    pub fn sweep_due(&self, now_ms: i64) -> bool {
+        let last = self.swept_ms.load(Ordering::Relaxed);
+        now_ms.saturating_sub(last) >= SWEEP_INTERVAL_MS
+            && self
+                .swept_ms
+                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// The end of `transactional_id` is no longer being carried out.
+    pub fn stop_ending(&self, transactional_id: &str) {
+        self.ending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(transactional_id);
+    }
+}
+
+/// The transactions in a coordinator's records (unreadable ones are skipped, with an error).
+fn read_transactions(pairs: BTreeMap<Bytes, Bytes>) -> Vec<Transaction> {
+    let mut txns = Vec::with_capacity(pairs.len());
+    for (key, value) in pairs {
+        match serde_json::from_slice::<Transaction>(&value) {
+            Ok(txn) => txns.push(txn),
+            Err(e) => tracing::error!(
+                transactional_id = %String::from_utf8_lossy(&key),
+                error = %e,
+                "skipping an unreadable transaction record"
+            ),
+        }
+    }
+    txns
+}
+
+/// What a transaction record's key is about: the transactional ID it is (cluster mode places
+/// the record in that ID's shard).
+pub fn record_transaction(key: &[u8]) -> Option<&str> {
+    std::str::from_utf8(key).ok()
 }
 
 impl Inner {
@@ -107,6 +181,10 @@ impl Inner {
         };
         let key = Bytes::copy_from_slice(transactional_id.as_bytes());
         let end = self.kv.append(&[(key, value)]).map_err(|e| {
+            if let Some(refused) = e.downcast_ref::<StoreError>() {
+                // Cluster mode: the shard is not (or no longer) this broker's.
+                return refused.code();
+            }
             tracing::error!(error = %format!("{e:#}"), "cannot persist a transaction");
             ErrorCode::KAFKA_STORAGE_ERROR
         })?;

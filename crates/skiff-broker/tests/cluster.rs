@@ -9,6 +9,10 @@ mod common;
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::txn::{
+    add_offsets, add_partition, contents, end, fetch, init, latest, produce as produce_txn,
+    stable_offset, txn_batch, txn_commit_offset,
+};
 use common::{Client, TIMEOUT, batch, fetch_request, produce_request};
 use skiff_broker::{BrokerConfig, ClusterConfig, RunningBroker};
 use skiff_protocol::generated::create_topics_request::CreatableTopic;
@@ -196,6 +200,34 @@ async fn wait_for_brokers(cluster: &TestCluster, via: i32, ids: &[i32]) {
             "brokers {live:?}, expected {ids:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits (bounded) until every coordinator shard is owned, by `n` brokers between them, the
+/// same way twice 300 ms apart: brokers join one by one, and each join moves shards away from
+/// their first owner (who serves them until it has released them).
+async fn wait_for_shards(cluster: &TestCluster, n: usize) {
+    let db = skiff_cluster::Db::new(&cluster.metadata_url, 1).expect("pool");
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let mut last = None;
+    loop {
+        let owners: Vec<Option<i32>> = skiff_cluster::coordinators::shards(&db)
+            .await
+            .expect("shards")
+            .iter()
+            .map(|s| s.owner)
+            .collect();
+        let distinct: std::collections::BTreeSet<_> = owners.iter().collect();
+        let settled = owners.iter().all(Option::is_some) && distinct.len() == n;
+        if settled && last.as_ref() == Some(&owners) {
+            return;
+        }
+        last = settled.then_some(owners);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "coordinator shards never settled over {n} brokers"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
 
@@ -585,10 +617,15 @@ async fn find_coordinator(cluster: &TestCluster, via: i32, group: &str) -> i32 {
 /// FindCoordinator for a group through broker `via`: the node, or the error code (a broker
 /// whose view of the live set is changing may answer COORDINATOR_NOT_AVAILABLE for a moment).
 async fn try_find_coordinator(cluster: &TestCluster, via: i32, group: &str) -> Result<i32, i16> {
+    try_find(cluster, via, 0, group).await
+}
+
+/// FindCoordinator of `key_type` (0 group, 1 transactional ID) for `key` through broker `via`.
+async fn try_find(cluster: &TestCluster, via: i32, key_type: i8, key: &str) -> Result<i32, i16> {
     let mut c = cluster.client(via).await;
     let request = skiff_protocol::generated::FindCoordinatorRequest {
-        key_type: 0,
-        coordinator_keys: vec![group.into()],
+        key_type,
+        coordinator_keys: vec![key.into()],
         ..Default::default()
     };
     match c.call(request, 4).await {
@@ -790,6 +827,7 @@ async fn group_coordinators_move_with_their_state() {
         return;
     };
     wait_for_brokers(&cluster, 1, &[1, 2, 3]).await;
+    wait_for_shards(&cluster, 3).await;
     let mut c = cluster.client(1).await;
     create_topic(&mut c, "work", 2).await;
     wait_for_topic(&cluster, "work", 2).await;
@@ -1210,6 +1248,7 @@ async fn member_owners_move_with_their_group() {
         return;
     };
     wait_for_brokers(&cluster, 1, &[1, 2, 3]).await;
+    wait_for_shards(&cluster, 3).await;
     add_scram_users(&cluster, &["alice", "bob"]).await;
     let mut c = cluster.client(1).await;
     create_topic(&mut c, "work", 2).await;
@@ -1292,5 +1331,171 @@ async fn instance_ids_belong_to_one_principal_across_brokers() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    cluster.stop_all().await;
+}
+
+/// A read_committed fetch from offset 0 of partition 0 once its last stable offset has reached
+/// `stable` (the leader hears of a marker another broker committed a moment later).
+async fn fetch_stable(
+    c: &mut Client,
+    topic: &str,
+    stable: i64,
+) -> skiff_protocol::generated::fetch_response::PartitionData {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let p = fetch(c, topic, 0, true).await;
+        if p.last_stable_offset >= stable {
+            return p;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the last stable offset stays at {} (high watermark {})",
+            p.last_stable_offset,
+            p.high_watermark
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Transactions across brokers: a transactional ID's coordinator is its shard's owner (the
+/// others refuse it); records produced to the partition's leader stay invisible to
+/// read_committed (the last stable offset holds) until the coordinator's commit marker, and an
+/// aborted transaction is named to read_committed fetches; transactional offsets committed to
+/// the group's coordinator are unstable until the commit hands them over; when the
+/// coordinator's lease lapses, the stale coordinator can end nothing and its successor ends the
+/// open transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transactions_span_brokers_and_move_with_their_coordinator() {
+    let Some(cluster) = TestCluster::start("transactions", 3, false).await else {
+        return;
+    };
+    wait_for_brokers(&cluster, 1, &[1, 2, 3]).await;
+    wait_for_shards(&cluster, 3).await;
+    let topic = "txn-out";
+    let mut c = cluster.client(1).await;
+    create_topic(&mut c, topic, 1).await;
+    let leader = wait_for_topic(&cluster, topic, 1).await[0][0];
+    let tid = "moving-transactions";
+    let coordinator = try_find(&cluster, 1, 1, tid).await.expect("coordinator");
+    for via in [2, 3] {
+        assert_eq!(try_find(&cluster, via, 1, tid).await, Ok(coordinator));
+    }
+    let other = [1, 2, 3]
+        .into_iter()
+        .find(|n| *n != coordinator)
+        .expect("another");
+    let mut wrong = cluster.client(other).await;
+    assert_eq!(
+        end(&mut wrong, tid, (0, 0), true).await,
+        error_codes::NOT_COORDINATOR
+    );
+
+    // A committed transaction: invisible to read_committed until its marker.
+    let mut at_coordinator = cluster.client(coordinator).await;
+    let ids = init(&mut at_coordinator, tid, 60_000).await;
+    assert_eq!(add_partition(&mut at_coordinator, tid, ids, topic).await, 0);
+    let mut at_leader = cluster.client(leader).await;
+    let batch = txn_batch(ids, 0, &[b"a", b"b"]);
+    assert_eq!(
+        produce_txn(&mut at_leader, Some(tid), topic, batch).await,
+        (0, 0)
+    );
+    let open = fetch(&mut at_leader, topic, 0, true).await;
+    assert!(contents(&open).0.is_empty(), "{open:?}");
+    assert_eq!((open.high_watermark, open.last_stable_offset), (2, 0));
+    assert_eq!(latest(&mut at_leader, topic, true).await, 0);
+    assert_eq!(latest(&mut at_leader, topic, false).await, 2);
+    assert_eq!(end(&mut at_coordinator, tid, ids, true).await, 0);
+    let committed = fetch_stable(&mut at_leader, topic, 3).await;
+    let (data, markers) = contents(&committed);
+    assert_eq!(data, vec![(0, b"a".to_vec()), (1, b"b".to_vec())]);
+    assert_eq!(markers, vec![2]);
+    assert_eq!(committed.last_stable_offset, 3);
+
+    // An aborted transaction is named to read_committed fetches.
+    assert_eq!(add_partition(&mut at_coordinator, tid, ids, topic).await, 0);
+    let batch = txn_batch(ids, 2, &[b"x"]);
+    assert_eq!(
+        produce_txn(&mut at_leader, Some(tid), topic, batch).await,
+        (0, 3)
+    );
+    assert_eq!(end(&mut at_coordinator, tid, ids, false).await, 0);
+    let aborted = fetch_stable(&mut at_leader, topic, 5).await;
+    assert_eq!(aborted.last_stable_offset, 5);
+    let named: Vec<(i64, i64)> = aborted
+        .aborted_transactions
+        .iter()
+        .flatten()
+        .map(|a| (a.producer_id, a.first_offset))
+        .collect();
+    assert_eq!(named, vec![(ids.0, 3)]);
+
+    // Transactional offsets wait beside their group until the commit.
+    let group = "transactional-readers";
+    let group_coordinator = find_coordinator(&cluster, 1, group).await;
+    let mut at_group = cluster.client(group_coordinator).await;
+    assert_eq!(add_offsets(&mut at_coordinator, tid, ids, group).await, 0);
+    assert_eq!(
+        txn_commit_offset(&mut at_group, tid, ids, group, topic, 5).await,
+        0
+    );
+    assert_eq!(
+        stable_offset(&mut at_group, group, topic).await.1,
+        error_codes::UNSTABLE_OFFSET_COMMIT
+    );
+    assert_eq!(end(&mut at_coordinator, tid, ids, true).await, 0);
+    eventually("the transactional offset is applied", || {
+        let cluster = &cluster;
+        async move {
+            let mut c = cluster.client(group_coordinator).await;
+            stable_offset(&mut c, group, topic).await == (5, 0)
+        }
+    })
+    .await;
+
+    // An open transaction whose coordinator's lease lapses: the stale coordinator cannot end
+    // it; its successor does.
+    assert_eq!(add_partition(&mut at_coordinator, tid, ids, topic).await, 0);
+    let batch = txn_batch(ids, 3, &[b"late"]);
+    assert_eq!(
+        produce_txn(&mut at_leader, Some(tid), topic, batch).await.0,
+        0
+    );
+    let _ = lapse_and_take_over(&cluster, coordinator, tid).await;
+    let stale = end(&mut at_coordinator, tid, ids, true).await;
+    assert!(
+        [
+            error_codes::NOT_COORDINATOR,
+            error_codes::COORDINATOR_LOAD_IN_PROGRESS
+        ]
+        .contains(&stale),
+        "a stale coordinator ended a transaction: {stale}"
+    );
+    eventually("the successor commits the open transaction", || {
+        let cluster = &cluster;
+        async move {
+            let Ok(node) = try_find(cluster, 1, 1, tid).await else {
+                return false;
+            };
+            let mut c = cluster.client(node).await;
+            end(&mut c, tid, ids, true).await == 0
+        }
+    })
+    .await;
+    eventually("read_committed sees the late record", || {
+        let cluster = &cluster;
+        async move {
+            let Some(&leader) = leaders(cluster, 1, topic).await.first() else {
+                return false;
+            };
+            let mut c = cluster.client(leader).await;
+            let p = fetch(&mut c, topic, 0, true).await;
+            let (data, _) = contents(&p);
+            p.error_code == 0
+                && p.last_stable_offset == p.high_watermark
+                && data.iter().any(|(_, v)| v == b"late")
+        }
+    })
+    .await;
     cluster.stop_all().await;
 }

@@ -3,9 +3,10 @@
 //! A broker uploads one object holding the batches its producers sent during a commit interval,
 //! then commits it: inside one PostgreSQL transaction it locks the partitions the object touches
 //! (in [`PartitionKey`] order, so that two brokers never wait on each other), reads their log
-//! state and the state of the idempotent producers involved, and hands them to [`plan`]. The
-//! plan says what happens to each append (offsets assigned, a duplicate answered with its first
-//! offsets, or a refusal with Kafka's error) and which rows change; the transaction writes them.
+//! state, the state of the idempotent producers involved and the partitions' open transactions,
+//! and hands them to [`plan`]. The plan says what happens to each append (offsets assigned, a
+//! duplicate answered with its first offsets, or a refusal with Kafka's error) and which rows
+//! change; the transaction writes them.
 //!
 //! The sequence rules are Kafka's `ProducerAppendInfo`, as the embedded log applies them: a
 //! batch from a known producer epoch must continue the last sequence (wrapping at `i32::MAX`);
@@ -13,10 +14,17 @@
 //! offsets and appended again nowhere; an older epoch is fenced; a newer epoch starts at
 //! sequence 0; a producer the partition has no state for is accepted at any sequence.
 //!
+//! Transactions: a transactional data batch ([`TxnKind::Data`]) opens its producer's
+//! transaction on the partition at its base offset unless one is open already; a transaction
+//! marker ([`TxnKind::Marker`], a control batch the transaction coordinator writes, alone in its
+//! append) closes it, and an abort marker records the aborted range for consumers reading
+//! committed. A partition's last stable offset is the first offset of its earliest open
+//! transaction (never below the log start), or its high watermark when none is open.
+//!
 //! Objects carry no offsets: a batch's offsets exist only in its row, and the broker that serves
 //! it writes them into the batch header.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -37,6 +45,9 @@ pub struct PartitionKey {
 pub struct LogState {
     pub log_start: i64,
     pub high_watermark: i64,
+    /// The last stable offset: the first offset of the earliest open transaction (at least the
+    /// log start), or the high watermark when none is open.
+    pub last_stable: i64,
     /// Bytes of the batches from the log start to the high watermark (size retention).
     pub size_bytes: i64,
 }
@@ -59,6 +70,20 @@ pub struct ProducerState {
     pub last_append_ms: i64,
 }
 
+/// What a batch is to transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TxnKind {
+    /// Not transactional.
+    #[default]
+    None,
+    /// A transactional data batch.
+    Data,
+    /// A control batch ending the producer's transaction on the partition (commit or abort).
+    /// It carries the producer ID and epoch, sequences -1, one record, and is the only batch of
+    /// its [`Append`].
+    Marker { commit: bool },
+}
+
 /// One record batch of an append, where it sits in the object, and what its header says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchInfo {
@@ -73,6 +98,7 @@ pub struct BatchInfo {
     pub max_timestamp: i64,
     /// The topic stamps the broker's time on its batches (`LogAppendTime`).
     pub log_append_time: bool,
+    pub txn: TxnKind,
 }
 
 /// The batches one produce request sent to one partition: committed all together or not at all.
@@ -80,6 +106,27 @@ pub struct BatchInfo {
 pub struct Append {
     pub key: PartitionKey,
     pub batches: Vec<BatchInfo>,
+}
+
+/// A producer's open transaction on a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenTxn {
+    /// The epoch of the batch that opened it.
+    pub producer_epoch: i16,
+    /// The offset of its first batch on the partition.
+    pub first_offset: i64,
+    /// When it was opened (the commit's time).
+    pub opened_ms: i64,
+}
+
+/// An aborted transaction's range on a partition: from its first batch to its abort marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTxn {
+    pub key: PartitionKey,
+    pub producer_id: i64,
+    pub first_offset: i64,
+    /// The abort marker's offset.
+    pub last_offset: i64,
 }
 
 /// What became of an append.
@@ -95,8 +142,14 @@ pub enum Verdict {
     InvalidProducerEpoch,
     /// The sequence does not continue the producer's last one.
     OutOfOrderSequence,
-    /// An append without batches, or a batch claiming no records.
+    /// An append without batches, or a batch claiming no records, or a transaction marker that
+    /// is not alone in its append, has no producer ID or not exactly one record, or a
+    /// transactional batch without a producer ID.
     Invalid,
+    /// A transaction marker for a producer with no open transaction on the partition (a retry,
+    /// or a partition the transaction never wrote to): nothing is written, and the marker is
+    /// as good as written.
+    NothingOpen,
 }
 
 /// A row of the batch index: where a committed batch lives and its offsets.
@@ -116,14 +169,24 @@ pub struct BatchRow {
     pub last_sequence: i32,
 }
 
-/// What a commit does: one verdict per append (in order), the batch rows to insert, and the new
-/// state of every log and producer it changed.
+/// What a commit does: one verdict per append (in order), the batch rows to insert, the new
+/// state of every log and producer it changed, and the transactions it opened, closed and
+/// aborted.
+///
+/// The open transaction rows change by deleting `closed`, then inserting `opened`: a
+/// transaction closed and opened again within one commit is in both.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
     pub verdicts: Vec<Verdict>,
     pub rows: Vec<BatchRow>,
     pub logs: BTreeMap<PartitionKey, LogState>,
     pub producers: BTreeMap<(PartitionKey, i64), ProducerState>,
+    /// Transactions opened (by partition and producer ID), open at the end of the commit.
+    pub opened: BTreeMap<(PartitionKey, i64), OpenTxn>,
+    /// Transactions open before the commit (given to [`plan`]) that it closed.
+    pub closed: BTreeSet<(PartitionKey, i64)>,
+    /// The aborted ranges to record, in the order of their markers.
+    pub aborted: Vec<AbortedTxn>,
 }
 
 impl Plan {
@@ -132,6 +195,9 @@ impl Plan {
         self.rows.iter().map(|r| u64::from(r.byte_size)).sum()
     }
 }
+
+/// The open transactions of every locked partition, by producer ID.
+pub type OpenTxns = BTreeMap<PartitionKey, BTreeMap<i64, OpenTxn>>;
 
 fn in_sequence(last: i32, next: i32) -> bool {
     next == last.wrapping_add(1) || (next == 0 && last == i32::MAX)
@@ -188,47 +254,160 @@ fn remember(state: &mut ProducerState, batch: &BatchInfo, base_offset: i64, now_
     state.last_append_ms = state.last_append_ms.max(now_ms);
 }
 
+/// What the commit so far knows of the inputs and its own changes.
+struct View<'a> {
+    logs: &'a BTreeMap<PartitionKey, LogState>,
+    producers: &'a HashMap<(PartitionKey, i64), ProducerState>,
+    open: &'a OpenTxns,
+    now_ms: i64,
+}
+
+impl View<'_> {
+    fn producer<'p>(
+        &'p self,
+        out: &'p Plan,
+        key: PartitionKey,
+        pid: i64,
+    ) -> Option<&'p ProducerState> {
+        out.producers
+            .get(&(key, pid))
+            .or_else(|| self.producers.get(&(key, pid)))
+    }
+
+    /// Whether the transaction was open before the commit (it has a row).
+    fn open_before(&self, key: PartitionKey, pid: i64) -> Option<&OpenTxn> {
+        self.open.get(&key).and_then(|m| m.get(&pid))
+    }
+
+    /// The producer's open transaction on the partition, after the earlier appends.
+    fn open_txn(&self, out: &Plan, key: PartitionKey, pid: i64) -> Option<OpenTxn> {
+        if let Some(t) = out.opened.get(&(key, pid)) {
+            return Some(*t);
+        }
+        if out.closed.contains(&(key, pid)) {
+            return None;
+        }
+        self.open_before(key, pid).copied()
+    }
+
+    /// The partition's last stable offset, after the earlier appends.
+    fn last_stable(&self, out: &Plan, key: PartitionKey, log_start: i64, hw: i64) -> i64 {
+        let before = self
+            .open
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .filter(|(pid, _)| !out.closed.contains(&(key, **pid)))
+            .map(|(_, t)| t.first_offset);
+        let now = out
+            .opened
+            .range((key, i64::MIN)..=(key, i64::MAX))
+            .map(|(_, t)| t.first_offset);
+        before
+            .chain(now)
+            .min()
+            .map_or(hw, |first| first.max(log_start).min(hw))
+    }
+}
+
 /// Decides a commit. `logs` holds the locked partitions (a partition missing from it does not
-/// exist); `producers` the state of the producers the appends name, on their partitions.
+/// exist); `producers` the state of the producers the appends name, on their partitions;
+/// `open` every open transaction of the locked partitions.
 /// Appends are taken in order, each one seeing what the ones before it committed.
 pub fn plan(
     logs: &BTreeMap<PartitionKey, LogState>,
     producers: &HashMap<(PartitionKey, i64), ProducerState>,
+    open: &OpenTxns,
     appends: &[Append],
     now_ms: i64,
 ) -> Plan {
+    let view = View {
+        logs,
+        producers,
+        open,
+        now_ms,
+    };
     let mut out = Plan::default();
     for append in appends {
-        let verdict = plan_one(logs, producers, append, now_ms, &mut out);
+        let verdict = plan_one(&view, append, &mut out);
         out.verdicts.push(verdict);
     }
     out
 }
 
-fn plan_one(
-    logs: &BTreeMap<PartitionKey, LogState>,
-    producers: &HashMap<(PartitionKey, i64), ProducerState>,
-    append: &Append,
-    now_ms: i64,
-    out: &mut Plan,
-) -> Verdict {
+fn plan_one(view: &View<'_>, append: &Append, out: &mut Plan) -> Verdict {
     let key = append.key;
-    let Some(log) = out.logs.get(&key).or_else(|| logs.get(&key)).copied() else {
+    let Some(log) = out.logs.get(&key).or_else(|| view.logs.get(&key)).copied() else {
         return Verdict::UnknownPartition;
     };
     if append.batches.is_empty() || append.batches.iter().any(|b| b.record_count <= 0) {
         return Verdict::Invalid;
     }
+    let is_marker = |b: &BatchInfo| matches!(b.txn, TxnKind::Marker { .. });
+    match append.batches.as_slice() {
+        [marker] if is_marker(marker) => plan_marker(view, key, log, marker, out),
+        batches if batches.iter().any(is_marker) => Verdict::Invalid,
+        batches => plan_data(view, key, log, batches, out),
+    }
+}
+
+fn row(key: PartitionKey, batch: &BatchInfo, base_offset: i64, now_ms: i64) -> BatchRow {
+    BatchRow {
+        key,
+        base_offset,
+        last_offset: base_offset + i64::from(batch.record_count) - 1,
+        byte_offset: batch.byte_offset,
+        byte_size: batch.byte_size,
+        max_timestamp: batch.max_timestamp,
+        log_append_time: if batch.log_append_time { now_ms } else { -1 },
+        producer_id: batch.producer_id,
+        producer_epoch: batch.producer_epoch,
+        base_sequence: batch.base_sequence,
+        last_sequence: batch.last_sequence,
+    }
+}
+
+/// Records the appended rows and the log's new state (its last stable offset after the
+/// transactions the append opened or closed).
+fn advance(view: &View<'_>, key: PartitionKey, log: LogState, rows: Vec<BatchRow>, out: &mut Plan) {
+    let added: i64 = rows.iter().map(|r| i64::from(r.byte_size)).sum();
+    let hw = rows
+        .last()
+        .map_or(log.high_watermark, |r| r.last_offset + 1);
+    out.logs.insert(
+        key,
+        LogState {
+            log_start: log.log_start,
+            high_watermark: hw,
+            last_stable: view.last_stable(out, key, log.log_start, hw),
+            size_bytes: log.size_bytes + added,
+        },
+    );
+    out.rows.extend(rows);
+}
+
+fn plan_data(
+    view: &View<'_>,
+    key: PartitionKey,
+    log: LogState,
+    batches: &[BatchInfo],
+    out: &mut Plan,
+) -> Verdict {
+    if batches
+        .iter()
+        .any(|b| b.txn == TxnKind::Data && b.producer_id < 0)
+    {
+        return Verdict::Invalid;
+    }
     // Check every batch against the producer states as the earlier batches of this append
     // leave them; only a clean append changes anything.
     let mut staged: BTreeMap<i64, ProducerState> = BTreeMap::new();
+    let mut opened: BTreeMap<i64, OpenTxn> = BTreeMap::new();
     let mut next = log.high_watermark;
-    let mut rows = Vec::with_capacity(append.batches.len());
-    for batch in &append.batches {
-        let current = staged
-            .get(&batch.producer_id)
-            .or_else(|| out.producers.get(&(key, batch.producer_id)))
-            .or_else(|| producers.get(&(key, batch.producer_id)));
+    let mut rows = Vec::with_capacity(batches.len());
+    for batch in batches {
+        let pid = batch.producer_id;
+        let current = staged.get(&pid).or_else(|| view.producer(out, key, pid));
         match check(current, batch) {
             Err(refusal) => return refusal,
             // Kafka answers a whole append as the duplicate of its first duplicate batch.
@@ -240,46 +419,108 @@ fn plan_one(
             }
             Ok(None) => {}
         }
-        if batch.producer_id >= 0 {
+        if pid >= 0 {
             let mut state = current.cloned().unwrap_or_default();
             if current.is_none() {
                 state.epoch = batch.producer_epoch;
             }
-            remember(&mut state, batch, next, now_ms);
-            staged.insert(batch.producer_id, state);
+            remember(&mut state, batch, next, view.now_ms);
+            staged.insert(pid, state);
         }
-        let last = next + i64::from(batch.record_count) - 1;
-        rows.push(BatchRow {
-            key,
-            base_offset: next,
-            last_offset: last,
-            byte_offset: batch.byte_offset,
-            byte_size: batch.byte_size,
-            max_timestamp: batch.max_timestamp,
-            log_append_time: if batch.log_append_time { now_ms } else { -1 },
-            producer_id: batch.producer_id,
-            producer_epoch: batch.producer_epoch,
-            base_sequence: batch.base_sequence,
-            last_sequence: batch.last_sequence,
-        });
-        next = last + 1;
+        if batch.txn == TxnKind::Data
+            && !opened.contains_key(&pid)
+            && view.open_txn(out, key, pid).is_none()
+        {
+            opened.insert(
+                pid,
+                OpenTxn {
+                    producer_epoch: batch.producer_epoch,
+                    first_offset: next,
+                    opened_ms: view.now_ms,
+                },
+            );
+        }
+        let r = row(key, batch, next, view.now_ms);
+        next = r.last_offset + 1;
+        rows.push(r);
     }
-    let added: i64 = rows.iter().map(|r| i64::from(r.byte_size)).sum();
-    out.logs.insert(
-        key,
-        LogState {
-            log_start: log.log_start,
-            high_watermark: next,
-            size_bytes: log.size_bytes + added,
-        },
-    );
-    for (producer_id, state) in staged {
-        out.producers.insert((key, producer_id), state);
+    for (pid, state) in staged {
+        out.producers.insert((key, pid), state);
     }
-    out.rows.extend(rows);
+    for (pid, txn) in opened {
+        out.opened.insert((key, pid), txn);
+    }
+    advance(view, key, log, rows, out);
     Verdict::Appended {
         base_offset: log.high_watermark,
         last_offset: next - 1,
+    }
+}
+
+fn plan_marker(
+    view: &View<'_>,
+    key: PartitionKey,
+    log: LogState,
+    marker: &BatchInfo,
+    out: &mut Plan,
+) -> Verdict {
+    let TxnKind::Marker { commit } = marker.txn else {
+        return Verdict::Invalid;
+    };
+    let pid = marker.producer_id;
+    if pid < 0 || marker.record_count != 1 {
+        return Verdict::Invalid;
+    }
+    let state = view.producer(out, key, pid).cloned();
+    let txn = view.open_txn(out, key, pid);
+    let newest = state
+        .as_ref()
+        .map(|s| s.epoch)
+        .into_iter()
+        .chain(txn.map(|t| t.producer_epoch))
+        .max();
+    if newest.is_some_and(|epoch| epoch > marker.producer_epoch) {
+        return Verdict::InvalidProducerEpoch;
+    }
+    let Some(txn) = txn else {
+        return Verdict::NothingOpen;
+    };
+    let offset = log.high_watermark;
+
+    let mut state = state.unwrap_or(ProducerState {
+        epoch: marker.producer_epoch,
+        recent: Vec::new(),
+        last_append_ms: view.now_ms,
+    });
+    if marker.producer_epoch > state.epoch {
+        state.epoch = marker.producer_epoch;
+        state.recent.clear();
+    }
+    state.last_append_ms = state.last_append_ms.max(view.now_ms);
+    out.producers.insert((key, pid), state);
+
+    out.opened.remove(&(key, pid));
+    if view.open_before(key, pid).is_some() {
+        out.closed.insert((key, pid));
+    }
+    if !commit {
+        out.aborted.push(AbortedTxn {
+            key,
+            producer_id: pid,
+            first_offset: txn.first_offset,
+            last_offset: offset,
+        });
+    }
+    advance(
+        view,
+        key,
+        log,
+        vec![row(key, marker, offset, view.now_ms)],
+        out,
+    );
+    Verdict::Appended {
+        base_offset: offset,
+        last_offset: offset,
     }
 }
 
@@ -305,6 +546,7 @@ mod tests {
             last_sequence: seq.wrapping_add(count - 1),
             max_timestamp: 1,
             log_append_time: false,
+            txn: TxnKind::None,
         }
     }
 
@@ -317,11 +559,16 @@ mod tests {
                     LogState {
                         log_start: 0,
                         high_watermark: hw,
+                        last_stable: hw,
                         size_bytes: 0,
                     },
                 )
             })
             .collect()
+    }
+
+    fn none() -> BTreeMap<PartitionKey, BTreeMap<i64, OpenTxn>> {
+        BTreeMap::new()
     }
 
     fn one(p: i32, b: BatchInfo) -> Append {
@@ -331,11 +578,473 @@ mod tests {
         }
     }
 
+    fn data(pid: i64, epoch: i16, seq: i32, count: i32) -> BatchInfo {
+        BatchInfo {
+            txn: TxnKind::Data,
+            ..batch(pid, epoch, seq, count)
+        }
+    }
+
+    fn marker(pid: i64, epoch: i16, commit: bool) -> BatchInfo {
+        BatchInfo {
+            txn: TxnKind::Marker { commit },
+            ..batch(pid, epoch, -1, 1)
+        }
+    }
+
+    fn open_at(entries: &[(i32, i64, i16, i64)]) -> OpenTxns {
+        let mut open = OpenTxns::new();
+        for &(p, pid, epoch, first) in entries {
+            open.entry(key(p)).or_default().insert(
+                pid,
+                OpenTxn {
+                    producer_epoch: epoch,
+                    first_offset: first,
+                    opened_ms: 0,
+                },
+            );
+        }
+        open
+    }
+
+    fn state(epoch: i16, seqs: &[(i32, i64)]) -> ProducerState {
+        ProducerState {
+            epoch,
+            recent: seqs
+                .iter()
+                .map(|&(seq, offset)| RecentBatch {
+                    first_seq: seq,
+                    last_seq: seq,
+                    base_offset: offset,
+                    last_offset: offset,
+                })
+                .collect(),
+            last_append_ms: 0,
+        }
+    }
+
+    /// Applies a plan to the inputs, as the commit's transaction does.
+    fn apply(
+        plan: &Plan,
+        logs: &mut BTreeMap<PartitionKey, LogState>,
+        producers: &mut HashMap<(PartitionKey, i64), ProducerState>,
+        open: &mut OpenTxns,
+    ) {
+        logs.extend(plan.logs.clone());
+        producers.extend(plan.producers.clone());
+        for (k, pid) in &plan.closed {
+            let removed = open.get_mut(k).and_then(|m| m.remove(pid));
+            assert!(removed.is_some(), "closed a transaction that had no row");
+        }
+        for ((k, pid), t) in &plan.opened {
+            let before = open.entry(*k).or_default().insert(*pid, *t);
+            assert!(before.is_none(), "opened a transaction that had a row");
+        }
+    }
+
+    fn appended(base_offset: i64, last_offset: i64) -> Verdict {
+        Verdict::Appended {
+            base_offset,
+            last_offset,
+        }
+    }
+
+    #[test]
+    fn the_first_transactional_batch_opens_the_transaction() {
+        let l = logs(&[(0, 10)]);
+        let p = plan(
+            &l,
+            &HashMap::new(),
+            &none(),
+            &[one(0, data(5, 0, 0, 3)), one(0, data(5, 0, 3, 2))],
+            7,
+        );
+        assert_eq!(p.verdicts, vec![appended(10, 12), appended(13, 14)]);
+        assert_eq!(
+            p.opened,
+            BTreeMap::from([(
+                (key(0), 5),
+                OpenTxn {
+                    producer_epoch: 0,
+                    first_offset: 10,
+                    opened_ms: 7
+                }
+            )])
+        );
+        assert!(p.closed.is_empty() && p.aborted.is_empty());
+        assert_eq!(p.logs[&key(0)].high_watermark, 15);
+        assert_eq!(p.logs[&key(0)].last_stable, 10, "held at the first offset");
+        // The transaction's next batch, in a later commit, opens nothing more.
+        let producers: HashMap<_, _> = p.producers.clone().into_iter().collect();
+        let open = open_at(&[(0, 5, 0, 10)]);
+        let later = plan(&p.logs, &producers, &open, &[one(0, data(5, 0, 5, 1))], 8);
+        assert_eq!(later.verdicts, vec![appended(15, 15)]);
+        assert!(later.opened.is_empty());
+        assert_eq!(later.logs[&key(0)].last_stable, 10);
+        assert_eq!(later.logs[&key(0)].high_watermark, 16);
+    }
+
+    #[test]
+    fn several_transactional_batches_in_one_append_open_once() {
+        let p = plan(
+            &logs(&[(0, 4)]),
+            &HashMap::new(),
+            &none(),
+            &[Append {
+                key: key(0),
+                batches: vec![data(5, 0, 0, 2), data(5, 0, 2, 2), data(6, 1, 0, 1)],
+            }],
+            1,
+        );
+        assert_eq!(p.verdicts, vec![appended(4, 8)]);
+        let firsts: Vec<_> = p
+            .opened
+            .iter()
+            .map(|((_, pid), t)| (*pid, t.first_offset, t.producer_epoch))
+            .collect();
+        assert_eq!(firsts, vec![(5, 4, 0), (6, 8, 1)]);
+        assert_eq!(p.logs[&key(0)].last_stable, 4);
+    }
+
+    #[test]
+    fn a_commit_marker_closes_the_transaction_and_releases_the_stable_offset() {
+        let mut l = logs(&[(0, 20)]);
+        l.get_mut(&key(0)).unwrap().last_stable = 12;
+        let mut producers = HashMap::new();
+        producers.insert((key(0), 5), state(2, &[(0, 12), (1, 19)]));
+        let open = open_at(&[(0, 5, 2, 12)]);
+        let p = plan(&l, &producers, &open, &[one(0, marker(5, 2, true))], 9);
+        assert_eq!(p.verdicts, vec![appended(20, 20)]);
+        assert_eq!(p.closed, BTreeSet::from([(key(0), 5)]));
+        assert!(p.opened.is_empty() && p.aborted.is_empty());
+        let log = p.logs[&key(0)];
+        assert_eq!((log.high_watermark, log.last_stable), (21, 21));
+        assert_eq!(log.size_bytes, 100);
+        assert_eq!(p.rows.len(), 1);
+        let r = p.rows[0];
+        assert_eq!((r.base_offset, r.last_offset), (20, 20));
+        assert_eq!((r.producer_id, r.producer_epoch), (5, 2));
+        assert_eq!((r.base_sequence, r.last_sequence), (-1, -1));
+        // Markers are not remembered as batches: the data batches still answer retries.
+        let s = &p.producers[&(key(0), 5)];
+        assert_eq!((s.epoch, s.recent.len(), s.last_append_ms), (2, 2, 9));
+    }
+
+    #[test]
+    fn an_abort_marker_closes_the_transaction_and_records_its_range() {
+        let mut producers = HashMap::new();
+        producers.insert((key(0), 5), state(0, &[(0, 3)]));
+        let open = open_at(&[(0, 5, 0, 3)]);
+        let p = plan(
+            &logs(&[(0, 8)]),
+            &producers,
+            &open,
+            &[one(0, marker(5, 0, false))],
+            1,
+        );
+        assert_eq!(p.verdicts, vec![appended(8, 8)]);
+        assert_eq!(p.closed, BTreeSet::from([(key(0), 5)]));
+        assert_eq!(
+            p.aborted,
+            vec![AbortedTxn {
+                key: key(0),
+                producer_id: 5,
+                first_offset: 3,
+                last_offset: 8
+            }]
+        );
+        assert_eq!(p.logs[&key(0)].last_stable, 9);
+    }
+
+    #[test]
+    fn a_marker_with_nothing_open_writes_nothing() {
+        let mut producers = HashMap::new();
+        producers.insert((key(0), 5), state(0, &[(0, 3)]));
+        let l = logs(&[(0, 8)]);
+        for commit in [true, false] {
+            let p = plan(&l, &producers, &none(), &[one(0, marker(5, 0, commit))], 1);
+            assert_eq!(p.verdicts, vec![Verdict::NothingOpen]);
+            assert!(p.rows.is_empty() && p.logs.is_empty() && p.producers.is_empty());
+            assert!(p.closed.is_empty() && p.aborted.is_empty() && p.opened.is_empty());
+        }
+        // Another producer's open transaction is not this producer's.
+        let open = open_at(&[(0, 6, 0, 2)]);
+        let p = plan(&l, &producers, &open, &[one(0, marker(5, 0, true))], 1);
+        assert_eq!(p.verdicts, vec![Verdict::NothingOpen]);
+        // Nor is one on another partition; and a producer the partition never saw.
+        let p = plan(
+            &logs(&[(0, 8), (1, 0)]),
+            &producers,
+            &open_at(&[(1, 5, 0, 0)]),
+            &[one(0, marker(5, 0, true)), one(0, marker(9, 0, false))],
+            1,
+        );
+        assert_eq!(p.verdicts, vec![Verdict::NothingOpen, Verdict::NothingOpen]);
+        // A retried marker after the one that closed the transaction.
+        let open = open_at(&[(0, 5, 0, 3)]);
+        let p = plan(
+            &l,
+            &producers,
+            &open,
+            &[one(0, marker(5, 0, false)), one(0, marker(5, 0, false))],
+            1,
+        );
+        assert_eq!(p.verdicts, vec![appended(8, 8), Verdict::NothingOpen]);
+        assert_eq!(p.aborted.len(), 1);
+        assert_eq!(p.logs[&key(0)].high_watermark, 9);
+    }
+
+    #[test]
+    fn a_marker_from_an_older_epoch_is_fenced() {
+        let mut producers = HashMap::new();
+        producers.insert((key(0), 5), state(3, &[(0, 3)]));
+        let open = open_at(&[(0, 5, 3, 3)]);
+        let l = logs(&[(0, 8)]);
+        let p = plan(&l, &producers, &open, &[one(0, marker(5, 2, true))], 1);
+        assert_eq!(p.verdicts, vec![Verdict::InvalidProducerEpoch]);
+        assert!(p.rows.is_empty() && p.logs.is_empty() && p.closed.is_empty());
+        // Fenced before anything is found open, too.
+        let p = plan(&l, &producers, &none(), &[one(0, marker(5, 2, false))], 1);
+        assert_eq!(p.verdicts, vec![Verdict::InvalidProducerEpoch]);
+        // The open transaction's epoch fences as well, without a producer state.
+        let p = plan(&l, &HashMap::new(), &open, &[one(0, marker(5, 2, true))], 1);
+        assert_eq!(p.verdicts, vec![Verdict::InvalidProducerEpoch]);
+        let p = plan(&l, &HashMap::new(), &open, &[one(0, marker(5, 3, true))], 1);
+        assert_eq!(p.verdicts, vec![appended(8, 8)]);
+        assert_eq!(
+            p.producers[&(key(0), 5)],
+            ProducerState {
+                epoch: 3,
+                recent: Vec::new(),
+                last_append_ms: 1
+            }
+        );
+    }
+
+    #[test]
+    fn a_marker_from_a_newer_epoch_bumps_the_epoch_and_fences_the_old_one() {
+        let mut l = logs(&[(0, 8)]);
+        let mut producers = HashMap::new();
+        producers.insert((key(0), 5), state(3, &[(0, 3), (1, 4)]));
+        let mut open = open_at(&[(0, 5, 3, 3)]);
+        // The coordinator aborts with a bumped epoch (a producer timed out, or restarted).
+        let p = plan(
+            &l,
+            &producers,
+            &open,
+            &[
+                one(0, marker(5, 4, false)),
+                // The old epoch's batch arriving late, in the same commit: fenced.
+                one(0, data(5, 3, 2, 1)),
+            ],
+            1,
+        );
+        assert_eq!(
+            p.verdicts,
+            vec![appended(8, 8), Verdict::InvalidProducerEpoch]
+        );
+        let s = &p.producers[&(key(0), 5)];
+        assert_eq!(s.epoch, 4);
+        assert!(s.recent.is_empty(), "a newer epoch forgets the old batches");
+        assert_eq!(p.aborted.len(), 1);
+        apply(&p, &mut l, &mut producers, &mut open);
+        // In a later commit: the old epoch's data and markers are fenced; the new epoch writes.
+        for b in [data(5, 3, 2, 1), marker(5, 3, true)] {
+            let p = plan(&l, &producers, &open, &[one(0, b)], 2);
+            assert_eq!(p.verdicts, vec![Verdict::InvalidProducerEpoch], "{b:?}");
+        }
+        let p = plan(&l, &producers, &open, &[one(0, data(5, 4, 0, 1))], 2);
+        assert_eq!(p.verdicts, vec![appended(9, 9)]);
+        assert_eq!(p.opened[&(key(0), 5)].producer_epoch, 4);
+        assert_eq!(p.logs[&key(0)].last_stable, 9);
+    }
+
+    #[test]
+    fn the_stable_offset_follows_the_earliest_of_interleaved_transactions() {
+        let mut l = logs(&[(0, 10)]);
+        let mut producers = HashMap::new();
+        let mut open = OpenTxns::new();
+        let mut step = |append: Append| {
+            let p = plan(&l, &producers, &open, &[append], 1);
+            apply(&p, &mut l, &mut producers, &mut open);
+            let log = l[&key(0)];
+            (p.verdicts[0], log.last_stable, log.high_watermark)
+        };
+        assert_eq!(step(one(0, data(5, 0, 0, 2))), (appended(10, 11), 10, 12));
+        assert_eq!(step(one(0, data(6, 0, 0, 1))), (appended(12, 12), 10, 13));
+        assert_eq!(
+            step(one(0, batch(-1, -1, -1, 1))),
+            (appended(13, 13), 10, 14)
+        );
+        assert_eq!(step(one(0, data(5, 0, 2, 1))), (appended(14, 14), 10, 15));
+        // The earliest commits: the stable offset moves to the other one's first offset.
+        assert_eq!(step(one(0, marker(5, 0, true))), (appended(15, 15), 12, 16));
+        // Producer 5 starts again, after producer 6.
+        assert_eq!(step(one(0, data(5, 0, 3, 1))), (appended(16, 16), 12, 17));
+        assert_eq!(
+            step(one(0, marker(6, 0, false))),
+            (appended(17, 17), 16, 18)
+        );
+        assert_eq!(step(one(0, marker(5, 0, true))), (appended(18, 18), 19, 19));
+        assert!(open.values().all(BTreeMap::is_empty));
+    }
+
+    #[test]
+    fn the_stable_offset_stays_at_or_above_the_log_start() {
+        let mut l = logs(&[(0, 10)]);
+        let log = l.get_mut(&key(0)).unwrap();
+        log.log_start = 6;
+        log.last_stable = 6;
+        let open = open_at(&[(0, 5, 0, 2)]);
+        let p = plan(
+            &l,
+            &HashMap::new(),
+            &open,
+            &[one(0, batch(-1, -1, -1, 1))],
+            1,
+        );
+        assert_eq!(p.logs[&key(0)].last_stable, 6);
+    }
+
+    #[test]
+    fn a_marker_must_be_alone_in_its_append() {
+        let mut producers = HashMap::new();
+        producers.insert((key(0), 5), state(0, &[(0, 3)]));
+        let open = open_at(&[(0, 5, 0, 3)]);
+        let l = logs(&[(0, 8)]);
+        let refused = [
+            vec![data(5, 0, 1, 1), marker(5, 0, true)],
+            vec![marker(5, 0, true), data(5, 0, 1, 1)],
+            vec![marker(5, 0, true), marker(5, 0, true)],
+            vec![batch(-1, -1, -1, 1), marker(5, 0, false)],
+            // One record, a producer ID: a transactional batch has one too.
+            vec![BatchInfo {
+                record_count: 2,
+                ..marker(5, 0, true)
+            }],
+            vec![marker(-1, -1, true)],
+            vec![data(-1, -1, -1, 1)],
+        ];
+        for batches in refused {
+            let p = plan(
+                &l,
+                &producers,
+                &open,
+                &[Append {
+                    key: key(0),
+                    batches: batches.clone(),
+                }],
+                1,
+            );
+            assert_eq!(p.verdicts, vec![Verdict::Invalid], "{batches:?}");
+            assert_eq!(
+                p,
+                Plan {
+                    verdicts: vec![Verdict::Invalid],
+                    ..Plan::default()
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn appends_see_the_transactions_earlier_appends_opened_and_closed() {
+        let l = logs(&[(0, 0), (1, 0)]);
+        let open = open_at(&[(1, 5, 0, 0)]);
+        let mut producers = HashMap::new();
+        producers.insert((key(1), 5), state(0, &[(0, 0)]));
+        let p = plan(
+            &l,
+            &producers,
+            &open,
+            &[
+                // Opened and aborted within the commit: no row to write or delete.
+                one(0, data(5, 0, 0, 2)),
+                one(0, marker(5, 0, false)),
+                // Opened again after the marker.
+                one(0, data(5, 0, 2, 1)),
+                // Open before the commit, closed, and opened again.
+                one(1, marker(5, 0, true)),
+                one(1, data(5, 0, 1, 1)),
+                one(1, data(5, 0, 2, 1)),
+            ],
+            3,
+        );
+        assert_eq!(
+            p.verdicts,
+            vec![
+                appended(0, 1),
+                appended(2, 2),
+                appended(3, 3),
+                appended(0, 0),
+                appended(1, 1),
+                appended(2, 2)
+            ]
+        );
+        assert_eq!(
+            p.aborted,
+            vec![AbortedTxn {
+                key: key(0),
+                producer_id: 5,
+                first_offset: 0,
+                last_offset: 2
+            }]
+        );
+        assert_eq!(p.closed, BTreeSet::from([(key(1), 5)]));
+        let opened: Vec<_> = p
+            .opened
+            .iter()
+            .map(|((k, pid), t)| (k.partition, *pid, t.first_offset))
+            .collect();
+        assert_eq!(opened, vec![(0, 5, 3), (1, 5, 1)]);
+        assert_eq!(p.logs[&key(0)].last_stable, 3);
+        assert_eq!(p.logs[&key(1)].last_stable, 1);
+        // Applied in order (closed rows deleted, then opened rows inserted), the rows agree.
+        let (mut l2, mut producers2, mut open2) = (l.clone(), producers.clone(), open.clone());
+        apply(&p, &mut l2, &mut producers2, &mut open2);
+        assert_eq!(open2[&key(1)][&5].first_offset, 1);
+    }
+
+    #[test]
+    fn a_retried_transactional_batch_is_a_duplicate_and_opens_nothing() {
+        let mut producers = HashMap::new();
+        producers.insert((key(0), 5), state(0, &[(0, 3)]));
+        let p = plan(
+            &logs(&[(0, 8)]),
+            &producers,
+            &none(),
+            &[one(0, data(5, 0, 0, 1))],
+            1,
+        );
+        assert_eq!(
+            p.verdicts,
+            vec![Verdict::Duplicate {
+                base_offset: 3,
+                last_offset: 3
+            }]
+        );
+        assert!(p.opened.is_empty() && p.logs.is_empty());
+    }
+
+    #[test]
+    fn non_transactional_batches_keep_the_stable_offset_at_the_high_watermark() {
+        let p = plan(
+            &logs(&[(0, 3)]),
+            &HashMap::new(),
+            &none(),
+            &[one(0, batch(5, 0, 0, 2)), one(0, batch(-1, -1, -1, 1))],
+            1,
+        );
+        assert_eq!(p.logs[&key(0)].last_stable, 6);
+        assert!(p.opened.is_empty() && p.closed.is_empty() && p.aborted.is_empty());
+    }
+
     #[test]
     fn offsets_continue_the_high_watermark_per_partition() {
         let plan = plan(
             &logs(&[(0, 10), (1, 0)]),
             &HashMap::new(),
+            &none(),
             &[
                 one(0, batch(-1, -1, -1, 3)),
                 one(1, batch(-1, -1, -1, 2)),
@@ -372,6 +1081,7 @@ mod tests {
         let plan = plan(
             &logs(&[(0, 0)]),
             &HashMap::new(),
+            &none(),
             &[
                 one(9, batch(-1, -1, -1, 1)),
                 Append {
@@ -398,11 +1108,18 @@ mod tests {
         let first = plan(
             &logs(&[(0, 0)]),
             &HashMap::new(),
+            &none(),
             &[one(0, batch(5, 0, 0, 4))],
             1,
         );
         let producers: HashMap<_, _> = first.producers.clone().into_iter().collect();
-        let again = plan(&first.logs, &producers, &[one(0, batch(5, 0, 0, 4))], 2);
+        let again = plan(
+            &first.logs,
+            &producers,
+            &none(),
+            &[one(0, batch(5, 0, 0, 4))],
+            2,
+        );
         assert_eq!(
             again.verdicts,
             vec![Verdict::Duplicate {
@@ -411,7 +1128,13 @@ mod tests {
             }]
         );
         assert!(again.rows.is_empty());
-        let next = plan(&first.logs, &producers, &[one(0, batch(5, 0, 4, 1))], 3);
+        let next = plan(
+            &first.logs,
+            &producers,
+            &none(),
+            &[one(0, batch(5, 0, 4, 1))],
+            3,
+        );
         assert_eq!(
             next.verdicts,
             vec![Verdict::Appended {
@@ -426,6 +1149,7 @@ mod tests {
         let plan = plan(
             &logs(&[(0, 0)]),
             &HashMap::new(),
+            &none(),
             &[one(0, batch(5, 0, 0, 2)), one(0, batch(5, 0, 0, 2))],
             1,
         );
@@ -456,7 +1180,7 @@ mod tests {
             },
         );
         let l = logs(&[(0, 10)]);
-        let v = |b| plan(&l, &producers, &[one(0, b)], 1).verdicts[0];
+        let v = |b| plan(&l, &producers, &none(), &[one(0, b)], 1).verdicts[0];
         assert_eq!(v(batch(5, 3, 11, 1)), Verdict::OutOfOrderSequence);
         assert_eq!(v(batch(5, 2, 10, 1)), Verdict::InvalidProducerEpoch);
         assert_eq!(v(batch(5, 4, 1, 1)), Verdict::OutOfOrderSequence);
@@ -469,9 +1193,21 @@ mod tests {
     #[test]
     fn a_new_epoch_forgets_the_old_batches() {
         let l = logs(&[(0, 0)]);
-        let p1 = plan(&l, &HashMap::new(), &[one(0, batch(5, 0, 0, 1))], 1);
+        let p1 = plan(
+            &l,
+            &HashMap::new(),
+            &none(),
+            &[one(0, batch(5, 0, 0, 1))],
+            1,
+        );
         let producers: HashMap<_, _> = p1.producers.clone().into_iter().collect();
-        let p2 = plan(&p1.logs, &producers, &[one(0, batch(5, 1, 0, 1))], 2);
+        let p2 = plan(
+            &p1.logs,
+            &producers,
+            &none(),
+            &[one(0, batch(5, 1, 0, 1))],
+            2,
+        );
         let state = &p2.producers[&(key(0), 5)];
         assert_eq!(state.epoch, 1);
         assert_eq!(state.recent.len(), 1);
@@ -481,9 +1217,21 @@ mod tests {
     #[test]
     fn sequences_wrap_at_i32_max() {
         let l = logs(&[(0, 0)]);
-        let p1 = plan(&l, &HashMap::new(), &[one(0, batch(5, 0, i32::MAX, 1))], 1);
+        let p1 = plan(
+            &l,
+            &HashMap::new(),
+            &none(),
+            &[one(0, batch(5, 0, i32::MAX, 1))],
+            1,
+        );
         let producers: HashMap<_, _> = p1.producers.clone().into_iter().collect();
-        let p2 = plan(&p1.logs, &producers, &[one(0, batch(5, 0, 0, 1))], 2);
+        let p2 = plan(
+            &p1.logs,
+            &producers,
+            &none(),
+            &[one(0, batch(5, 0, 0, 1))],
+            2,
+        );
         assert!(matches!(p2.verdicts[0], Verdict::Appended { .. }));
     }
 
@@ -492,15 +1240,15 @@ mod tests {
         let mut l = logs(&[(0, 0)]);
         let mut producers = HashMap::new();
         for i in 0..6 {
-            let p = plan(&l, &producers, &[one(0, batch(5, 0, i, 1))], 1);
+            let p = plan(&l, &producers, &none(), &[one(0, batch(5, 0, i, 1))], 1);
             l.extend(p.logs.clone());
             producers.extend(p.producers.clone());
         }
         assert_eq!(producers[&(key(0), 5)].recent.len(), RECENT_BATCHES);
         // Sequence 0 fell out of the window: it is now out of order, not a duplicate.
-        let p = plan(&l, &producers, &[one(0, batch(5, 0, 0, 1))], 1);
+        let p = plan(&l, &producers, &none(), &[one(0, batch(5, 0, 0, 1))], 1);
         assert_eq!(p.verdicts[0], Verdict::OutOfOrderSequence);
-        let p = plan(&l, &producers, &[one(0, batch(5, 0, 1, 1))], 1);
+        let p = plan(&l, &producers, &none(), &[one(0, batch(5, 0, 1, 1))], 1);
         assert!(matches!(p.verdicts[0], Verdict::Duplicate { .. }));
     }
 
@@ -509,6 +1257,7 @@ mod tests {
         let plan = plan(
             &logs(&[(0, 0)]),
             &HashMap::new(),
+            &none(),
             &[Append {
                 key: key(0),
                 batches: vec![batch(5, 0, 0, 2), batch(5, 0, 7, 1)],
@@ -523,7 +1272,7 @@ mod tests {
     fn log_append_time_stamps_the_commit_time() {
         let mut b = batch(-1, -1, -1, 1);
         b.log_append_time = true;
-        let plan = plan(&logs(&[(0, 0)]), &HashMap::new(), &[one(0, b)], 42);
+        let plan = plan(&logs(&[(0, 0)]), &HashMap::new(), &none(), &[one(0, b)], 42);
         assert_eq!(plan.rows[0].log_append_time, 42);
     }
 }

@@ -6,13 +6,20 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use uuid::Uuid;
 
-use crate::commit::{self, Append, LogState, PartitionKey, ProducerState, RecentBatch, Verdict};
+use crate::commit::{
+    self, Append, LogState, OpenTxn, OpenTxns, PartitionKey, ProducerState, RecentBatch, Verdict,
+};
 use crate::db::{Db, DbError};
 use crate::membership::{self, Registration};
 
 /// The channel changes to logs are announced on (commits, a log start moving): the payload
-/// lists `topic_id:partition:log_start:high_watermark`, separated by spaces.
+/// lists `topic_id:partition:log_start:high_watermark:last_stable`, separated by spaces
+/// (brokers before transactions sent no last stable offset: it is then the high watermark).
 pub const COMMITS_CHANNEL: &str = "skiff_commits";
+
+/// How many changes one NOTIFY carries: payloads are limited to 8000 bytes, and an entry takes
+/// at most 36 + 1 + 10 + 3 × (1 + 19) + 1 = 108.
+const CHANGES_PER_NOTIFY: usize = 60;
 
 /// A change announced on [`COMMITS_CHANNEL`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +27,7 @@ pub struct LogChange {
     pub key: PartitionKey,
     pub log_start: i64,
     pub high_watermark: i64,
+    pub last_stable: i64,
 }
 
 /// Reads a [`COMMITS_CHANNEL`] payload (entries that do not parse are skipped).
@@ -32,6 +40,13 @@ pub fn parse_changes(payload: &str) -> Vec<LogChange> {
             let partition = parts.next()?.parse().ok()?;
             let log_start = parts.next()?.parse().ok()?;
             let high_watermark = parts.next()?.parse().ok()?;
+            let last_stable = match parts.next() {
+                None => high_watermark,
+                Some(s) => s.parse().ok()?,
+            };
+            if parts.next().is_some() {
+                return None;
+            }
             Some(LogChange {
                 key: PartitionKey {
                     topic_id,
@@ -39,6 +54,7 @@ pub fn parse_changes(payload: &str) -> Vec<LogChange> {
                 },
                 log_start,
                 high_watermark,
+                last_stable,
             })
         })
         .collect()
@@ -49,8 +65,8 @@ fn format_changes(changes: &[LogChange]) -> String {
         .iter()
         .map(|c| {
             format!(
-                "{}:{}:{}:{}",
-                c.key.topic_id, c.key.partition, c.log_start, c.high_watermark
+                "{}:{}:{}:{}:{}",
+                c.key.topic_id, c.key.partition, c.log_start, c.high_watermark, c.last_stable
             )
         })
         .collect::<Vec<_>>()
@@ -62,7 +78,7 @@ async fn announce(
     changes: &[LogChange],
 ) -> Result<(), DbError> {
     // NOTIFY payloads are limited to 8000 bytes: a longer list goes in pieces.
-    for chunk in changes.chunks(80) {
+    for chunk in changes.chunks(CHANGES_PER_NOTIFY) {
         tx.execute(
             "SELECT pg_notify($1, $2)",
             &[&COMMITS_CHANNEL, &format_changes(chunk)],
@@ -98,8 +114,9 @@ fn to_i64(v: u64, what: &str) -> Result<i64, DbError> {
 
 /// Commits an uploaded object: checks the broker's registration, locks the partitions in
 /// [`PartitionKey`] order, applies [`commit::plan`], and writes the object's row, the batch
-/// rows, the logs' new high watermarks and the producers' states in one transaction, which
-/// also announces the commit on [`COMMITS_CHANNEL`].
+/// rows, the logs' new high watermarks and last stable offsets, the producers' states and the
+/// transactions opened, closed and aborted in one transaction, which also announces the commit
+/// on [`COMMITS_CHANNEL`].
 pub async fn commit(
     db: &Db,
     reg: Registration,
@@ -116,7 +133,7 @@ pub async fn commit(
     let (topic_ids, partitions) = partitions_arrays(&keys);
     let rows = tx
         .query(
-            "SELECT topic_id, partition, log_start, high_watermark, size_bytes FROM logs
+            "SELECT topic_id, partition, log_start, high_watermark, last_stable, size_bytes FROM logs
              WHERE (topic_id, partition) IN (SELECT * FROM unnest($1::uuid[], $2::int[]))
              ORDER BY topic_id, partition FOR UPDATE",
             &[&topic_ids, &partitions],
@@ -132,9 +149,37 @@ pub async fn commit(
             LogState {
                 log_start: r.try_get(2)?,
                 high_watermark: r.try_get(3)?,
-                size_bytes: r.try_get(4)?,
+                last_stable: r.try_get(4)?,
+                size_bytes: r.try_get(5)?,
             },
         );
+    }
+
+    // Every open transaction of the locked partitions (the last stable offset needs them all).
+    let mut open = OpenTxns::new();
+    if !logs.is_empty() {
+        let rows = tx
+            .query(
+                "SELECT topic_id, partition, producer_id, producer_epoch, first_offset, opened_ms
+                 FROM open_transactions
+                 WHERE (topic_id, partition) IN (SELECT * FROM unnest($1::uuid[], $2::int[]))",
+                &[&topic_ids, &partitions],
+            )
+            .await?;
+        for r in &rows {
+            let key = PartitionKey {
+                topic_id: r.try_get(0)?,
+                partition: r.try_get(1)?,
+            };
+            open.entry(key).or_default().insert(
+                r.try_get(2)?,
+                OpenTxn {
+                    producer_epoch: r.try_get(3)?,
+                    first_offset: r.try_get(4)?,
+                    opened_ms: r.try_get(5)?,
+                },
+            );
+        }
     }
 
     let wanted: BTreeSet<(PartitionKey, i64)> = appends
@@ -180,7 +225,7 @@ pub async fn commit(
         }
     }
 
-    let plan = commit::plan(&logs, &producers, appends, now_ms);
+    let plan = commit::plan(&logs, &producers, &open, appends, now_ms);
     let log_starts = logs.iter().map(|(k, l)| (*k, l.log_start)).collect();
     if plan.rows.is_empty() {
         tx.commit().await?;
@@ -238,23 +283,28 @@ pub async fn commit(
     )
     .await?;
 
-    let (t, p, hw, size): (Vec<Uuid>, Vec<i32>, Vec<i64>, Vec<i64>) = plan.logs.iter().fold(
-        Default::default(),
-        |(mut t, mut p, mut hw, mut size), (k, l)| {
-            t.push(k.topic_id);
-            p.push(k.partition);
-            hw.push(l.high_watermark);
-            size.push(l.size_bytes);
-            (t, p, hw, size)
-        },
-    );
+    let mut t = Vec::new();
+    let mut p = Vec::new();
+    let mut hw = Vec::new();
+    let mut stable = Vec::new();
+    let mut size = Vec::new();
+    for (k, l) in &plan.logs {
+        t.push(k.topic_id);
+        p.push(k.partition);
+        hw.push(l.high_watermark);
+        stable.push(l.last_stable);
+        size.push(l.size_bytes);
+    }
     tx.execute(
-        "UPDATE logs SET high_watermark = u.hw, size_bytes = u.size
-         FROM unnest($1::uuid[], $2::int[], $3::bigint[], $4::bigint[]) AS u(t, p, hw, size)
+        "UPDATE logs SET high_watermark = u.hw, last_stable = u.stable, size_bytes = u.size
+         FROM unnest($1::uuid[], $2::int[], $3::bigint[], $4::bigint[], $5::bigint[])
+            AS u(t, p, hw, stable, size)
          WHERE logs.topic_id = u.t AND logs.partition = u.p",
-        &[&t, &p, &hw, &size],
+        &[&t, &p, &hw, &stable, &size],
     )
     .await?;
+
+    write_transactions(&tx, &plan).await?;
 
     if !plan.producers.is_empty() {
         let mut t = Vec::new();
@@ -293,6 +343,7 @@ pub async fn commit(
             key: *k,
             log_start: l.log_start,
             high_watermark: l.high_watermark,
+            last_stable: l.last_stable,
         })
         .collect();
     announce(&tx, &changes).await?;
@@ -304,6 +355,78 @@ pub async fn commit(
         changes,
         rows: plan.rows,
     })
+}
+
+/// Inside a commit: deletes the open transactions the plan closed, inserts those it opened, and
+/// records the aborted ones.
+async fn write_transactions(
+    tx: &tokio_postgres::Transaction<'_>,
+    plan: &commit::Plan,
+) -> Result<(), DbError> {
+    if !plan.closed.is_empty() {
+        let (t, p, pid): (Vec<Uuid>, Vec<i32>, Vec<i64>) =
+            plan.closed
+                .iter()
+                .fold(Default::default(), |(mut t, mut p, mut pid), (k, id)| {
+                    t.push(k.topic_id);
+                    p.push(k.partition);
+                    pid.push(*id);
+                    (t, p, pid)
+                });
+        tx.execute(
+            "DELETE FROM open_transactions
+             WHERE (topic_id, partition, producer_id) IN
+                (SELECT * FROM unnest($1::uuid[], $2::int[], $3::bigint[]))",
+            &[&t, &p, &pid],
+        )
+        .await?;
+    }
+    if !plan.opened.is_empty() {
+        let mut t = Vec::new();
+        let mut p = Vec::new();
+        let mut pid = Vec::new();
+        let mut epoch = Vec::new();
+        let mut first = Vec::new();
+        let mut opened = Vec::new();
+        for ((k, id), o) in &plan.opened {
+            t.push(k.topic_id);
+            p.push(k.partition);
+            pid.push(*id);
+            epoch.push(o.producer_epoch);
+            first.push(o.first_offset);
+            opened.push(o.opened_ms);
+        }
+        tx.execute(
+            "INSERT INTO open_transactions
+                (topic_id, partition, producer_id, producer_epoch, first_offset, opened_ms)
+             SELECT * FROM unnest($1::uuid[], $2::int[], $3::bigint[], $4::smallint[],
+                $5::bigint[], $6::bigint[])",
+            &[&t, &p, &pid, &epoch, &first, &opened],
+        )
+        .await?;
+    }
+    if !plan.aborted.is_empty() {
+        let mut t = Vec::new();
+        let mut p = Vec::new();
+        let mut pid = Vec::new();
+        let mut first = Vec::new();
+        let mut last = Vec::new();
+        for a in &plan.aborted {
+            t.push(a.key.topic_id);
+            p.push(a.key.partition);
+            pid.push(a.producer_id);
+            first.push(a.first_offset);
+            last.push(a.last_offset);
+        }
+        tx.execute(
+            "INSERT INTO aborted_transactions
+                (topic_id, partition, producer_id, first_offset, last_offset)
+             SELECT * FROM unnest($1::uuid[], $2::int[], $3::bigint[], $4::bigint[], $5::bigint[])",
+            &[&t, &p, &pid, &first, &last],
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -320,6 +443,7 @@ mod tests {
                 },
                 log_start: 4,
                 high_watermark: 10,
+                last_stable: 7,
             },
             LogChange {
                 key: PartitionKey {
@@ -328,10 +452,40 @@ mod tests {
                 },
                 log_start: 0,
                 high_watermark: 0,
+                last_stable: 0,
             },
         ];
         assert_eq!(parse_changes(&format_changes(&changes)), changes);
         assert!(parse_changes("junk 1:2 x:y:z:w").is_empty());
+        let id = Uuid::from_u128(9);
+        // Brokers before transactions announce no last stable offset: the high watermark.
+        assert_eq!(
+            parse_changes(&format!("{id}:3:4:10 {id}:3:4:10:x {id}:3:4:10:7:1")),
+            vec![LogChange {
+                key: PartitionKey {
+                    topic_id: id,
+                    partition: 3
+                },
+                log_start: 4,
+                high_watermark: 10,
+                last_stable: 10,
+            }]
+        );
+    }
+
+    #[test]
+    fn the_longest_announcement_fits_a_notify_payload() {
+        let longest = LogChange {
+            key: PartitionKey {
+                topic_id: Uuid::from_u128(u128::MAX),
+                partition: i32::MIN,
+            },
+            log_start: i64::MIN,
+            high_watermark: i64::MIN,
+            last_stable: i64::MIN,
+        };
+        let payload = format_changes(&[longest; CHANGES_PER_NOTIFY]);
+        assert!(payload.len() < 8000, "{}", payload.len());
     }
 }
 
@@ -390,6 +544,8 @@ pub struct FoundBatch {
 pub struct Offsets {
     pub log_start: i64,
     pub high_watermark: i64,
+    /// The last stable offset: consumers reading committed stop here.
+    pub last_stable: i64,
     pub size_bytes: i64,
 }
 
@@ -412,12 +568,16 @@ fn found(r: &tokio_postgres::Row) -> Result<FoundBatch, DbError> {
 const FOUND_COLUMNS: &str = "b.base_offset, b.last_offset, o.key, b.byte_offset, b.byte_size, \
                              b.max_timestamp, b.log_append_time";
 
-/// The columns `log_start, high_watermark, size_bytes` of a `logs` row.
+/// The columns of a `logs` row that [`offsets_of`] reads.
+const OFFSETS_COLUMNS: &str = "log_start, high_watermark, size_bytes, last_stable";
+
+/// The columns [`OFFSETS_COLUMNS`] of a `logs` row.
 fn offsets_of(r: &tokio_postgres::Row) -> Result<Offsets, DbError> {
     Ok(Offsets {
         log_start: r.try_get(0)?,
         high_watermark: r.try_get(1)?,
         size_bytes: r.try_get(2)?,
+        last_stable: r.try_get(3)?,
     })
 }
 
@@ -426,7 +586,7 @@ pub async fn offsets(db: &Db, key: PartitionKey) -> Result<Option<Offsets>, DbEr
     let client = db.client().await?;
     let row = client
         .query_opt(
-            "SELECT log_start, high_watermark, size_bytes FROM logs WHERE topic_id = $1 AND partition = $2",
+            &format!("SELECT {OFFSETS_COLUMNS} FROM logs WHERE topic_id = $1 AND partition = $2"),
             &[&key.topic_id, &key.partition],
         )
         .await?;
@@ -452,7 +612,7 @@ pub async fn find_batches(
         .await?;
     let Some(r) = tx
         .query_opt(
-            "SELECT log_start, high_watermark, size_bytes FROM logs WHERE topic_id = $1 AND partition = $2",
+            &format!("SELECT {OFFSETS_COLUMNS} FROM logs WHERE topic_id = $1 AND partition = $2"),
             &[&key.topic_id, &key.partition],
         )
         .await?
@@ -547,8 +707,10 @@ async fn lock_log(
     membership::check_current(tx, reg).await?;
     let row = tx
         .query_opt(
-            "SELECT log_start, high_watermark, size_bytes FROM logs
-             WHERE topic_id = $1 AND partition = $2 FOR UPDATE",
+            &format!(
+                "SELECT {OFFSETS_COLUMNS} FROM logs
+                 WHERE topic_id = $1 AND partition = $2 FOR UPDATE"
+            ),
             &[&key.topic_id, &key.partition],
         )
         .await?;
@@ -582,8 +744,9 @@ pub async fn delete_before(
     Ok(Some(new_start))
 }
 
-/// Inside a transaction holding the log's row: sets the log start and drops the batches below
-/// it.
+/// Inside a transaction holding the log's row: sets the log start (the last stable offset
+/// moving up with it when below), drops the batches below it and the aborted transactions
+/// that ended below it, and announces the change.
 async fn release_below(
     tx: &tokio_postgres::Transaction<'_>,
     key: PartitionKey,
@@ -601,25 +764,31 @@ async fn release_below(
             FROM freed f WHERE o.object_id = f.object_id
             RETURNING f.bytes
          )
-         UPDATE logs SET log_start = $3,
+         UPDATE logs SET log_start = $3, last_stable = GREATEST(last_stable, $3),
             size_bytes = GREATEST(0, size_bytes - COALESCE((SELECT SUM(bytes) FROM objs), 0))
          WHERE topic_id = $1 AND partition = $2",
         &[&key.topic_id, &key.partition, &new_start],
     )
     .await?;
-    let hw: i64 = tx
+    tx.execute(
+        "DELETE FROM aborted_transactions
+         WHERE topic_id = $1 AND partition = $2 AND last_offset < $3",
+        &[&key.topic_id, &key.partition, &new_start],
+    )
+    .await?;
+    let r = tx
         .query_one(
-            "SELECT high_watermark FROM logs WHERE topic_id = $1 AND partition = $2",
+            "SELECT high_watermark, last_stable FROM logs WHERE topic_id = $1 AND partition = $2",
             &[&key.topic_id, &key.partition],
         )
-        .await?
-        .try_get(0)?;
+        .await?;
     announce(
         tx,
         &[LogChange {
             key,
             log_start: new_start,
-            high_watermark: hw,
+            high_watermark: r.try_get(0)?,
+            last_stable: r.try_get(1)?,
         }],
     )
     .await
@@ -642,6 +811,7 @@ pub async fn apply_retention(
         log_start: start,
         high_watermark: hw,
         size_bytes: size,
+        ..
     }) = lock_log(&tx, reg, key).await?
     else {
         return Ok(None);
@@ -728,4 +898,70 @@ pub async fn known_objects(db: &Db, keys: &[String]) -> Result<BTreeSet<String>,
         .query("SELECT key FROM objects WHERE key = ANY($1)", &[&keys])
         .await?;
     rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}
+
+/// The aborted transactions of a partition that overlap `[from_offset, upto_offset)` (the
+/// range a fetch returns), as `(producer_id, first_offset)`, by first offset: what a consumer
+/// reading committed needs to skip their batches.
+pub async fn aborted_transactions(
+    db: &Db,
+    key: PartitionKey,
+    from_offset: i64,
+    upto_offset: i64,
+) -> Result<Vec<(i64, i64)>, DbError> {
+    let client = db.client().await?;
+    let rows = client
+        .query(
+            "SELECT producer_id, first_offset FROM aborted_transactions
+             WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND first_offset < $4
+             ORDER BY first_offset, producer_id",
+            &[&key.topic_id, &key.partition, &from_offset, &upto_offset],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect()
+}
+
+/// Transactions opened before `opened_before_ms` and still open, oldest first, at most
+/// `limit`: `(partition, producer_id, producer_epoch, first_offset)` (the sweep of hanging
+/// transactions).
+pub async fn open_transactions_before(
+    db: &Db,
+    opened_before_ms: i64,
+    limit: i64,
+) -> Result<Vec<OpenRow>, DbError> {
+    let client = db.client().await?;
+    let rows = client
+        .query(
+            "SELECT topic_id, partition, producer_id, producer_epoch, first_offset, opened_ms
+             FROM open_transactions WHERE opened_ms < $1
+             ORDER BY opened_ms, topic_id, partition, producer_id LIMIT $2",
+            &[&opened_before_ms, &limit.max(0)],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(OpenRow {
+                key: PartitionKey {
+                    topic_id: r.try_get(0)?,
+                    partition: r.try_get(1)?,
+                },
+                producer_id: r.try_get(2)?,
+                producer_epoch: r.try_get(3)?,
+                first_offset: r.try_get(4)?,
+                opened_ms: r.try_get(5)?,
+            })
+        })
+        .collect()
+}
+
+/// A transaction open on a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenRow {
+    pub key: PartitionKey,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub first_offset: i64,
+    pub opened_ms: i64,
 }

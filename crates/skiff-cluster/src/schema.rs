@@ -160,6 +160,59 @@ CREATE TABLE client_summaries (
 );
 "#,
     },
+    Migration {
+        version: 3,
+        name: "transactions: open and aborted transactions, last stable offsets, transactional offsets",
+        sql: r#"
+-- The last stable offset: the first offset of the partition's earliest open transaction (at
+-- least the log start), or the high watermark when none is open.
+ALTER TABLE logs ADD COLUMN last_stable BIGINT;
+UPDATE logs SET last_stable = high_watermark;
+ALTER TABLE logs
+    ALTER COLUMN last_stable SET NOT NULL,
+    ALTER COLUMN last_stable SET DEFAULT 0,
+    ADD CONSTRAINT logs_last_stable_in_log
+        CHECK (last_stable >= log_start AND last_stable <= high_watermark);
+
+-- Each producer's open transaction on a partition, from its first batch there.
+CREATE TABLE open_transactions (
+    topic_id UUID NOT NULL,
+    partition INT NOT NULL,
+    producer_id BIGINT NOT NULL,
+    producer_epoch SMALLINT NOT NULL,
+    first_offset BIGINT NOT NULL,
+    opened_ms BIGINT NOT NULL,
+    PRIMARY KEY (topic_id, partition, producer_id)
+);
+CREATE INDEX open_transactions_by_age ON open_transactions (opened_ms);
+
+-- Aborted transactions' ranges, from the first batch to the abort marker (last_offset).
+CREATE TABLE aborted_transactions (
+    topic_id UUID NOT NULL,
+    partition INT NOT NULL,
+    producer_id BIGINT NOT NULL,
+    first_offset BIGINT NOT NULL,
+    last_offset BIGINT NOT NULL CHECK (last_offset >= first_offset),
+    PRIMARY KEY (topic_id, partition, last_offset)
+);
+
+-- Offsets committed inside a transaction (TxnOffsetCommit): staged until the transaction ends;
+-- committed = true once it committed, until the group's coordinator has applied them.
+CREATE TABLE txn_offsets (
+    group_id TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    partition INT NOT NULL,
+    producer_id BIGINT NOT NULL,
+    producer_epoch SMALLINT NOT NULL,
+    committed_offset BIGINT NOT NULL,
+    leader_epoch INT NOT NULL,
+    metadata TEXT NULL,
+    commit_ms BIGINT NOT NULL,
+    committed BOOLEAN NOT NULL DEFAULT false,
+    PRIMARY KEY (group_id, topic, partition, producer_id)
+);
+"#,
+    },
 ];
 
 /// The newest schema version this broker knows.

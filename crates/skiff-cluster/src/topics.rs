@@ -104,8 +104,9 @@ pub async fn create(
     }))
 }
 
-/// Deletes a topic: its logs, batch rows and producer states go; the objects they used are
-/// released (deleted after the grace period when nothing else refers to them).
+/// Deletes a topic: its logs, batch rows, producer states and open and aborted transactions
+/// go; the objects they used are released (deleted after the grace period when nothing else
+/// refers to them).
 pub async fn delete(
     db: &Db,
     reg: Registration,
@@ -144,6 +145,16 @@ pub async fn delete(
     .await?;
     tx.execute("DELETE FROM producers WHERE topic_id = $1", &[&topic_id])
         .await?;
+    tx.execute(
+        "DELETE FROM open_transactions WHERE topic_id = $1",
+        &[&topic_id],
+    )
+    .await?;
+    tx.execute(
+        "DELETE FROM aborted_transactions WHERE topic_id = $1",
+        &[&topic_id],
+    )
+    .await?;
     tx.execute("DELETE FROM logs WHERE topic_id = $1", &[&topic_id])
         .await?;
     notify(&tx, name).await?;

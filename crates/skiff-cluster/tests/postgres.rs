@@ -1,10 +1,10 @@
 //! skiff-cluster against a real PostgreSQL (started by skiff-testkit): migrations under
 //! concurrency, membership and fencing, commits and lookups, concurrent commits from several
-//! brokers, the log start, and object release.
+//! brokers, the log start, object release, transactions and transactional offsets.
 
 use std::collections::BTreeMap;
 
-use skiff_cluster::commit::{Append, BatchInfo, PartitionKey, Verdict};
+use skiff_cluster::commit::{Append, BatchInfo, PartitionKey, TxnKind, Verdict};
 use skiff_cluster::membership::{self, Registration};
 use skiff_cluster::{Db, DbError, log, schema, topics};
 use skiff_testkit::postgres::Postgres;
@@ -56,6 +56,7 @@ fn batch(count: i32, pid: i64, seq: i32, at: u64) -> BatchInfo {
         last_sequence: if seq >= 0 { seq + count - 1 } else { -1 },
         max_timestamp: 1_000 + at as i64,
         log_append_time: false,
+        txn: TxnKind::None,
     }
 }
 
@@ -836,4 +837,494 @@ async fn coordinator_shards_are_owned_once_and_fenced_by_epoch() {
         .await
         .unwrap();
     assert!(coordinators::group_configs(&db).await.unwrap().is_empty());
+}
+
+/// A connection of its own LISTENing on `channels`: what it hears, as (channel, payload).
+async fn listen(
+    db: &Db,
+    channels: &[&str],
+) -> (
+    tokio_postgres::Client,
+    tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
+) {
+    use futures::StreamExt;
+    let (client, mut stream) = db.dedicated().await.unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = stream.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                let _ = tx.send((n.channel().to_string(), n.payload().to_string()));
+            }
+        }
+    });
+    for channel in channels {
+        client
+            .batch_execute(&format!("LISTEN {channel}"))
+            .await
+            .unwrap();
+    }
+    (client, rx)
+}
+
+/// The next notification, within 10 seconds.
+async fn heard(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
+) -> (String, String) {
+    tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv())
+        .await
+        .expect("a notification")
+        .expect("the listener runs")
+}
+
+fn txn_batch(count: i32, pid: i64, seq: i32, at: u64) -> BatchInfo {
+    BatchInfo {
+        txn: TxnKind::Data,
+        ..batch(count, pid, seq, at)
+    }
+}
+
+fn txn_marker(pid: i64, epoch: i16, commit: bool) -> BatchInfo {
+    BatchInfo {
+        txn: TxnKind::Marker { commit },
+        producer_epoch: epoch,
+        ..batch(1, pid, -1, 0)
+    }
+}
+
+/// Transactions through `log::commit`: the last stable offset is held at the first offset of
+/// the earliest open transaction and released by its marker, aborts are recorded for
+/// consumers reading committed, the announcements carry the last stable offset, a marker with
+/// nothing open writes nothing, and DeleteRecords and topic deletion keep it all consistent.
+#[tokio::test]
+async fn transactions_hold_the_stable_offset_and_record_aborts() {
+    let Some((_pg, db)) = setup("transactions").await else {
+        return;
+    };
+    let reg = register(&db, 1).await;
+    let t = topic(&db, reg, "payments", 1).await;
+    let key = PartitionKey {
+        topic_id: t,
+        partition: 0,
+    };
+    let (_listener, mut rx) = listen(&db, &[log::COMMITS_CHANNEL]).await;
+    let one = |b: BatchInfo| Append {
+        key,
+        batches: vec![b],
+    };
+    let mut objects = 0;
+    let mut commit = |appends: Vec<Append>, now_ms: i64| {
+        objects += 1;
+        let db = db.clone();
+        let name = format!("txn-{objects}");
+        async move {
+            log::commit(&db, reg, &name, 1_000, &appends, now_ms)
+                .await
+                .unwrap()
+        }
+    };
+    let stable = |db: Db| async move {
+        let o = log::offsets(&db, key).await.unwrap().unwrap();
+        (o.last_stable, o.high_watermark)
+    };
+
+    // A plain batch, then producer 7's transaction opens at offset 2.
+    let done = commit(
+        vec![one(batch(2, -1, -1, 0)), one(txn_batch(3, 7, 0, 100))],
+        1_000,
+    )
+    .await;
+    assert_eq!(
+        done.verdicts,
+        vec![
+            Verdict::Appended {
+                base_offset: 0,
+                last_offset: 1
+            },
+            Verdict::Appended {
+                base_offset: 2,
+                last_offset: 4
+            }
+        ]
+    );
+    assert_eq!(done.changes.len(), 1);
+    assert_eq!(
+        (done.changes[0].last_stable, done.changes[0].high_watermark),
+        (2, 5)
+    );
+    assert_eq!(stable(db.clone()).await, (2, 5));
+    let (offsets, found) = log::find_batches(&db, key, 0, 1 << 20, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((offsets.last_stable, offsets.high_watermark), (2, 5));
+    assert_eq!(found.len(), 2);
+    let (channel, payload) = heard(&mut rx).await;
+    assert_eq!(channel, log::COMMITS_CHANNEL);
+    assert_eq!(payload, format!("{t}:0:0:5:2"));
+    assert_eq!(log::parse_changes(&payload), done.changes);
+
+    // The sweep of hanging transactions sees it once it is old enough.
+    assert!(
+        log::open_transactions_before(&db, 1_000, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        log::open_transactions_before(&db, 1_001, 10).await.unwrap(),
+        vec![log::OpenRow {
+            key,
+            producer_id: 7,
+            producer_epoch: 0,
+            first_offset: 2,
+            opened_ms: 1_000
+        }]
+    );
+
+    // Producer 8's transaction opens later: the stable offset stays with the earliest.
+    commit(
+        vec![one(txn_batch(1, 8, 0, 0)), one(batch(1, -1, -1, 100))],
+        2_000,
+    )
+    .await;
+    assert_eq!(stable(db.clone()).await, (2, 7));
+    assert_eq!(
+        log::open_transactions_before(&db, i64::MAX, 1)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.key, r.producer_id, r.producer_epoch, r.first_offset))
+            .collect::<Vec<_>>(),
+        vec![(key, 7, 0, 2)],
+        "oldest first, at most the limit"
+    );
+    heard(&mut rx).await;
+
+    // Producer 7 aborts: its range is recorded, the stable offset moves to producer 8's.
+    let done = commit(vec![one(txn_marker(7, 0, false))], 3_000).await;
+    assert_eq!(
+        done.verdicts,
+        vec![Verdict::Appended {
+            base_offset: 7,
+            last_offset: 7
+        }]
+    );
+    assert!(done.object_id.is_some(), "the marker is a batch like any");
+    assert_eq!(stable(db.clone()).await, (5, 8));
+    let (_, payload) = heard(&mut rx).await;
+    assert_eq!(payload, format!("{t}:0:0:8:5"));
+    // Producer 8 commits: everything is stable.
+    commit(vec![one(txn_marker(8, 0, true))], 4_000).await;
+    assert_eq!(stable(db.clone()).await, (9, 9));
+    assert_eq!(
+        log::parse_changes(&heard(&mut rx).await.1)[0].last_stable,
+        9
+    );
+    assert!(
+        log::open_transactions_before(&db, i64::MAX, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // The retried marker finds nothing open: nothing written, no object kept, no announcement.
+    let again = commit(vec![one(txn_marker(7, 0, false))], 5_000).await;
+    assert_eq!(again.verdicts, vec![Verdict::NothingOpen]);
+    assert_eq!(again.object_id, None);
+    assert!(again.changes.is_empty());
+    assert_eq!(stable(db.clone()).await, (9, 9));
+    // A marker from an older epoch than the producer's is fenced.
+    let old = commit(vec![one(txn_marker(8, -1, true))], 5_000).await;
+    assert_eq!(old.verdicts, vec![Verdict::InvalidProducerEpoch]);
+
+    // The aborted range [2, 7], for fetches overlapping it.
+    let aborted = |from: i64, upto: i64| {
+        let db = db.clone();
+        async move {
+            log::aborted_transactions(&db, key, from, upto)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(aborted(0, 9).await, vec![(7, 2)]);
+    assert_eq!(aborted(7, 8).await, vec![(7, 2)]);
+    assert_eq!(aborted(3, 4).await, vec![(7, 2)]);
+    assert!(aborted(0, 2).await.is_empty(), "before its first batch");
+    assert!(aborted(8, 9).await.is_empty(), "after its marker");
+
+    // DeleteRecords past an open transaction's first offset: the stable offset follows the log
+    // start, and aborted ranges wholly below it go.
+    commit(
+        vec![one(txn_batch(1, 7, 3, 0)), one(batch(2, -1, -1, 100))],
+        6_000,
+    )
+    .await;
+    assert_eq!(stable(db.clone()).await, (9, 12));
+    heard(&mut rx).await;
+    assert_eq!(
+        log::delete_before(&db, reg, key, 10).await.unwrap(),
+        Some(10)
+    );
+    let o = log::offsets(&db, key).await.unwrap().unwrap();
+    assert_eq!((o.log_start, o.last_stable, o.high_watermark), (10, 10, 12));
+    assert_eq!(heard(&mut rx).await.1, format!("{t}:0:10:12:10"));
+    assert!(aborted(0, 100).await.is_empty());
+    // The next commit keeps it there (the open transaction began below the log start).
+    commit(vec![one(batch(1, -1, -1, 0))], 7_000).await;
+    assert_eq!(stable(db.clone()).await, (10, 13));
+    // Its abort records its range; retention keeps the stable offset with the log start.
+    commit(vec![one(txn_marker(7, 0, false))], 8_000).await;
+    assert_eq!(stable(db.clone()).await, (14, 14));
+    assert_eq!(aborted(10, 14).await, vec![(7, 9)]);
+    let o = log::offsets(&db, key).await.unwrap().unwrap();
+    assert!(o.log_start <= o.last_stable && o.last_stable <= o.high_watermark);
+
+    // Deleting the topic takes its open and aborted transactions along.
+    commit(vec![one(txn_batch(1, 8, 1, 0))], 9_000).await;
+    assert_eq!(
+        log::open_transactions_before(&db, i64::MAX, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    topics::delete(&db, reg, "payments").await.unwrap().unwrap();
+    assert!(
+        log::open_transactions_before(&db, i64::MAX, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(aborted(0, i64::MAX).await.is_empty());
+}
+
+/// Migration 3 on a database at version 2 with logs in it: each log's last stable offset
+/// starts at its high watermark; new logs start at 0.
+#[tokio::test]
+async fn migration_3_makes_existing_logs_stable() {
+    let Some((pg, _db)) = setup("migration3").await else {
+        return;
+    };
+    let url = pg.database("at_version_2").await.unwrap();
+    let db = Db::new(&url, 2).unwrap();
+    let client = db.client().await.unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE skiff_schema (
+                version INT PRIMARY KEY,
+                name TEXT NOT NULL,
+                applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+            )",
+        )
+        .await
+        .unwrap();
+    for m in schema::MIGRATIONS.iter().filter(|m| m.version <= 2) {
+        client.batch_execute(m.sql).await.unwrap();
+        client
+            .execute(
+                "INSERT INTO skiff_schema (version, name) VALUES ($1, $2)",
+                &[&m.version, &m.name],
+            )
+            .await
+            .unwrap();
+    }
+    let t = Uuid::new_v4();
+    client
+        .execute(
+            "INSERT INTO logs (topic_id, partition, log_start, high_watermark) VALUES ($1, 0, 3, 8)",
+            &[&t],
+        )
+        .await
+        .unwrap();
+    assert_eq!(schema::migrate(&db).await.unwrap(), (2, 3));
+    let key = PartitionKey {
+        topic_id: t,
+        partition: 0,
+    };
+    let o = log::offsets(&db, key).await.unwrap().unwrap();
+    assert_eq!((o.log_start, o.last_stable, o.high_watermark), (3, 8, 8));
+    let reg = register(&db, 1).await;
+    let fresh = topic(&db, reg, "fresh", 1).await;
+    let o = log::offsets(&db, topics::key(fresh, 0))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((o.log_start, o.last_stable, o.high_watermark), (0, 0, 0));
+}
+
+/// Transactional offsets: staged (a later stage replaces), committed by the transaction's end
+/// (announced per group) or dropped by its abort, read and forgotten once applied; pending
+/// until then; a group's deletion drops them all.
+#[tokio::test]
+async fn transactional_offsets_are_staged_committed_and_forgotten() {
+    use skiff_cluster::txn_offsets::{self, TXN_OFFSETS_CHANNEL, TxnOffset};
+    let Some((_pg, db)) = setup("txn_offsets").await else {
+        return;
+    };
+    let (_listener, mut rx) = listen(&db, &[TXN_OFFSETS_CHANNEL]).await;
+    let at = |topic: &str, partition: i32, offset: i64| TxnOffset {
+        topic: topic.to_string(),
+        partition,
+        offset,
+        leader_epoch: 3,
+        metadata: None,
+        commit_ms: offset,
+    };
+    let groups = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    let set = |entries: &[(&str, i32)]| {
+        entries
+            .iter()
+            .map(|(t, p)| (t.to_string(), *p))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+
+    let with_meta = TxnOffset {
+        metadata: Some("m".into()),
+        ..at("t", 1, 20)
+    };
+    assert_eq!(
+        txn_offsets::stage(&db, "g1", 7, 0, &[at("t", 0, 10), with_meta.clone()])
+            .await
+            .unwrap(),
+        2
+    );
+    // A later stage replaces; a partition named twice counts once, the last.
+    txn_offsets::stage(
+        &db,
+        "g1",
+        7,
+        1,
+        &[at("t", 0, 11), at("t", 2, 1), at("t", 2, 2)],
+    )
+    .await
+    .unwrap();
+    txn_offsets::stage(&db, "g2", 8, 0, &[at("t", 0, 5)])
+        .await
+        .unwrap();
+    assert_eq!(
+        txn_offsets::pending(&db, "g1").await.unwrap(),
+        set(&[("t", 0), ("t", 1), ("t", 2)])
+    );
+    assert!(
+        txn_offsets::committed(&db, Some(&groups(&["g1", "g2"])))
+            .await
+            .unwrap()
+            .is_empty(),
+        "staged offsets are not committed"
+    );
+
+    // Producer 7 commits: its rows in g1 (none in g2), announced for g1 only.
+    assert_eq!(
+        txn_offsets::end(&db, 7, &groups(&["g1", "g2"]), true)
+            .await
+            .unwrap(),
+        3
+    );
+    assert_eq!(
+        heard(&mut rx).await,
+        (TXN_OFFSETS_CHANNEL.to_string(), "g1".to_string())
+    );
+    let committed = txn_offsets::committed(&db, Some(&groups(&["g1", "g2"])))
+        .await
+        .unwrap();
+    assert_eq!(
+        committed,
+        vec![
+            ("g1".to_string(), 7, at("t", 2, 2)),
+            ("g1".to_string(), 7, at("t", 0, 11)),
+            ("g1".to_string(), 7, with_meta),
+        ],
+        "oldest commit_ms first"
+    );
+    // Still pending until applied; a new stage does not replace a row committed and not
+    // applied; a later abort of the producer leaves committed rows alone.
+    assert_eq!(txn_offsets::pending(&db, "g1").await.unwrap().len(), 3);
+    assert_eq!(
+        txn_offsets::stage(&db, "g1", 7, 2, &[at("t", 1, 99)])
+            .await
+            .unwrap(),
+        0
+    );
+    // An older epoch of a producer does not replace what a newer one staged.
+    assert_eq!(
+        txn_offsets::stage(&db, "g2", 8, 1, &[at("t", 0, 6)])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        txn_offsets::stage(&db, "g2", 8, 0, &[at("t", 0, 7)])
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        txn_offsets::committed(&db, None).await.unwrap(),
+        committed,
+        "every group's committed rows"
+    );
+    assert_eq!(
+        txn_offsets::end(&db, 7, &groups(&["g1"]), false)
+            .await
+            .unwrap(),
+        0
+    );
+    let applied = |p: i32| ("g1".to_string(), 7i64, "t".to_string(), p);
+    assert_eq!(
+        txn_offsets::forget(&db, &[applied(0), applied(2)])
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        txn_offsets::forget(&db, &[applied(0), applied(2)])
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        txn_offsets::pending(&db, "g1").await.unwrap(),
+        set(&[("t", 1)])
+    );
+
+    // Producer 8 aborts: its rows go, nothing is announced.
+    assert_eq!(
+        txn_offsets::end(&db, 8, &groups(&["g2"]), false)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(txn_offsets::pending(&db, "g2").await.unwrap().is_empty());
+    assert!(
+        txn_offsets::committed(&db, Some(&groups(&["g2"])))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Forgetting drops only committed rows; deleting the group drops everything.
+    txn_offsets::stage(&db, "g1", 9, 0, &[at("u", 5, 1)])
+        .await
+        .unwrap();
+    assert_eq!(
+        txn_offsets::forget(&db, &[("g1".to_string(), 9, "u".to_string(), 5)])
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(txn_offsets::forget_group(&db, "g1").await.unwrap(), 2);
+    assert!(txn_offsets::pending(&db, "g1").await.unwrap().is_empty());
+    // A commit with nothing staged changes and announces nothing.
+    assert_eq!(
+        txn_offsets::end(&db, 9, &groups(&["g1"]), true)
+            .await
+            .unwrap(),
+        0
+    );
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(300), rx.recv())
+            .await
+            .is_err(),
+        "no announcement"
+    );
 }

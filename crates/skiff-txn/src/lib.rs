@@ -86,7 +86,8 @@ impl TxnState {
         }
     }
 
-    fn is_preparing(self) -> bool {
+    /// PrepareCommit or PrepareAbort: an end decided and not carried out yet.
+    pub fn is_preparing(self) -> bool {
         matches!(self, TxnState::PrepareCommit | TxnState::PrepareAbort)
     }
 }
@@ -136,6 +137,9 @@ pub struct EndPlan {
     pub commit: bool,
     pub partitions: Vec<TopicPartition>,
     pub offsets: BTreeMap<String, Vec<PendingOffset>>,
+    /// The groups added with AddOffsetsToTxn (cluster mode keeps their offsets beside the
+    /// groups, and ends them there).
+    pub groups: Vec<String>,
 }
 
 /// Whether a call changed what must be persisted.
@@ -199,6 +203,27 @@ impl TxnCoordinator {
             c.txns.insert(txn.transactional_id.clone(), txn);
         }
         c
+    }
+
+    /// Cluster mode: takes in the transactions of a coordinator shard just loaded, replacing
+    /// those `owned` says belong to it.
+    pub fn load_shard(
+        &mut self,
+        owned: impl Fn(&str) -> bool,
+        txns: impl IntoIterator<Item = Transaction>,
+    ) {
+        self.unload_shard(&owned);
+        for txn in txns {
+            self.by_producer
+                .insert(txn.producer_id, txn.transactional_id.clone());
+            self.txns.insert(txn.transactional_id.clone(), txn);
+        }
+    }
+
+    /// Cluster mode: forgets the transactions `owned` says belong to a shard no longer held.
+    pub fn unload_shard(&mut self, owned: impl Fn(&str) -> bool) {
+        self.txns.retain(|id, _| !owned(id));
+        self.by_producer.retain(|_, id| !owned(id));
     }
 
     /// The highest producer ID bound to a transactional ID (the allocator stays above it).
@@ -619,6 +644,7 @@ fn plan_of(txn: &Transaction, commit: bool) -> EndPlan {
         } else {
             BTreeMap::new()
         },
+        groups: txn.groups.iter().cloned().collect(),
     }
 }
 

@@ -409,3 +409,44 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn shards_load_and_unload_their_transactions_only() {
+    let mut alloc = ids();
+    let mut c = TxnCoordinator::new(TxnConfig::default());
+    let (pid, _) = started(&mut c, &mut alloc);
+    ready(c.init_producer_id("other", 60_000, None, T0, &mut alloc));
+    let in_shard = |id: &str| id == "t";
+    let saved = c.get("t").cloned().expect("t");
+    c.unload_shard(in_shard);
+    assert!(c.get("t").is_none() && c.by_producer(pid).is_none());
+    assert!(c.get("other").is_some(), "another shard's ID stays");
+    c.load_shard(in_shard, [saved.clone()]);
+    assert_eq!(c.get("t"), Some(&saved));
+    assert_eq!(
+        c.by_producer(pid).map(|t| t.transactional_id.as_str()),
+        Some("t")
+    );
+    // Loading again replaces, not adds.
+    c.load_shard(in_shard, []);
+    assert!(c.get("t").is_none());
+    assert_eq!(c.len(), 1);
+}
+
+#[test]
+fn end_plans_name_the_groups_of_the_transaction() {
+    let mut alloc = ids();
+    let mut c = TxnCoordinator::new(TxnConfig::default());
+    let (pid, epoch) = started(&mut c, &mut alloc);
+    assert_eq!(
+        c.add_offsets("t", pid, epoch, "g", T0 + 2),
+        Ok(Change::Changed)
+    );
+    match c.end("t", pid, epoch, false, T0 + 3) {
+        Ok(EndOutcome::End(plan)) => {
+            assert_eq!(plan.groups, vec!["g".to_string()]);
+            assert!(plan.offsets.is_empty());
+        }
+        other => panic!("expected an end, got {other:?}"),
+    }
+}

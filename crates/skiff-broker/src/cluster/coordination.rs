@@ -34,6 +34,8 @@ use crate::shutdown::stopped;
 
 /// The namespace of the group coordinator's records in a shard.
 pub const GROUPS: u8 = b'G';
+/// The namespace of the transaction coordinator's records in a shard.
+pub const TRANSACTIONS: u8 = b'T';
 
 /// How often shard placement is checked without a change of the live set.
 const CHECK: Duration = Duration::from_millis(500);
@@ -125,7 +127,7 @@ impl Coordination {
             .collect()
     }
 
-    /// The group coordinator's store over these shards.
+    /// A coordinator's store over these shards, its records under `namespace`.
     pub fn store(
         self: &Arc<Self>,
         namespace: u8,

@@ -105,10 +105,20 @@ impl ObjectCache {
     }
 }
 
+/// What this broker knows of a partition's offsets without asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Known {
+    pub log_start: i64,
+    pub high_watermark: i64,
+    /// The last stable offset: the first offset of the oldest open transaction, or the high
+    /// watermark.
+    pub last_stable: i64,
+}
+
 /// What this broker knows of partitions' offsets without asking.
 #[derive(Default)]
 pub struct KnownOffsets {
-    inner: Mutex<HashMap<PartitionKey, (i64, i64)>>,
+    inner: Mutex<HashMap<PartitionKey, Known>>,
 }
 
 impl KnownOffsets {
@@ -116,15 +126,18 @@ impl KnownOffsets {
     pub fn learn(&self, changes: &[LogChange]) {
         let mut known = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         for c in changes {
-            let entry = known
-                .entry(c.key)
-                .or_insert((c.log_start, c.high_watermark));
-            entry.0 = entry.0.max(c.log_start);
-            entry.1 = entry.1.max(c.high_watermark);
+            let entry = known.entry(c.key).or_insert(Known {
+                log_start: c.log_start,
+                high_watermark: c.high_watermark,
+                last_stable: c.last_stable,
+            });
+            entry.log_start = entry.log_start.max(c.log_start);
+            entry.high_watermark = entry.high_watermark.max(c.high_watermark);
+            entry.last_stable = entry.last_stable.max(c.last_stable);
         }
     }
 
-    pub fn get(&self, key: &PartitionKey) -> Option<(i64, i64)> {
+    pub fn get(&self, key: &PartitionKey) -> Option<Known> {
         self.inner
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -235,6 +248,10 @@ pub struct Read {
     pub batches: Vec<Bytes>,
     pub log_start: i64,
     pub high_watermark: i64,
+    pub last_stable: i64,
+    /// read_committed: the aborted transactions the batches overlap (producer ID, first
+    /// offset); `None` for read_uncommitted.
+    pub aborted: Option<Vec<(i64, i64)>>,
 }
 
 fn storage_error(e: impl std::fmt::Display) -> (ErrorCode, String) {
@@ -242,68 +259,100 @@ fn storage_error(e: impl std::fmt::Display) -> (ErrorCode, String) {
 }
 
 /// Reads a partition from `offset`: whole batches up to `max_bytes` (the first whole even if
-/// larger), with the partition's log start and high watermark.
+/// larger), with the partition's log start, high watermark and last stable offset. A
+/// read_committed read stops at the last stable offset and names the aborted transactions
+/// its batches overlap.
 pub async fn read(
     cluster: &Cluster,
     key: PartitionKey,
     offset: i64,
     max_bytes: usize,
     log_append_time: bool,
+    read_committed: bool,
 ) -> Result<Read, (ErrorCode, String)> {
-    if let Some((log_start, hw)) = cluster.known.get(&key)
-        && offset == hw
-        && offset >= log_start
-    {
-        cluster.stats.reads_local.fetch_add(1, Ordering::Relaxed);
-        return Ok(Read {
-            batches: Vec::new(),
-            log_start,
-            high_watermark: hw,
-        });
-    }
-    if let Some((log_start, hw)) = cluster.known.get(&key)
-        && offset >= log_start
-        && offset < hw
-        && let Some(batches) = cluster.recent.lookup(&key, offset, hw, max_bytes as u64)
-    {
-        cluster.stats.reads_local.fetch_add(1, Ordering::Relaxed);
-        let batches = load(cluster, &batches, log_append_time).await?;
-        return Ok(Read {
-            batches,
-            log_start,
-            high_watermark: hw,
-        });
-    }
-    cluster.stats.reads_postgres.fetch_add(1, Ordering::Relaxed);
-    let found = skiff_cluster::log::find_batches(&cluster.db, key, offset, max_bytes as u64, 1000)
-        .await
-        .map_err(storage_error)?;
-    let Some((offsets, batches)) = found else {
-        return Err((
-            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-            "this partition does not exist".into(),
-        ));
+    let (known, found) = match cluster.known.get(&key) {
+        Some(k) if offset >= k.log_start && offset == k.high_watermark => {
+            cluster.stats.reads_local.fetch_add(1, Ordering::Relaxed);
+            (k, Vec::new())
+        }
+        Some(k) if read_committed && offset >= k.log_start && offset == k.last_stable => {
+            cluster.stats.reads_local.fetch_add(1, Ordering::Relaxed);
+            (k, Vec::new())
+        }
+        Some(k)
+            if offset >= k.log_start
+                && offset < k.high_watermark
+                && let Some(batches) =
+                    cluster
+                        .recent
+                        .lookup(&key, offset, k.high_watermark, max_bytes as u64) =>
+        {
+            cluster.stats.reads_local.fetch_add(1, Ordering::Relaxed);
+            (k, batches)
+        }
+        _ => {
+            cluster.stats.reads_postgres.fetch_add(1, Ordering::Relaxed);
+            let found =
+                skiff_cluster::log::find_batches(&cluster.db, key, offset, max_bytes as u64, 1000)
+                    .await
+                    .map_err(storage_error)?;
+            let Some((offsets, batches)) = found else {
+                return Err((
+                    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                    "this partition does not exist".into(),
+                ));
+            };
+            cluster.known.learn(&[LogChange {
+                key,
+                log_start: offsets.log_start,
+                high_watermark: offsets.high_watermark,
+                last_stable: offsets.last_stable,
+            }]);
+            if offset < offsets.log_start || offset > offsets.high_watermark {
+                return Err((
+                    ErrorCode::OFFSET_OUT_OF_RANGE,
+                    format!(
+                        "offset {offset} is outside {}..{}",
+                        offsets.log_start, offsets.high_watermark
+                    ),
+                ));
+            }
+            let known = Known {
+                log_start: offsets.log_start,
+                high_watermark: offsets.high_watermark,
+                last_stable: offsets.last_stable,
+            };
+            (known, batches)
+        }
     };
-    cluster.known.learn(&[LogChange {
-        key,
-        log_start: offsets.log_start,
-        high_watermark: offsets.high_watermark,
-    }]);
-    if offset < offsets.log_start || offset > offsets.high_watermark {
-        return Err((
-            ErrorCode::OFFSET_OUT_OF_RANGE,
-            format!(
-                "offset {offset} is outside {}..{}",
-                offsets.log_start, offsets.high_watermark
-            ),
-        ));
-    }
-    let batches = load(cluster, &batches, log_append_time).await?;
+    let upto = if read_committed {
+        known.last_stable
+    } else {
+        known.high_watermark
+    };
+    let found: Vec<FoundBatch> = found.into_iter().filter(|b| b.base_offset < upto).collect();
+    let batches = load(cluster, &found, log_append_time).await?;
+    let aborted = if read_committed && batches.iter().any(|b| is_transactional(b)) {
+        let aborted = skiff_cluster::log::aborted_transactions(&cluster.db, key, offset, upto)
+            .await
+            .map_err(storage_error)?;
+        Some(aborted)
+    } else {
+        read_committed.then(Vec::new)
+    };
     Ok(Read {
         batches,
-        log_start: offsets.log_start,
-        high_watermark: offsets.high_watermark,
+        log_start: known.log_start,
+        high_watermark: known.high_watermark,
+        last_stable: known.last_stable,
+        aborted,
     })
+}
+
+/// Whether a batch's attributes (big-endian bytes 21-22 of its header) say it is
+/// transactional (bit 4, in the low byte).
+fn is_transactional(batch: &[u8]) -> bool {
+    batch.get(22).is_some_and(|low| low & 0x10 != 0)
 }
 
 /// The bytes of `batches`, offsets written in, from the cache or the object store (one ranged
@@ -441,6 +490,7 @@ mod tests {
             key,
             log_start: 0,
             high_watermark: 15,
+            last_stable: 15,
         }]);
         assert!(index.lookup(&key, 5, 12, 100).is_none());
         // A gap starts a new run.
@@ -461,10 +511,18 @@ mod tests {
             key,
             log_start: s,
             high_watermark: h,
+            last_stable: h,
         };
         known.learn(&[change(0, 10)]);
         known.learn(&[change(2, 5)]);
-        assert_eq!(known.get(&key), Some((2, 10)));
+        assert_eq!(
+            known.get(&key),
+            Some(Known {
+                log_start: 2,
+                high_watermark: 10,
+                last_stable: 10
+            })
+        );
         known.clear();
         assert_eq!(known.get(&key), None);
     }

@@ -18,6 +18,7 @@ pub mod fetch;
 pub mod placement;
 pub mod produce;
 mod tasks;
+pub mod transactions;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
@@ -126,6 +127,9 @@ pub struct Cluster {
     pub coordination: Arc<coordination::Coordination>,
     /// The shared documents' versions this broker has read.
     documents: documents::Seen,
+    /// Woken when a transaction's end hands offsets to groups (announced by NOTIFY): the
+    /// groups' coordinators apply them.
+    pub txn_offsets_committed: tokio::sync::Notify,
 }
 
 /// Counters of the cluster's storage traffic (admin metrics, benchmarks).
@@ -199,6 +203,7 @@ impl Cluster {
             producer_ids: std::sync::Mutex::new((0, 0)),
             coordination: Arc::default(),
             documents: documents::Seen::default(),
+            txn_offsets_committed: tokio::sync::Notify::new(),
         }))
     }
 

@@ -347,6 +347,7 @@ mod tests {
             last_sequence: -1,
             max_timestamp: 0,
             log_append_time: false,
+            txn: skiff_cluster::commit::TxnKind::None,
         };
         (Bytes::from(vec![size as u8; size as usize]), vec![batch])
     }

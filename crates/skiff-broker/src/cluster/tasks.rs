@@ -138,7 +138,8 @@ async fn keep_registered(
     }
 }
 
-/// LISTENs for commits, topic changes and broker changes; reconnects (and re-reads everything,
+/// LISTENs for commits, topic changes, broker changes and transactional offsets handed to
+/// groups; reconnects (and re-reads everything,
 /// since notifications may have been missed) when the connection drops.
 async fn listen(broker: Arc<dyn Host>, cluster: Arc<Cluster>, mut shutdown: watch::Receiver<bool>) {
     let mut backoff = Duration::from_millis(100);
@@ -146,14 +147,29 @@ async fn listen(broker: Arc<dyn Host>, cluster: Arc<Cluster>, mut shutdown: watc
         let connected = cluster.db.dedicated().await;
         match connected {
             Ok((client, mut messages)) => {
-                let listened = client
-                    .batch_execute(&format!(
-                        "LISTEN {}; LISTEN {}; LISTEN skiff_brokers;",
-                        log::COMMITS_CHANNEL,
-                        topics::METADATA_CHANNEL
-                    ))
-                    .await;
-                // Messages flow only while the connection is polled: LISTEN's answer needs it.
+                // The connection makes progress only while `messages` is polled: LISTEN's own
+                // answer needs it too.
+                let statement = format!(
+                    "LISTEN {}; LISTEN {}; LISTEN {}; LISTEN skiff_brokers;",
+                    log::COMMITS_CHANNEL,
+                    topics::METADATA_CHANNEL,
+                    skiff_cluster::txn_offsets::TXN_OFFSETS_CHANNEL
+                );
+                let listened: Result<(), String> = {
+                    let listening = client.batch_execute(&statement);
+                    tokio::pin!(listening);
+                    loop {
+                        tokio::select! {
+                            done = &mut listening => break done.map_err(|e| e.to_string()),
+                            message = messages.next() => match message {
+                                Some(Ok(_)) => {}
+                                Some(Err(e)) => break Err(e.to_string()),
+                                None => break Err("the connection closed".into()),
+                            },
+                            _ = stopped(&mut shutdown) => return,
+                        }
+                    }
+                };
                 if let Err(e) = listened {
                     tracing::warn!(error = %e, "LISTEN failed");
                 } else {
@@ -174,6 +190,10 @@ async fn listen(broker: Arc<dyn Host>, cluster: Arc<Cluster>, mut shutdown: watc
                                     cluster.notify_commit();
                                 } else if n.channel() == topics::METADATA_CHANNEL {
                                     let _ = sync_metadata(broker.as_ref(), &cluster).await;
+                                } else if n.channel()
+                                    == skiff_cluster::txn_offsets::TXN_OFFSETS_CHANNEL
+                                {
+                                    cluster.txn_offsets_committed.notify_one();
                                 } else {
                                     refresh_live(&cluster).await;
                                 }

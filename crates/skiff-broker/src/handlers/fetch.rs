@@ -413,6 +413,7 @@ async fn cluster_read(
                         target.fetch_offset,
                         want,
                         *log_append_time,
+                        plan.read_committed,
                     )
                     .await
                     .map_err(|(code, message)| {
@@ -445,11 +446,18 @@ async fn cluster_read(
                 }
                 PartitionRead {
                     high_watermark: read.high_watermark,
-                    // No transactions in cluster mode yet: everything committed is stable.
-                    last_stable_offset: read.high_watermark,
+                    last_stable_offset: read.last_stable,
                     log_start_offset: read.log_start,
                     records: Ok(records.freeze()),
-                    aborted: plan.read_committed.then(Vec::new),
+                    aborted: read.aborted.map(|aborted| {
+                        aborted
+                            .into_iter()
+                            .map(|(producer_id, first_offset)| crate::partition::Aborted {
+                                producer_id,
+                                first_offset,
+                            })
+                            .collect()
+                    }),
                 }
             }
         }

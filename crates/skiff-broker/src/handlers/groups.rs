@@ -191,8 +191,8 @@ fn answer_checked<I: Clone, T, R>(
 
 /// Cluster mode: why this broker cannot coordinate `group_id` now (NOT_COORDINATOR, or
 /// COORDINATOR_LOAD_IN_PROGRESS while its shard loads); `None` on a single node.
-fn not_coordinating(ctx: &RequestContext, group_id: &str) -> Option<ErrorCode> {
-    ctx.broker.cluster()?.coordination.refusal(group_id)
+pub(super) fn not_coordinating(ctx: &RequestContext, id: &str) -> Option<ErrorCode> {
+    ctx.broker.cluster()?.coordination.refusal(id)
 }
 
 /// The refusal of a group in a batch: `operation` denied, or not coordinated here.
@@ -304,12 +304,8 @@ pub fn find_coordinator(ctx: &RequestContext, request: FindCoordinatorRequest) -
                 error_codes::INVALID_REQUEST,
                 "the transactional ID is empty",
             ),
-            KEY_TYPE_TRANSACTION if ctx.broker.cluster().is_some() => no_coordinator(
-                key,
-                error_codes::INVALID_REQUEST,
-                "transactions are not available in cluster mode yet",
-            ),
-            KEY_TYPE_GROUP if ctx.broker.cluster().is_some() => {
+            // Cluster mode: groups and transactional IDs hash onto the same shards.
+            KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION if ctx.broker.cluster().is_some() => {
                 match ctx.broker.group_coordinator(key, ctx.listener) {
                     Some(n) => Coordinator {
                         key: key.clone(),
@@ -831,10 +827,30 @@ fn fetch_offsets(ctx: &RequestContext, request: &OffsetFetchRequest) -> OffsetFe
     // v7+: with `require_stable`, offsets a transaction in progress will commit are unstable.
     // Read from the transaction coordinator before the group lock (never both at once).
     let unstable = |group_id: &str| -> BTreeSet<(String, i32)> {
-        if ctx.version >= 7 && request.require_stable {
-            ctx.broker.txns.pending_offsets(group_id)
-        } else {
-            BTreeSet::new()
+        if ctx.version < 7 || !request.require_stable {
+            return BTreeSet::new();
+        }
+        let Some(cluster) = ctx.broker.cluster() else {
+            return ctx.broker.txns.pending_offsets(group_id);
+        };
+        // Cluster mode: transactional offsets wait beside the group in PostgreSQL until their
+        // transaction ends and they are applied.
+        let pending =
+            crate::cluster::block_on(skiff_cluster::txn_offsets::pending(&cluster.db, group_id));
+        match pending {
+            Ok(Ok(pending)) => pending,
+            Ok(Err(e)) => {
+                tracing::warn!(group = group_id, error = %e, "reading pending transactional offsets failed");
+                BTreeSet::new()
+            }
+            Err(e) => {
+                tracing::warn!(
+                    group = group_id,
+                    error = e,
+                    "reading pending transactional offsets failed"
+                );
+                BTreeSet::new()
+            }
         }
     };
     let unstable_by_group: BTreeMap<String, BTreeSet<(String, i32)>> = if ctx.version < 8 {

@@ -122,6 +122,7 @@ fn cluster_list_offsets(
     request: ListOffsetsRequest,
 ) -> Reply {
     // Resolved now (authorization, topics, leadership); looked up later.
+    let read_committed = request.isolation_level == 1;
     let mut plan = Vec::new();
     for topic in request.topics {
         let described = ctx.authorized(AclOperation::Describe, ResourceType::Topic, &topic.name);
@@ -167,7 +168,10 @@ fn cluster_list_offsets(
                 };
                 let looked = match target {
                     Err(code) => Err(code),
-                    Ok(key) => cluster_lookup(&cluster, key, timestamp, log_append_time).await,
+                    Ok(key) => {
+                        cluster_lookup(&cluster, key, timestamp, log_append_time, read_committed)
+                            .await
+                    }
                 };
                 match looked {
                     Ok((timestamp, offset)) => {
@@ -197,6 +201,7 @@ async fn cluster_lookup(
     key: skiff_cluster::commit::PartitionKey,
     timestamp: i64,
     log_append_time: bool,
+    read_committed: bool,
 ) -> Result<(i64, i64), ErrorCode> {
     let storage = |e: skiff_cluster::DbError| {
         tracing::warn!(error = %e, "cluster offset lookup failed");
@@ -209,6 +214,8 @@ async fn cluster_lookup(
             .ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
     };
     let batch = match timestamp {
+        // v2+: read_committed ends at the last stable offset, as its fetches do.
+        LATEST if read_committed => return Ok((-1, offsets().await?.last_stable)),
         LATEST => return Ok((-1, offsets().await?.high_watermark)),
         EARLIEST | EARLIEST_LOCAL => return Ok((-1, offsets().await?.log_start)),
         LATEST_TIERED | EARLIEST_PENDING_UPLOAD => return Ok((-1, -1)),

@@ -173,10 +173,16 @@ fn cluster_batches(
                 format!("a batch of {size} bytes is over max.message.bytes ({max_message_bytes})"),
             ));
         }
-        if batch.is_transactional() {
+        if batch.is_control() {
             return Err(KafkaError::new(
-                ErrorCode::INVALID_TXN_STATE,
-                "transactions are not available in cluster mode yet",
+                ErrorCode::INVALID_RECORD,
+                "clients may not produce control batches",
+            ));
+        }
+        if batch.is_transactional() && batch.producer_id() < 0 {
+            return Err(KafkaError::new(
+                ErrorCode::INVALID_RECORD,
+                "a transactional batch needs a producer ID",
             ));
         }
         infos.push(skiff_cluster::commit::BatchInfo {
@@ -191,6 +197,13 @@ fn cluster_batches(
                 .wrapping_add(batch.last_offset_delta()),
             max_timestamp: batch.max_timestamp(),
             log_append_time,
+            // A transactional batch opens its producer's transaction on the partition (the
+            // coordinator's markers close it).
+            txn: if batch.is_transactional() {
+                skiff_cluster::commit::TxnKind::Data
+            } else {
+                skiff_cluster::commit::TxnKind::None
+            },
         });
         at += size as u64;
     }
@@ -208,19 +221,22 @@ fn cluster_produce(
     let acks = request.acks;
     let mut responses = Vec::with_capacity(request.topic_data.len());
     let mut pending = Vec::new();
-    let request_error = if !matches!(acks, -1..=1) {
-        Some(KafkaError::new(
-            ErrorCode::INVALID_REQUIRED_ACKS,
-            "acks must be 0, 1 or -1",
-        ))
-    } else if request.transactional_id.is_some() {
-        Some(KafkaError::new(
-            ErrorCode::INVALID_TXN_STATE,
-            "transactions are not available in cluster mode yet",
-        ))
-    } else {
-        None
-    };
+    let request_error =
+        if !matches!(acks, -1..=1) {
+            Some(KafkaError::new(
+                ErrorCode::INVALID_REQUIRED_ACKS,
+                "acks must be 0, 1 or -1",
+            ))
+        } else if request.transactional_id.as_deref().is_some_and(|id| {
+            !ctx.authorized(AclOperation::Write, ResourceType::TransactionalId, id)
+        }) {
+            Some(KafkaError::new(
+                ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "not authorized to write with this transactional ID",
+            ))
+        } else {
+            None
+        };
     for (t, topic_data) in request.topic_data.into_iter().enumerate() {
         let topic_error = write_refusal(ctx, request_error.as_ref(), &topic_data.name);
         let request_error = request_error.as_ref().or(topic_error.as_ref());
@@ -352,7 +368,10 @@ fn cluster_produce(
                         ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
                         "the partition went away".into(),
                     ),
-                    Verdict::Invalid => refused(r, ErrorCode::INVALID_RECORD, "no records".into()),
+                    // Only markers, which clients cannot send, get these.
+                    Verdict::Invalid | Verdict::NothingOpen => {
+                        refused(r, ErrorCode::INVALID_RECORD, "no records".into())
+                    }
                 },
                 Outcome::Failed { code, message } => refused(r, code, message),
             }

@@ -61,10 +61,6 @@ pub fn handle(ctx: &RequestContext, request: InitProducerIdRequest) -> Reply {
     match request.transactional_id.as_deref() {
         None => {}
         Some("") => return Response::InitProducerId(failed(error_codes::INVALID_REQUEST)).into(),
-        Some(_) if ctx.broker.cluster().is_some() => {
-            // Transactions come to cluster mode with its transaction coordinator.
-            return Response::InitProducerId(failed(error_codes::INVALID_REQUEST)).into();
-        }
         Some(id) => {
             return super::txn::init_producer_id(
                 ctx,

@@ -40,6 +40,7 @@ use skiff_protocol::generated::{
 use skiff_protocol::{ErrorCode, Response, error_codes};
 use skiff_txn::{InitOutcome, PendingOffset, TopicPartition};
 
+use super::groups::not_coordinating;
 use super::{Reply, RequestContext, bs};
 use crate::clock::now_ms;
 use crate::groups::requests::MAX_OFFSET_METADATA;
@@ -90,6 +91,7 @@ pub fn init_producer_id(
     let broker = Arc::clone(&ctx.broker);
     let knows_fenced = ctx.version >= 4;
     let instance = ctx.instance_id;
+    let refusal = not_coordinating(ctx, &transactional_id);
     Reply::Later(Box::pin(async move {
         let failed = |code: ErrorCode| {
             Response::InitProducerId(InitProducerIdResponse {
@@ -99,6 +101,9 @@ pub fn init_producer_id(
                 ..Default::default()
             })
         };
+        if let Some(code) = refusal {
+            return failed(code);
+        }
         // At most one abort of a previous producer's transaction comes first.
         for _ in 0..2 {
             let initialised = broker.txns.init_producer_id(
@@ -210,6 +215,9 @@ pub fn add_partitions_to_txn(ctx: &RequestContext, request: AddPartitionsToTxnRe
             error_codes::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         }));
     }
+    if let Some(code) = not_coordinating(ctx, &request.v3_and_below_transactional_id) {
+        return Reply::Now(add_partitions_response(&topics, |_, _| code.code()));
+    }
     let names: BTreeSet<&str> = topics.iter().map(|t| &*t.name).collect();
     let unwritable: BTreeSet<&str> = names
         .into_iter()
@@ -220,11 +228,7 @@ pub fn add_partitions_to_txn(ctx: &RequestContext, request: AddPartitionsToTxnRe
     let refusal = |name: &str, index: i32| {
         if unwritable.contains(name) {
             Some(error_codes::TOPIC_AUTHORIZATION_FAILED)
-        } else if broker
-            .topic_by_name(name)
-            .and_then(|t| t.partition(index).cloned())
-            .is_none()
-        {
+        } else if !broker.has_partition(name, index) {
             Some(error_codes::UNKNOWN_TOPIC_OR_PARTITION)
         } else {
             None
@@ -269,6 +273,9 @@ pub fn add_offsets_to_txn(ctx: &RequestContext, request: AddOffsetsToTxnRequest)
     }
     if request.group_id.is_empty() {
         return Reply::Now(respond(error_codes::INVALID_GROUP_ID));
+    }
+    if let Some(code) = not_coordinating(ctx, &request.transactional_id) {
+        return Reply::Now(respond(code.code()));
     }
     let knows_fenced = ctx.version >= 2;
     let persisted = ctx.broker.txns.add_offsets(
@@ -336,16 +343,12 @@ pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) 
     let mut offsets = Vec::new();
     let mut codes: Vec<Vec<i16>> = Vec::with_capacity(topics.len());
     for topic in &topics {
-        let exists = broker.topic_by_name(&topic.name);
         codes.push(
             topic
                 .partitions
                 .iter()
                 .map(|p| {
-                    let known = exists
-                        .as_ref()
-                        .is_some_and(|t| t.partition(p.partition_index).is_some());
-                    if !known {
+                    if !broker.has_partition(&topic.name, p.partition_index) {
                         error_codes::UNKNOWN_TOPIC_OR_PARTITION
                     } else if p
                         .committed_metadata
@@ -367,11 +370,15 @@ pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) 
                 .collect(),
         );
     }
-    let persisted = if topics.is_empty() && !unreadable.is_empty() {
+    let nothing_left = topics.is_empty() && !unreadable.is_empty();
+    let checked = if nothing_left {
         // Nothing left to commit: Kafka does not ask the coordinator.
-        Ok(None)
+        Ok(false)
     } else if group_id.is_empty() {
         Err(ErrorCode::INVALID_GROUP_ID)
+    } else if let Some(code) = not_coordinating(ctx, &group_id) {
+        // Cluster mode: the group's coordinator takes its transactional offsets.
+        Err(code)
     } else {
         broker
             .groups
@@ -383,16 +390,26 @@ pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) 
                 request.group_instance_id.as_deref(),
                 now,
             )
-            .and_then(|()| {
-                broker.txns.commit_offsets(
-                    &request.transactional_id,
-                    request.producer_id,
-                    request.producer_epoch,
-                    &group_id,
-                    offsets,
-                    now,
-                )
-            })
+            .map(|()| true)
+    };
+    let mut staged = None;
+    let persisted = match (checked, broker.cluster()) {
+        (Err(code), _) => Err(code),
+        (Ok(false), _) => Ok(None),
+        // Cluster mode: the offsets wait beside the group, not in the transaction (whose
+        // coordinator may be another broker), until the transaction's end hands them over.
+        (Ok(true), Some(cluster)) => {
+            staged = Some((Arc::clone(cluster), offsets));
+            Ok(None)
+        }
+        (Ok(true), None) => broker.txns.commit_offsets(
+            &request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            &group_id,
+            offsets,
+            now,
+        ),
     };
     let respond = move |group_code: ErrorCode| {
         let answered =
@@ -422,6 +439,47 @@ pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) 
             ..Default::default()
         })
     };
+    if let Some((cluster, offsets)) = staged {
+        let (producer_id, epoch) = (request.producer_id, request.producer_epoch);
+        return Reply::Later(Box::pin(async move {
+            let offsets: Vec<_> = offsets
+                .into_iter()
+                .map(|o| skiff_cluster::txn_offsets::TxnOffset {
+                    topic: o.topic,
+                    partition: o.partition,
+                    offset: o.offset,
+                    leader_epoch: o.leader_epoch,
+                    metadata: o.metadata,
+                    commit_ms: now,
+                })
+                .collect();
+            let staged = skiff_cluster::txn_offsets::stage(
+                &cluster.db,
+                &group_id,
+                producer_id,
+                epoch,
+                &offsets,
+            )
+            .await;
+            let partitions: std::collections::BTreeSet<(&str, i32)> = offsets
+                .iter()
+                .map(|o| (o.topic.as_str(), o.partition))
+                .collect();
+            respond(match staged {
+                Ok(written) if written as usize == partitions.len() => ErrorCode::NONE,
+                // An earlier commit's offsets for these partitions wait to be applied to the
+                // group first (moments): the client retries.
+                Ok(_) => {
+                    cluster.txn_offsets_committed.notify_one();
+                    ErrorCode::CONCURRENT_TRANSACTIONS
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, group = %group_id, "staging transactional offsets failed");
+                    ErrorCode::KAFKA_STORAGE_ERROR
+                }
+            })
+        }));
+    }
     when_durable(broker, persisted, respond)
 }
 
@@ -437,6 +495,9 @@ pub fn end_txn(ctx: &RequestContext, request: EndTxnRequest) -> Reply {
     };
     if !may_write(ctx, &request.transactional_id) {
         return Reply::Now(respond(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED));
+    }
+    if let Some(code) = not_coordinating(ctx, &request.transactional_id) {
+        return Reply::Now(respond(code));
     }
     let outcome = ctx.broker.txns.end(
         &request.transactional_id,
@@ -496,6 +557,20 @@ pub fn describe_transactions(
         state
             .topics
             .retain(|t| on_topic(ctx, AclOperation::Describe, &t.topic));
+        if state.error_code != error_codes::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            && let Some(code) = not_coordinating(ctx, &state.transactional_id)
+        {
+            // Cluster mode: another broker coordinates it (the admin client asks that one).
+            *state = TransactionState {
+                error_code: code.code(),
+                transactional_id: state.transactional_id.clone(),
+                transaction_state: bs(""),
+                producer_id: -1,
+                producer_epoch: -1,
+                transaction_start_time_ms: -1,
+                ..Default::default()
+            };
+        }
     }
     Response::DescribeTransactions(DescribeTransactionsResponse {
         transaction_states,

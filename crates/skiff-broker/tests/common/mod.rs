@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod sasl;
+pub mod txn;
 
 use std::path::PathBuf;
 use std::time::Duration;
