@@ -1097,15 +1097,22 @@ pub fn delete_groups(ctx: &RequestContext, mut request: DeleteGroupsRequest) -> 
         })
         .into();
     }
-    // Cluster mode: each deletion is answered once it is in PostgreSQL.
+    // Cluster mode: each deletion is answered once it is in PostgreSQL, with the transactional
+    // offsets waiting beside the group gone too.
     let broker = std::sync::Arc::clone(&ctx.broker);
     Reply::Later(Box::pin(async move {
         let mut results = results;
         for result in &mut results {
-            if result.error_code == error_codes::NONE
-                && let Err(code) = broker.groups.settle(&result.group_id).await
-            {
+            if result.error_code != error_codes::NONE {
+                continue;
+            }
+            if let Err(code) = broker.groups.settle(&result.group_id).await {
                 result.error_code = code.code();
+            } else if let Some(cluster) = broker.cluster()
+                && let Err(e) =
+                    skiff_cluster::txn_offsets::forget_group(&cluster.db, &result.group_id).await
+            {
+                tracing::warn!(group = %result.group_id, error = %e, "forgetting a deleted group's transactional offsets failed");
             }
         }
         Response::DeleteGroups(DeleteGroupsResponse {
