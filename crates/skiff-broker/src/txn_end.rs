@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use skiff_group::{CommittedOffset, OffsetKey};
 use skiff_protocol::ErrorCode;
-use skiff_txn::EndPlan;
+use skiff_txn::{EndPlan, Hanging};
 
 use crate::clock::now_ms;
 use crate::state::Broker;
@@ -204,21 +204,24 @@ pub async fn tick(broker: &Arc<Broker>) {
                 });
             }
         }
-        if broker.txns.sweep_due(now) {
+        let hanging_ms = broker.cluster().map_or(i64::MAX, |c| {
+            i64::try_from(c.config.hanging_txn_ms).unwrap_or(i64::MAX)
+        });
+        let interval = crate::txns::SWEEP_INTERVAL_MS.min(hanging_ms / 2);
+        if broker.txns.sweep_due(now, interval) {
             sweep_hanging(broker, now).await;
         }
     }
 }
 
-/// How long a partition's transaction stays open before the sweep looks at it.
-const HANGING_AFTER_MS: i64 = 30_000;
 /// How long past the longest transaction timeout a transaction no coordinator of this broker
 /// knows is left open before it is aborted.
 const ORPHAN_GRACE_MS: i64 = 60_000;
 
 /// Cluster mode: closes transactions left open on partitions that their coordinator no longer
 /// has in progress there (a batch that arrived after its transaction's marker, or a producer
-/// whose transactional ID is gone). For a producer this broker coordinates, the marker is the
+/// whose transactional ID is gone), open for over `cluster.transaction.hanging.ms`. For a
+/// producer this broker coordinates, the marker is the
 /// coordinator's decision (commit after CompleteCommit, abort otherwise; nothing while it is
 /// ending or still has the partition in progress); a producer no coordinator here knows is
 /// aborted once its transaction is older than the longest timeout allowed.
@@ -228,7 +231,7 @@ async fn sweep_hanging(broker: &Arc<Broker>, now: i64) {
     };
     let open = match skiff_cluster::log::open_transactions_before(
         &cluster.db,
-        now - HANGING_AFTER_MS,
+        now - i64::try_from(cluster.config.hanging_txn_ms).unwrap_or(i64::MAX),
         1000,
     )
     .await
@@ -242,38 +245,27 @@ async fn sweep_hanging(broker: &Arc<Broker>, now: i64) {
     let orphan_before =
         now - i64::from(broker.config.transactions.max_timeout_ms) - ORPHAN_GRACE_MS;
     for row in open {
-        let decision = {
+        let name = broker
+            .topic_by_id(skiff_protocol::Uuid::from_u128(row.key.topic_id.as_u128()))
+            .map(|t| t.info.name.clone())
+            .unwrap_or_default();
+        let (hanging, ending) = {
             let inner = broker.txns.lock();
-            match inner.state.by_producer(row.producer_id) {
-                Some(txn) => {
-                    let in_progress = broker
-                        .topic_by_id(skiff_protocol::Uuid::from_u128(row.key.topic_id.as_u128()))
-                        .is_some_and(|t| {
-                            inner
-                                .state
-                                .verify_produce(
-                                    row.producer_id,
-                                    row.producer_epoch,
-                                    (&t.info.name, row.key.partition),
-                                )
-                                .is_ok()
-                        });
-                    if in_progress
-                        || txn.state.is_preparing()
-                        || broker.txns.is_ending(&txn.transactional_id)
-                    {
-                        None
-                    } else {
-                        Some((
-                            txn.state == skiff_txn::TxnState::CompleteCommit
-                                && txn.producer_epoch == row.producer_epoch,
-                            txn.producer_epoch.max(row.producer_epoch),
-                        ))
-                    }
-                }
-                None if row.opened_ms < orphan_before => Some((false, row.producer_epoch)),
-                None => None,
-            }
+            let hanging = inner.state.hanging(
+                row.producer_id,
+                row.producer_epoch,
+                (&name, row.key.partition),
+            );
+            let ending = inner
+                .state
+                .by_producer(row.producer_id)
+                .is_some_and(|t| broker.txns.is_ending(&t.transactional_id));
+            (hanging, ending)
+        };
+        let decision = match hanging {
+            Hanging::Close { commit, epoch } if !ending => Some((commit, epoch)),
+            Hanging::Unknown if row.opened_ms < orphan_before => Some((false, row.producer_epoch)),
+            _ => None,
         };
         let Some((commit, epoch)) = decision else {
             continue;
@@ -387,22 +379,23 @@ fn close_hanging(broker: &Arc<Broker>) {
             for (producer_id, epoch) in open {
                 let plan = {
                     let inner = broker.txns.lock();
-                    let coordinator = inner.state.by_producer(producer_id);
-                    let in_progress = inner
-                        .state
-                        .verify_produce(producer_id, epoch, (&partition.topic, partition.index))
-                        .is_ok();
-                    if in_progress {
-                        continue;
-                    }
-                    let commit =
-                        coordinator.is_some_and(|t| t.state == skiff_txn::TxnState::CompleteCommit);
+                    let (commit, epoch) = match inner.state.hanging(
+                        producer_id,
+                        epoch,
+                        (&partition.topic, partition.index),
+                    ) {
+                        Hanging::InProgress => continue,
+                        Hanging::Unknown => (false, epoch),
+                        Hanging::Close { commit, epoch } => (commit, epoch),
+                    };
                     EndPlan {
-                        transactional_id: coordinator
+                        transactional_id: inner
+                            .state
+                            .by_producer(producer_id)
                             .map(|t| t.transactional_id.clone())
                             .unwrap_or_default(),
                         producer_id,
-                        producer_epoch: coordinator.map_or(epoch, |t| t.producer_epoch.max(epoch)),
+                        producer_epoch: epoch,
                         commit,
                         partitions: vec![(partition.topic.clone(), partition.index)],
                         offsets: Default::default(),

@@ -52,7 +52,8 @@ pub struct TransactionCoordinator {
     swept_ms: AtomicI64,
 }
 
-/// How often cluster mode looks for hanging transactions.
+/// How often cluster mode looks for hanging transactions (at most; or at half
+/// `cluster.transaction.hanging.ms`).
 pub const SWEEP_INTERVAL_MS: i64 = 10_000;
 
 impl TransactionCoordinator {
@@ -126,11 +127,11 @@ impl TransactionCoordinator {
             .contains(transactional_id)
     }
 
-    /// Whether the sweep of hanging transactions is due (every [`SWEEP_INTERVAL_MS`]); if
-    /// so, it counts as done now.
-    pub fn sweep_due(&self, now_ms: i64) -> bool {
+    /// Whether the sweep of hanging transactions is due (every `interval_ms`); if so, it
+    /// counts as done now.
+    pub fn sweep_due(&self, now_ms: i64, interval_ms: i64) -> bool {
         let last = self.swept_ms.load(Ordering::Relaxed);
-        now_ms.saturating_sub(last) >= SWEEP_INTERVAL_MS
+        now_ms.saturating_sub(last) >= interval_ms
             && self
                 .swept_ms
                 .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)

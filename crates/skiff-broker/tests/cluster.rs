@@ -1499,3 +1499,47 @@ async fn transactions_span_brokers_and_move_with_their_coordinator() {
     .await;
     cluster.stop_all().await;
 }
+
+/// A transactional batch that arrives after its transaction's end (cluster mode does not check
+/// produced batches against the coordinator) opens a transaction no marker would close and holds
+/// the last stable offset; once it has been open for `cluster.transaction.hanging.ms`, the sweep
+/// closes it as its coordinator decided (a commit, after CompleteCommit at that epoch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hanging_transaction_is_closed_by_the_sweep() {
+    let Some(cluster) = TestCluster::start_with("hanging", 1, false, |config| {
+        if let Some(c) = config.cluster.as_mut() {
+            c.hanging_txn_ms = 1_000;
+        }
+    })
+    .await
+    else {
+        return;
+    };
+    wait_for_brokers(&cluster, 1, &[1]).await;
+    wait_for_shards(&cluster, 1).await;
+    let topic = "late-batches";
+    let mut c = cluster.client(1).await;
+    create_topic(&mut c, topic, 1).await;
+    wait_for_topic(&cluster, topic, 1).await;
+    let tid = "late-producer";
+    let ids = init(&mut c, tid, 60_000).await;
+    assert_eq!(add_partition(&mut c, tid, ids, topic).await, 0);
+    let batch = txn_batch(ids, 0, &[b"on-time"]);
+    assert_eq!(produce_txn(&mut c, Some(tid), topic, batch).await, (0, 0));
+    assert_eq!(end(&mut c, tid, ids, true).await, 0);
+    assert_eq!(fetch_stable(&mut c, topic, 2).await.high_watermark, 2);
+
+    // The late batch: accepted, and it holds the last stable offset.
+    let batch = txn_batch(ids, 1, &[b"late"]);
+    assert_eq!(produce_txn(&mut c, Some(tid), topic, batch).await, (0, 2));
+    let held = fetch(&mut c, topic, 0, true).await;
+    assert_eq!((held.high_watermark, held.last_stable_offset), (3, 2));
+
+    // Closed by the sweep with the coordinator's decision.
+    let closed = fetch_stable(&mut c, topic, 4).await;
+    assert_eq!(closed.high_watermark, 4);
+    let (data, markers) = contents(&closed);
+    assert_eq!(data, vec![(0, b"on-time".to_vec()), (2, b"late".to_vec())]);
+    assert_eq!(markers, vec![1, 3]);
+    cluster.stop_all().await;
+}

@@ -162,6 +162,17 @@ pub enum InitOutcome {
     AbortFirst(EndPlan),
 }
 
+/// What [`TxnCoordinator::hanging`] says of a transaction open on a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hanging {
+    /// Its transaction is in progress with the partition, or being ended: leave it.
+    InProgress,
+    /// The producer is bound to no transactional ID here.
+    Unknown,
+    /// Close it with this marker.
+    Close { commit: bool, epoch: i16 },
+}
+
 /// The answer to EndTxn.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EndOutcome {
@@ -591,6 +602,24 @@ impl TxnCoordinator {
             .get(&producer_id)
             .and_then(|id| self.txns.get(id))
             .filter(|t| t.producer_id == producer_id)
+    }
+
+    /// A transaction the log holds open on `partition` for `producer_id` at `epoch` (long
+    /// enough to look hanging): whether this coordinator still has it in progress (or is
+    /// ending it), does not know the producer, or what marker closes it: its decision (commit
+    /// after CompleteCommit at that epoch, abort otherwise), at an epoch no older than the
+    /// log's.
+    pub fn hanging(&self, producer_id: i64, epoch: i16, partition: (&str, i32)) -> Hanging {
+        let Some(txn) = self.by_producer(producer_id) else {
+            return Hanging::Unknown;
+        };
+        if txn.state.is_preparing() || self.verify_produce(producer_id, epoch, partition).is_ok() {
+            return Hanging::InProgress;
+        }
+        Hanging::Close {
+            commit: txn.state == TxnState::CompleteCommit && txn.producer_epoch == epoch,
+            epoch: txn.producer_epoch.max(epoch),
+        }
     }
 
     /// Checks a transactional batch a producer appends to `partition` (KIP-890's verification):

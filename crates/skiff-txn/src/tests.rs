@@ -450,3 +450,46 @@ fn end_plans_name_the_groups_of_the_transaction() {
         other => panic!("expected an end, got {other:?}"),
     }
 }
+
+#[test]
+fn hanging_transactions_are_left_while_in_progress_and_closed_as_decided() {
+    let mut alloc = ids();
+    let mut c = TxnCoordinator::new(TxnConfig::default());
+    let (pid, epoch) = started(&mut c, &mut alloc);
+    assert_eq!(c.hanging(999, 0, ("a", 0)), Hanging::Unknown);
+    assert_eq!(c.hanging(pid, epoch, ("a", 0)), Hanging::InProgress);
+    // A partition the transaction does not have, or an older epoch: aborted at the current.
+    assert_eq!(
+        c.hanging(pid, epoch, ("b", 0)),
+        Hanging::Close {
+            commit: false,
+            epoch
+        }
+    );
+    let plan = match c.end("t", pid, epoch, true, T0 + 2) {
+        Ok(EndOutcome::End(plan)) => plan,
+        other => panic!("expected an end, got {other:?}"),
+    };
+    assert_eq!(
+        c.hanging(pid, epoch, ("b", 0)),
+        Hanging::InProgress,
+        "an end being prepared decides first"
+    );
+    assert_eq!(c.complete(&plan, T0 + 3), Change::Changed);
+    assert_eq!(
+        c.hanging(pid, epoch, ("a", 0)),
+        Hanging::Close {
+            commit: true,
+            epoch
+        },
+        "after CompleteCommit, its marker is a commit"
+    );
+    assert_eq!(
+        c.hanging(pid, epoch - 1, ("a", 0)),
+        Hanging::Close {
+            commit: false,
+            epoch
+        },
+        "an older epoch's transaction is aborted"
+    );
+}

@@ -33,6 +33,9 @@ pub struct ClusterConfig {
     pub object_grace_ms: u64,
     /// `cluster.metadata.pool.size` (16): PostgreSQL connections per broker.
     pub pool_size: usize,
+    /// `cluster.transaction.hanging.ms` (30,000): how long a transaction may stay open on a
+    /// partition without its coordinator having it in progress there before it is closed.
+    pub hanging_txn_ms: u64,
 }
 
 impl std::fmt::Debug for ClusterConfig {
@@ -59,6 +62,7 @@ impl ClusterConfig {
             lease_ms: 10_000,
             object_grace_ms: 60_000,
             pool_size: 16,
+            hanging_txn_ms: 30_000,
         }
     }
 }
@@ -84,6 +88,7 @@ pub(super) fn take_cluster(
     let lease = num("cluster.lease.ms", 1_000, 600_000)?;
     let grace = num("cluster.object.grace.ms", 0, 86_400_000)?;
     let pool = num("cluster.metadata.pool.size", 2, 1_000)?;
+    let hanging = num("cluster.transaction.hanging.ms", 1_000, 86_400_000)?;
     let (metadata, objects) = match (metadata, objects) {
         (None, None) => {
             if endpoint.is_some() || region.is_some() || interval.is_some() || buffer.is_some() {
@@ -124,6 +129,9 @@ pub(super) fn take_cluster(
     }
     if let Some(v) = pool {
         config.pool_size = v as usize;
+    }
+    if let Some(v) = hanging {
+        config.hanging_txn_ms = v as u64;
     }
     Ok(Some(config))
 }
