@@ -133,3 +133,46 @@ def assert_partition_matches(got: list[Got], sent: list[Rec], first_offset: int 
         want = s.ident()
         have = g.ident(with_ts=s.timestamp != 0)
         assert have == want, f"record {i} (offset {g.offset}) differs:\n  got  {have}\n  sent {want}"
+
+
+def produce_in_order(p: Producer, topic: str, values: dict[int, list[bytes]], timeout_s: float,
+                     keyed: bool = False) -> dict[int, list[tuple[int, bytes]]]:
+    """Produce ``values[partition]`` in order (keys ``k<i>`` when ``keyed``), flush, and return
+    {partition: [(offset, value)]} as acknowledged (sorted by offset; per-partition order is the
+    produce order)."""
+    acked: dict[int, list[tuple[int, bytes]]] = {part: [] for part in values}
+    errors: list = []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append((err, msg.value()))
+        else:
+            acked[msg.partition()].append((msg.offset(), msg.value()))
+
+    width = max((len(v) for v in values.values()), default=0)
+    for i in range(width):  # interleave partitions, keep per-partition order
+        for part, vals in values.items():
+            if i < len(vals):
+                key = b"k%d" % i if keyed else None
+                p.produce(topic, value=vals[i], key=key, partition=part, on_delivery=on_delivery)
+        p.poll(0)
+    left = p.flush(timeout_s)
+    assert left == 0 and not errors, f"{left} records undelivered, errors {errors[:3]}"
+    for part, vals in values.items():
+        acked[part].sort()
+        assert [v for _, v in acked[part]] == vals, f"partition {part}: acknowledged out of order"
+    return acked
+
+
+def tagged_values(tag: str, n: int, parts) -> dict[int, list[bytes]]:
+    """``n`` distinct values per partition: ``<tag>-p<partition>-<i>``."""
+    return {part: [f"{tag}-p{part}-{i}".encode() for i in range(n)] for part in parts}
+
+
+def merge(*runs: dict[int, list[tuple[int, bytes]]]) -> dict[int, list[tuple[int, bytes]]]:
+    """The (offset, value) lists of several runs together, per partition, by offset."""
+    out: dict[int, list[tuple[int, bytes]]] = {}
+    for run in runs:
+        for part, recs in run.items():
+            out.setdefault(part, []).extend(recs)
+    return {part: sorted(recs) for part, recs in out.items()}

@@ -84,7 +84,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 import cluster_util as cu
 import kafka_wire as kw
 from cluster_fixtures import wait_shards
-from confluent_util import consumer
+from confluent_util import consumer, merge, produce_in_order, tagged_values
 from test_cluster import create_topic, watermarks
 
 pytestmark = [
@@ -232,41 +232,11 @@ def retrying(call, deadline: float, producer: Producer | None = None):
 
 
 def produce(p: Producer, topic: str, values: dict[int, list[bytes]]) -> dict[int, list[tuple[int, bytes]]]:
-    """Produce ``values[partition]`` in order, flush, and return {partition: [(offset, value)]} as
-    acknowledged (sorted by offset; per-partition order is the produce order)."""
-    acked: dict[int, list[tuple[int, bytes]]] = {part: [] for part in values}
-    errors: list = []
-
-    def on_delivery(err, msg):
-        if err is not None:
-            errors.append((err, msg.value()))
-        else:
-            acked[msg.partition()].append((msg.offset(), msg.value()))
-
-    width = max((len(v) for v in values.values()), default=0)
-    for i in range(width):  # interleave partitions, keep per-partition order
-        for part, vals_ in values.items():
-            if i < len(vals_):
-                p.produce(topic, value=vals_[i], partition=part, on_delivery=on_delivery)
-        p.poll(0)
-    left = p.flush(READ_S)
-    assert left == 0 and not errors, f"{left} records undelivered, errors {errors[:3]}"
-    for part, vals_ in values.items():
-        acked[part].sort()
-        assert [v for _, v in acked[part]] == vals_, f"partition {part}: acknowledged out of order"
-    return acked
+    return produce_in_order(p, topic, values, READ_S)
 
 
 def vals(tag: str, n: int, parts=range(PARTS)) -> dict[int, list[bytes]]:
-    return {part: [f"{tag}-p{part}-{i}".encode() for i in range(n)] for part in parts}
-
-
-def merge(*runs: dict[int, list[tuple[int, bytes]]]) -> dict[int, list[tuple[int, bytes]]]:
-    out: dict[int, list[tuple[int, bytes]]] = {}
-    for run in runs:
-        for part, recs in run.items():
-            out.setdefault(part, []).extend(recs)
-    return {part: sorted(recs) for part, recs in out.items()}
+    return tagged_values(tag, n, parts)
 
 
 class EndReader:

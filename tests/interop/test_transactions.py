@@ -48,7 +48,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import kafka_wire as kw
-from confluent_util import DEADLINE_S, consumer, producer
+from confluent_util import DEADLINE_S, consumer, merge, produce_in_order, producer, tagged_values
 from skiff_harness import SkiffBroker
 
 pytestmark = pytest.mark.timeout(60)
@@ -173,41 +173,11 @@ def plain_producer(cluster: Cluster) -> Producer:
 
 
 def produce(p: Producer, topic: str, values: dict[int, list[bytes]]) -> dict[int, list[tuple[int, bytes]]]:
-    """Produce ``values[partition]`` in order, flush, and return {partition: [(offset, value)]} as
-    acknowledged (sorted by offset; per-partition order is the produce order)."""
-    acked: dict[int, list[tuple[int, bytes]]] = {part: [] for part in values}
-    errors: list = []
-
-    def on_delivery(err, msg):
-        if err is not None:
-            errors.append((err, msg.value()))
-        else:
-            acked[msg.partition()].append((msg.offset(), msg.value()))
-
-    width = max((len(v) for v in values.values()), default=0)
-    for i in range(width):  # interleave partitions, keep per-partition order
-        for part, vals in values.items():
-            if i < len(vals):
-                p.produce(topic, value=vals[i], key=b"k%d" % i, partition=part, on_delivery=on_delivery)
-        p.poll(0)
-    left = p.flush(DEADLINE_S)
-    assert left == 0 and not errors, f"{left} records undelivered, errors {errors[:3]}"
-    for part, vals in values.items():
-        acked[part].sort()
-        assert [v for _, v in acked[part]] == vals, f"partition {part}: acknowledged out of order"
-    return acked
+    return produce_in_order(p, topic, values, DEADLINE_S, keyed=True)
 
 
 def vals(tag: str, n: int, parts=range(PARTS)) -> dict[int, list[bytes]]:
-    return {part: [f"{tag}-p{part}-{i}".encode() for i in range(n)] for part in parts}
-
-
-def merge(*runs: dict[int, list[tuple[int, bytes]]]) -> dict[int, list[tuple[int, bytes]]]:
-    out: dict[int, list[tuple[int, bytes]]] = {}
-    for run in runs:
-        for part, recs in run.items():
-            out.setdefault(part, []).extend(recs)
-    return {part: sorted(recs) for part, recs in out.items()}
+    return tagged_values(tag, n, parts)
 
 
 class Reader:

@@ -96,17 +96,13 @@ async fn finish_locally(broker: &Arc<Broker>, plan: &EndPlan, now: i64) -> Resul
             let commits: Vec<(OffsetKey, CommittedOffset)> = offsets
                 .iter()
                 .map(|o| {
-                    (
-                        OffsetKey {
-                            topic: o.topic.clone(),
-                            partition: o.partition,
-                        },
-                        CommittedOffset {
-                            offset: o.offset,
-                            leader_epoch: o.leader_epoch,
-                            metadata: o.metadata.clone(),
-                            commit_timestamp_ms: now,
-                        },
+                    committed_offset(
+                        &o.topic,
+                        o.partition,
+                        o.offset,
+                        o.leader_epoch,
+                        &o.metadata,
+                        now,
                     )
                 })
                 .collect();
@@ -137,6 +133,29 @@ async fn finish_locally(broker: &Arc<Broker>, plan: &EndPlan, now: i64) -> Resul
         }
     }
     Ok(())
+}
+
+/// A transaction's offset for one partition as the group coordinator stores it.
+fn committed_offset(
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    leader_epoch: i32,
+    metadata: &Option<String>,
+    commit_timestamp_ms: i64,
+) -> (OffsetKey, CommittedOffset) {
+    (
+        OffsetKey {
+            topic: topic.to_string(),
+            partition,
+        },
+        CommittedOffset {
+            offset,
+            leader_epoch,
+            metadata: metadata.clone(),
+            commit_timestamp_ms,
+        },
+    )
 }
 
 /// Runs [`finish`] as its own task (it completes even if the requester goes away) and waits for
@@ -315,17 +334,13 @@ pub async fn apply_committed_offsets(broker: &Arc<Broker>) {
         let commits: Vec<(OffsetKey, CommittedOffset)> = rows
             .iter()
             .map(|(_, o)| {
-                (
-                    OffsetKey {
-                        topic: o.topic.clone(),
-                        partition: o.partition,
-                    },
-                    CommittedOffset {
-                        offset: o.offset,
-                        leader_epoch: o.leader_epoch,
-                        metadata: o.metadata.clone(),
-                        commit_timestamp_ms: o.commit_ms,
-                    },
+                committed_offset(
+                    &o.topic,
+                    o.partition,
+                    o.offset,
+                    o.leader_epoch,
+                    &o.metadata,
+                    o.commit_ms,
                 )
             })
             .collect();
