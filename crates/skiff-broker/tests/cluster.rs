@@ -1503,9 +1503,10 @@ async fn transactions_span_brokers_and_move_with_their_coordinator() {
 /// A transactional batch that arrives after its transaction's end (cluster mode does not check
 /// produced batches against the coordinator) opens a transaction no marker would close and holds
 /// the last stable offset; once it has been open for `cluster.transaction.hanging.ms`, the sweep
-/// closes it as its coordinator decided (a commit, after CompleteCommit at that epoch).
+/// closes it as its coordinator decided (a commit, after CompleteCommit at that epoch). A
+/// transaction past its timeout is aborted by its coordinator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_hanging_transaction_is_closed_by_the_sweep() {
+async fn hanging_and_timed_out_transactions_are_closed() {
     let Some(cluster) = TestCluster::start_with("hanging", 1, false, |config| {
         if let Some(c) = config.cluster.as_mut() {
             c.hanging_txn_ms = 1_000;
@@ -1541,5 +1542,28 @@ async fn a_hanging_transaction_is_closed_by_the_sweep() {
     let (data, markers) = contents(&closed);
     assert_eq!(data, vec![(0, b"on-time".to_vec()), (2, b"late".to_vec())]);
     assert_eq!(markers, vec![1, 3]);
+
+    // A transaction past its timeout is aborted by its coordinator (epoch bumped: its producer
+    // is fenced), which releases the last stable offset.
+    let quick = "quick-producer";
+    let ids = init(&mut c, quick, 1_000).await;
+    assert_eq!(add_partition(&mut c, quick, ids, topic).await, 0);
+    let batch = txn_batch(ids, 0, &[b"too-slow"]);
+    assert_eq!(produce_txn(&mut c, Some(quick), topic, batch).await, (0, 4));
+    let aborted = fetch_stable(&mut c, topic, 6).await;
+    let named: Vec<(i64, i64)> = aborted
+        .aborted_transactions
+        .iter()
+        .flatten()
+        .map(|a| (a.producer_id, a.first_offset))
+        .collect();
+    assert_eq!(named, vec![(ids.0, 4)]);
+    assert!(
+        [
+            error_codes::PRODUCER_FENCED,
+            error_codes::INVALID_PRODUCER_EPOCH
+        ]
+        .contains(&end(&mut c, quick, ids, true).await)
+    );
     cluster.stop_all().await;
 }
