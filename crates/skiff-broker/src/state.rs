@@ -109,7 +109,13 @@ impl crate::cluster::Host for Broker {
         self.groups.mirror_overrides(all);
     }
 
-    fn load_shard(&self, shard: i32, records: Vec<(Vec<u8>, Vec<u8>)>, loaded: &dyn Fn()) {
+    fn load_shard(
+        &self,
+        shard: i32,
+        records: Vec<(Vec<u8>, Vec<u8>)>,
+        topics: &std::collections::BTreeSet<String>,
+        loaded: &dyn Fn(),
+    ) {
         use crate::cluster::coordination::{GROUPS, TRANSACTIONS};
         let mut pairs: BTreeMap<Bytes, Bytes> = BTreeMap::new();
         let mut txn_pairs: BTreeMap<Bytes, Bytes> = BTreeMap::new();
@@ -129,7 +135,9 @@ impl crate::cluster::Host for Broker {
         let txns = self.txns.load_shard(txn_pairs, in_shard);
         // The shard's member owners are the stored ones, not what this broker last knew.
         self.security.owners.forget_members_of(in_shard);
-        let (groups, owners) = self.groups.load_shard(pairs, in_shard, now_ms(), loaded);
+        let (groups, owners) = self
+            .groups
+            .load_shard(pairs, in_shard, topics, now_ms(), loaded);
         for (group, member, principal) in owners {
             match skiff_auth::principal::KafkaPrincipal::parse(&principal) {
                 Ok(principal) => {

@@ -1567,3 +1567,42 @@ async fn hanging_and_timed_out_transactions_are_closed() {
     );
     cluster.stop_all().await;
 }
+
+/// A topic deleted while no broker held its groups' shard: the next owner drops the groups'
+/// offsets for it when it loads the shard (as a deletion seen by the coordinator would), and
+/// the removal is written through (a topic of the same name made later does not inherit it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn offsets_of_a_topic_deleted_while_unowned_are_dropped_at_load() {
+    let Some(mut cluster) = TestCluster::start("unowned-deletion", 1, false).await else {
+        return;
+    };
+    wait_for_shards(&cluster, 1).await;
+    let mut c = cluster.client(1).await;
+    create_topic(&mut c, "work", 1).await;
+    wait_for_topic(&cluster, "work", 1).await;
+    let group = "orphaned-offsets";
+    assert_eq!(commit_offset(&mut c, group, "", -1, 7).await, 0);
+    assert_eq!(fetch_offset(&mut c, group).await, (0, 7));
+    // A clean stop releases every shard; the topic goes while nobody holds them.
+    cluster.stop(1).await;
+    let db = skiff_cluster::Db::new(&cluster.metadata_url, 1).expect("pool");
+    db.client()
+        .await
+        .expect("connect")
+        .execute("DELETE FROM topics WHERE name = 'work'", &[])
+        .await
+        .expect("delete the topic");
+    cluster.add(2).await;
+    wait_for_shards(&cluster, 1).await;
+    let mut c = cluster.client(2).await;
+    assert_eq!(fetch_offset(&mut c, group).await, (0, -1));
+    // Written through: a new "work" does not bring the old offset back at the next load.
+    create_topic(&mut c, "work", 1).await;
+    wait_for_topic(&cluster, "work", 1).await;
+    cluster.stop(2).await;
+    cluster.add(3).await;
+    wait_for_shards(&cluster, 1).await;
+    let mut c = cluster.client(3).await;
+    assert_eq!(fetch_offset(&mut c, group).await, (0, -1));
+    cluster.stop_all().await;
+}

@@ -39,6 +39,9 @@ pub fn shard_of(id: &str) -> i32 {
 pub struct Claimed {
     pub epoch: i64,
     pub records: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The names of the topics that exist, read after the records: an offset among the
+    /// records for a topic not here belongs to a topic deleted since it was committed.
+    pub topics: std::collections::BTreeSet<String>,
 }
 
 /// Claims `shard` for `reg` when it is released, owned by a registration that is no longer live,
@@ -75,8 +78,18 @@ pub async fn claim(db: &Db, shard: i32, reg: Registration) -> Result<Option<Clai
         .iter()
         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
         .collect::<Result<Vec<_>, DbError>>()?;
+    let topics = tx
+        .query("SELECT name FROM topics", &[])
+        .await?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?;
     tx.commit().await?;
-    Ok(Some(Claimed { epoch, records }))
+    Ok(Some(Claimed {
+        epoch,
+        records,
+        topics,
+    }))
 }
 
 /// Gives `shard` up (this broker no longer should own it), if it still holds it at `epoch`.

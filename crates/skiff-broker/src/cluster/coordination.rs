@@ -406,7 +406,9 @@ async fn rebalance(host: &dyn Host, cluster: &Cluster) {
                         let owned = ShardState::Owned {
                             epoch: claimed.epoch,
                         };
-                        host.load_shard(shard, claimed.records, &|| coordination.set(shard, owned));
+                        host.load_shard(shard, claimed.records, &claimed.topics, &|| {
+                            coordination.set(shard, owned)
+                        });
                         tracing::info!(
                             shard,
                             epoch = claimed.epoch,

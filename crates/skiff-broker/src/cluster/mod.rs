@@ -45,9 +45,16 @@ pub trait Host: Send + Sync + 'static {
         all: std::collections::BTreeMap<String, BTreeMap<String, String>>,
     );
     /// Takes in a coordinator shard just claimed: its records, each under its coordinator's
-    /// namespace byte; `loaded` runs under the coordinator's lock once they are in (so that
-    /// nothing sees the shard owned but empty, or loaded but not owned).
-    fn load_shard(&self, shard: i32, records: Vec<(Vec<u8>, Vec<u8>)>, loaded: &dyn Fn());
+    /// namespace byte, and the topics that exist (offsets of others are of deleted topics);
+    /// `loaded` runs under the coordinator's lock once they are in (so that nothing sees the
+    /// shard owned but empty, or loaded but not owned).
+    fn load_shard(
+        &self,
+        shard: i32,
+        records: Vec<(Vec<u8>, Vec<u8>)>,
+        topics: &std::collections::BTreeSet<String>,
+        loaded: &dyn Fn(),
+    );
     /// Forgets a coordinator shard this broker no longer owns.
     fn unload_shard(&self, shard: i32);
     /// Makes a shared document (ACLs, credentials, telemetry subscriptions) these bytes.

@@ -12,7 +12,7 @@
 //! group's state machine gets the broker's [`GroupConfig`] with that group's overrides applied.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -324,12 +324,15 @@ impl GroupCoordinator {
 
     /// Cluster mode: takes in a shard's records (just claimed), replacing whatever this broker
     /// held of the shard's groups; their session and rebalance timers are armed afresh from
-    /// `now_ms`. `owned` says which groups belong to the shard; `done` runs under the lock once
+    /// `now_ms`. `owned` says which groups belong to the shard; `topics` are the topics that
+    /// exist (offsets of any other were of a topic deleted while no broker held the shard: they
+    /// go, as a deletion seen by the coordinator removes them); `done` runs under the lock once
     /// they are in.
     pub fn load_shard(
         &self,
         pairs: BTreeMap<Bytes, Bytes>,
         owned: impl Fn(&str) -> bool,
+        topics: &BTreeSet<String>,
         now_ms: i64,
         done: &dyn Fn(),
     ) -> (usize, Vec<MemberOwner>) {
@@ -338,8 +341,25 @@ impl GroupCoordinator {
         let mut loaded = Loaded::read(pairs, now_ms);
         let count = loaded.groups.len();
         let owners = std::mem::take(&mut loaded.owners);
+        let (kept, gone): (Vec<_>, Vec<_>) = std::mem::take(&mut loaded.offsets)
+            .into_iter()
+            .partition(|(_, key, _)| topics.contains(&key.topic));
+        loaded.offsets = kept;
         loaded.add_to(&mut inner);
         done();
+        if !gone.is_empty() {
+            tracing::info!(
+                offsets = gone.len(),
+                "forgetting offsets of topics deleted while their groups' shard was not held"
+            );
+            let tombstones: Vec<(Bytes, Option<Bytes>)> = gone
+                .iter()
+                .map(|(group, key, _)| (offset_key(group, key), None))
+                .collect();
+            if let Err(e) = inner.kv.append(&tombstones) {
+                tracing::warn!(error = %e, "cannot persist the removal of deleted topics' offsets");
+            }
+        }
         drop(inner);
         self.timers_changed.notify_one();
         (count, owners)
