@@ -598,7 +598,8 @@ impl Broker {
 
     /// Test support: decides and persists the end of a transaction as EndTxn does, without
     /// carrying it out (as if the broker stopped right after persisting PrepareCommit or
-    /// PrepareAbort); `Ok(true)` when an end is now pending.
+    /// PrepareAbort); `Ok(true)` when an end is now pending. In cluster mode it waits until the
+    /// prepare is in PostgreSQL, and this broker never carries the end out (a successor will).
     #[doc(hidden)]
     pub fn prepare_transaction_end(
         &self,
@@ -607,9 +608,20 @@ impl Broker {
         epoch: i16,
         commit: bool,
     ) -> Result<bool, skiff_protocol::ErrorCode> {
-        self.txns
-            .end(transactional_id, producer_id, epoch, commit, now_ms())
-            .map(|planned| planned.is_some())
+        let planned = self
+            .txns
+            .end(transactional_id, producer_id, epoch, commit, now_ms())?;
+        let Some((_, end)) = planned else {
+            return Ok(false);
+        };
+        if self.cluster.is_some() {
+            self.txns.start_ending(transactional_id);
+            if let Some(end) = end {
+                crate::cluster::block_on(self.txns.wait_durable(end))
+                    .map_err(|_| skiff_protocol::ErrorCode::UNKNOWN_SERVER_ERROR)??;
+            }
+        }
+        Ok(true)
     }
 
     /// Hands out a fresh producer ID (never one handed out before, across restarts).

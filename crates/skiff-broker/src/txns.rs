@@ -106,9 +106,15 @@ impl TransactionCoordinator {
         count
     }
 
-    /// Cluster mode: forgets the transactions of a shard this broker no longer owns.
+    /// Cluster mode: forgets the transactions of a shard this broker no longer owns, and that
+    /// their ends were being carried out here (an end still running fails its completion; when
+    /// the shard comes back its ends are taken up again).
     pub fn unload_shard(&self, owned: impl Fn(&str) -> bool) {
-        self.lock().state.unload_shard(owned);
+        self.lock().state.unload_shard(&owned);
+        self.ending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|id| !owned(id));
     }
 
     /// Marks the end of `transactional_id` as being carried out.

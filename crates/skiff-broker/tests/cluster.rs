@@ -1606,3 +1606,63 @@ async fn offsets_of_a_topic_deleted_while_unowned_are_dropped_at_load() {
     assert_eq!(fetch_offset(&mut c, group).await, (0, -1));
     cluster.stop_all().await;
 }
+
+/// An end whose prepare its coordinator persisted before dying (no marker written): the
+/// successor that loads the shard carries it out, and a retried EndTxn succeeds once it is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_end_prepared_by_a_dead_coordinator_is_finished_by_its_successor() {
+    let Some(cluster) = TestCluster::start("interrupted-end", 3, false).await else {
+        return;
+    };
+    wait_for_brokers(&cluster, 1, &[1, 2, 3]).await;
+    wait_for_shards(&cluster, 3).await;
+    let topic = "interrupted";
+    let mut c = cluster.client(1).await;
+    create_topic(&mut c, topic, 1).await;
+    let leader = wait_for_topic(&cluster, topic, 1).await[0][0];
+    let tid = "interrupted-end";
+    let coordinator = try_find(&cluster, 1, 1, tid).await.expect("coordinator");
+    let mut at_coordinator = cluster.client(coordinator).await;
+    let ids = init(&mut at_coordinator, tid, 60_000).await;
+    assert_eq!(add_partition(&mut at_coordinator, tid, ids, topic).await, 0);
+    let mut at_leader = cluster.client(leader).await;
+    let batch = txn_batch(ids, 0, &[b"kept"]);
+    assert_eq!(
+        produce_txn(&mut at_leader, Some(tid), topic, batch).await,
+        (0, 0)
+    );
+    let running = cluster.node(coordinator).running.as_ref().expect("running");
+    assert_eq!(
+        running
+            .broker
+            .prepare_transaction_end(tid, ids.0, ids.1, true),
+        Ok(true)
+    );
+    let (_db, _successor) = lapse_and_take_over(&cluster, coordinator, tid).await;
+    eventually("the successor finishes the commit", || {
+        let cluster = &cluster;
+        async move {
+            let Ok(node) = try_find(cluster, 1, 1, tid).await else {
+                return false;
+            };
+            let mut c = cluster.client(node).await;
+            end(&mut c, tid, ids, true).await == 0
+        }
+    })
+    .await;
+    eventually("read_committed sees the committed record", || {
+        let cluster = &cluster;
+        async move {
+            let Some(&leader) = leaders(cluster, 1, topic).await.first() else {
+                return false;
+            };
+            let mut c = cluster.client(leader).await;
+            let p = fetch(&mut c, topic, 0, true).await;
+            p.error_code == 0
+                && p.last_stable_offset == 2
+                && contents(&p) == (vec![(0, b"kept".to_vec())], vec![1])
+        }
+    })
+    .await;
+    cluster.stop_all().await;
+}
