@@ -441,6 +441,7 @@ pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) 
     };
     if let Some((cluster, offsets)) = staged {
         let (producer_id, epoch) = (request.producer_id, request.producer_epoch);
+        let broker = Arc::clone(broker);
         return Reply::Later(Box::pin(async move {
             let offsets: Vec<_> = offsets
                 .into_iter()
@@ -453,26 +454,35 @@ pub fn txn_offset_commit(ctx: &RequestContext, request: TxnOffsetCommitRequest) 
                     commit_ms: now,
                 })
                 .collect();
-            let staged = skiff_cluster::txn_offsets::stage(
-                &cluster.db,
-                &group_id,
-                producer_id,
-                epoch,
-                &offsets,
-            )
-            .await;
             let partitions: std::collections::BTreeSet<(&str, i32)> = offsets
                 .iter()
                 .map(|o| (o.topic.as_str(), o.partition))
                 .collect();
+            let stage = || {
+                skiff_cluster::txn_offsets::stage(
+                    &cluster.db,
+                    &group_id,
+                    producer_id,
+                    epoch,
+                    &offsets,
+                )
+            };
+            let mut staged = stage().await;
+            if staged
+                .as_ref()
+                .is_ok_and(|written| (*written as usize) < partitions.len())
+            {
+                // An earlier commit's offsets for these partitions wait to be applied to the
+                // group (this broker is its coordinator): apply them, then stage again.
+                crate::txn_end::apply_committed_offsets(&broker).await;
+                staged = stage().await;
+            }
             respond(match staged {
                 Ok(written) if written as usize == partitions.len() => ErrorCode::NONE,
-                // An earlier commit's offsets for these partitions wait to be applied to the
-                // group first (moments): the client retries.
-                Ok(_) => {
-                    cluster.txn_offsets_committed.notify_one();
-                    ErrorCode::CONCURRENT_TRANSACTIONS
-                }
+                // Still refused: a newer epoch of this producer staged offsets here (this one
+                // is a zombie), or the earlier offsets could not be applied yet; the client
+                // retries, and a zombie's transaction fails at its end.
+                Ok(_) => ErrorCode::CONCURRENT_TRANSACTIONS,
                 Err(e) => {
                     tracing::warn!(error = %e, group = %group_id, "staging transactional offsets failed");
                     ErrorCode::KAFKA_STORAGE_ERROR
