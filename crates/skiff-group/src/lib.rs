@@ -1,6 +1,7 @@
 //! `skiff-group` owns group coordination as deterministic state machines: KIP-848 consumer
-//! groups with KIP-1082 client-chosen member IDs (`consumer`), classic JoinGroup/SyncGroup groups
-//! (`classic`), and committed offsets (`offsets`).
+//! groups with KIP-1082 client-chosen member IDs (`consumer`), KIP-932 share group membership
+//! and assignment (`share`), classic JoinGroup/SyncGroup groups (`classic`), and committed
+//! offsets (`offsets`).
 //!
 //! Nothing here does I/O or reads a clock: every operation takes `now_ms`, timers are exposed as
 //! deadlines, and every change to persistent state bumps a counter so the broker knows when to
@@ -9,6 +10,7 @@
 pub mod classic;
 pub mod consumer;
 pub mod offsets;
+pub mod share;
 pub mod types;
 
 pub use offsets::{CommittedOffset, OffsetKey, OffsetStore};

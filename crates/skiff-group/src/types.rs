@@ -1,4 +1,4 @@
-//! Types shared by the consumer-group and classic-group state machines.
+//! Types shared by the consumer-group, share-group and classic-group state machines.
 
 use std::collections::BTreeMap;
 
@@ -45,6 +45,29 @@ pub struct GroupConfig {
     pub consumer_max_size: usize,
     /// `group.consumer.assignors`: the first is the default (`uniform`).
     pub consumer_assignors: Vec<String>,
+    /// `group.share.session.timeout.ms` (45 s): a KIP-932 share group member that sends no
+    /// heartbeat for this long is removed.
+    pub share_session_timeout_ms: i64,
+    /// `group.share.heartbeat.interval.ms` (5 s): the interval share group members are told
+    /// to heartbeat at.
+    pub share_heartbeat_interval_ms: i64,
+    /// `group.share.min.session.timeout.ms` (45 s): the lowest group-level
+    /// `share.session.timeout.ms` override.
+    pub share_min_session_timeout_ms: i64,
+    /// `group.share.max.session.timeout.ms` (60 s): the highest group-level override.
+    pub share_max_session_timeout_ms: i64,
+    /// `group.share.min.heartbeat.interval.ms` (5 s): the lowest group-level
+    /// `share.heartbeat.interval.ms` override.
+    pub share_min_heartbeat_interval_ms: i64,
+    /// `group.share.max.heartbeat.interval.ms` (15 s): the highest group-level override.
+    pub share_max_heartbeat_interval_ms: i64,
+    /// `group.share.max.size` (200; Kafka accepts 1 to 1000).
+    pub share_max_size: usize,
+    /// `group.share.initialize.retry.interval.ms` (30 s, an internal Kafka config): how long a
+    /// request to initialize share-partition state may stay unanswered before the coordinator
+    /// asks again. Kafka uses at least `offsets.commit.timeout.ms` (5 s); so does the broker
+    /// that sets this.
+    pub share_initialize_retry_interval_ms: i64,
     /// `group.classic.min.session.timeout.ms` / `group.min.session.timeout.ms` (6 s).
     pub classic_min_session_timeout_ms: i64,
     /// `group.max.session.timeout.ms` (30 min).
@@ -66,6 +89,14 @@ impl Default for GroupConfig {
             consumer_max_heartbeat_interval_ms: 15_000,
             consumer_max_size: i32::MAX as usize,
             consumer_assignors: vec!["uniform".into(), "range".into()],
+            share_session_timeout_ms: 45_000,
+            share_heartbeat_interval_ms: 5_000,
+            share_min_session_timeout_ms: 45_000,
+            share_max_session_timeout_ms: 60_000,
+            share_min_heartbeat_interval_ms: 5_000,
+            share_max_heartbeat_interval_ms: 15_000,
+            share_max_size: 200,
+            share_initialize_retry_interval_ms: 30_000,
             classic_min_session_timeout_ms: 6_000,
             classic_max_session_timeout_ms: 1_800_000,
             classic_initial_rebalance_delay_ms: 3_000,
@@ -79,6 +110,10 @@ impl GroupConfig {
     pub const CONSUMER_SESSION_TIMEOUT_MS: &'static str = "consumer.session.timeout.ms";
     /// Group-level config key for the KIP-848 heartbeat interval.
     pub const CONSUMER_HEARTBEAT_INTERVAL_MS: &'static str = "consumer.heartbeat.interval.ms";
+    /// Group-level config key for the KIP-932 share group session timeout.
+    pub const SHARE_SESSION_TIMEOUT_MS: &'static str = "share.session.timeout.ms";
+    /// Group-level config key for the KIP-932 share group heartbeat interval.
+    pub const SHARE_HEARTBEAT_INTERVAL_MS: &'static str = "share.heartbeat.interval.ms";
 
     /// The bounds a group-level `consumer.session.timeout.ms` must lie within: the broker's
     /// `group.consumer.min/max.session.timeout.ms`, widened to include the broker's own
@@ -103,6 +138,26 @@ impl GroupConfig {
         )
     }
 
+    /// The bounds of a group-level `share.session.timeout.ms`, as for consumer groups.
+    pub fn share_session_timeout_bounds(&self) -> (i64, i64) {
+        (
+            self.share_min_session_timeout_ms
+                .min(self.share_session_timeout_ms),
+            self.share_max_session_timeout_ms
+                .max(self.share_session_timeout_ms),
+        )
+    }
+
+    /// The bounds of a group-level `share.heartbeat.interval.ms`, as for consumer groups.
+    pub fn share_heartbeat_interval_bounds(&self) -> (i64, i64) {
+        (
+            self.share_min_heartbeat_interval_ms
+                .min(self.share_heartbeat_interval_ms),
+            self.share_max_heartbeat_interval_ms
+                .max(self.share_heartbeat_interval_ms),
+        )
+    }
+
     /// This config with a group's overrides (Kafka's group config keys) applied: the keys the
     /// coordinator acts on replace the broker's values; other keys are ignored.
     pub fn with_overrides<'a>(
@@ -117,6 +172,8 @@ impl GroupConfig {
             match key {
                 Self::CONSUMER_SESSION_TIMEOUT_MS => config.consumer_session_timeout_ms = v,
                 Self::CONSUMER_HEARTBEAT_INTERVAL_MS => config.consumer_heartbeat_interval_ms = v,
+                Self::SHARE_SESSION_TIMEOUT_MS => config.share_session_timeout_ms = v,
+                Self::SHARE_HEARTBEAT_INTERVAL_MS => config.share_heartbeat_interval_ms = v,
                 _ => {}
             }
         }

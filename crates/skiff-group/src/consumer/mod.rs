@@ -42,7 +42,14 @@ use skiff_protocol::{ByteString, Uuid};
 use crate::types::{GroupConfig, GroupError, TopicsImage};
 
 pub use member::{Assignment, ConsumerMember, MemberState};
-pub use snapshot::{ConsumerGroupSnapshot, MemberSnapshot};
+pub use snapshot::{
+    ConsumerGroupSnapshot, MemberSnapshot, SubscribedTopicSnapshot, TopicAssignmentSnapshot,
+};
+
+// Shared with the share-group module.
+pub(crate) use snapshot::{
+    assignment_from_snapshot, assignment_to_snapshot, from_halves, to_halves,
+};
 
 use reconcile::{ReconcileInput, reconcile};
 
@@ -105,7 +112,7 @@ enum TimerKind {
 }
 
 /// Java's `String.trim().isEmpty()`: only characters <= U+0020.
-fn is_blank(s: &str) -> bool {
+pub(crate) fn is_blank(s: &str) -> bool {
     s.chars().all(|c| c <= ' ')
 }
 

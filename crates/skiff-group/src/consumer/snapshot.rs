@@ -10,13 +10,13 @@ use super::member::{Assignment, ConsumerMember, MemberState};
 use super::{ConsumerGroup, TimerKind};
 
 /// A topic ID as Kafka's two 64-bit halves (serde has no u128 in every format).
-type UuidHalves = [u64; 2];
+pub(crate) type UuidHalves = [u64; 2];
 
-fn to_halves(id: Uuid) -> UuidHalves {
+pub(crate) fn to_halves(id: Uuid) -> UuidHalves {
     [id.most_significant_bits(), id.least_significant_bits()]
 }
 
-fn from_halves(halves: UuidHalves) -> Uuid {
+pub(crate) fn from_halves(halves: UuidHalves) -> Uuid {
     Uuid::from_halves(halves[0], halves[1])
 }
 
@@ -27,7 +27,7 @@ pub struct TopicAssignmentSnapshot {
     pub partitions: Vec<i32>,
 }
 
-fn assignment_to_snapshot(assignment: &Assignment) -> Vec<TopicAssignmentSnapshot> {
+pub(crate) fn assignment_to_snapshot(assignment: &Assignment) -> Vec<TopicAssignmentSnapshot> {
     assignment
         .iter()
         .map(|(topic, partitions)| TopicAssignmentSnapshot {
@@ -37,7 +37,7 @@ fn assignment_to_snapshot(assignment: &Assignment) -> Vec<TopicAssignmentSnapsho
         .collect()
 }
 
-fn assignment_from_snapshot(topics: &[TopicAssignmentSnapshot]) -> Assignment {
+pub(crate) fn assignment_from_snapshot(topics: &[TopicAssignmentSnapshot]) -> Assignment {
     let mut assignment = Assignment::new();
     for topic in topics {
         if !topic.partitions.is_empty() {
