@@ -1357,6 +1357,43 @@ async fn fetch_stable(
     }
 }
 
+/// Commits `tid`'s transaction through whichever broker coordinates it now, retrying until a
+/// coordinator answers success (a successor loads the shard, or finishes an end first).
+async fn commit_through_coordinator(cluster: &TestCluster, tid: &str, ids: (i64, i16)) {
+    eventually("the transaction's coordinator commits it", || async move {
+        let Ok(node) = try_find(cluster, 1, 1, tid).await else {
+            return false;
+        };
+        let mut c = cluster.client(node).await;
+        end(&mut c, tid, ids, true).await == 0
+    })
+    .await;
+}
+
+/// A read_committed fetch of partition 0 from offset 0 through its current leader, once one
+/// succeeds and satisfies `done`.
+async fn read_committed_through_leader(
+    cluster: &TestCluster,
+    topic: &str,
+    done: impl Fn(&skiff_protocol::generated::fetch_response::PartitionData) -> bool,
+) -> skiff_protocol::generated::fetch_response::PartitionData {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        if let Some(&leader) = leaders(cluster, 1, topic).await.first() {
+            let mut c = cluster.client(leader).await;
+            let p = fetch(&mut c, topic, 0, true).await;
+            if p.error_code == 0 && done(&p) {
+                return p;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "read_committed never saw what was expected"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Transactions across brokers: a transactional ID's coordinator is its shard's owner (the
 /// others refuse it); records produced to the partition's leader stay invisible to
 /// read_committed (the last stable offset holds) until the coordinator's commit marker, and an
@@ -1471,32 +1508,12 @@ async fn transactions_span_brokers_and_move_with_their_coordinator() {
         .contains(&stale),
         "a stale coordinator ended a transaction: {stale}"
     );
-    eventually("the successor commits the open transaction", || {
-        let cluster = &cluster;
-        async move {
-            let Ok(node) = try_find(cluster, 1, 1, tid).await else {
-                return false;
-            };
-            let mut c = cluster.client(node).await;
-            end(&mut c, tid, ids, true).await == 0
-        }
+    commit_through_coordinator(&cluster, tid, ids).await;
+    let read = read_committed_through_leader(&cluster, topic, |p| {
+        p.last_stable_offset == p.high_watermark && contents(p).0.iter().any(|(_, v)| v == b"late")
     })
     .await;
-    eventually("read_committed sees the late record", || {
-        let cluster = &cluster;
-        async move {
-            let Some(&leader) = leaders(cluster, 1, topic).await.first() else {
-                return false;
-            };
-            let mut c = cluster.client(leader).await;
-            let p = fetch(&mut c, topic, 0, true).await;
-            let (data, _) = contents(&p);
-            p.error_code == 0
-                && p.last_stable_offset == p.high_watermark
-                && data.iter().any(|(_, v)| v == b"late")
-        }
-    })
-    .await;
+    assert_eq!(read.error_code, 0);
     cluster.stop_all().await;
 }
 
@@ -1639,29 +1656,9 @@ async fn an_end_prepared_by_a_dead_coordinator_is_finished_by_its_successor() {
         Ok(true)
     );
     let (_db, _successor) = lapse_and_take_over(&cluster, coordinator, tid).await;
-    eventually("the successor finishes the commit", || {
-        let cluster = &cluster;
-        async move {
-            let Ok(node) = try_find(cluster, 1, 1, tid).await else {
-                return false;
-            };
-            let mut c = cluster.client(node).await;
-            end(&mut c, tid, ids, true).await == 0
-        }
-    })
-    .await;
-    eventually("read_committed sees the committed record", || {
-        let cluster = &cluster;
-        async move {
-            let Some(&leader) = leaders(cluster, 1, topic).await.first() else {
-                return false;
-            };
-            let mut c = cluster.client(leader).await;
-            let p = fetch(&mut c, topic, 0, true).await;
-            p.error_code == 0
-                && p.last_stable_offset == 2
-                && contents(&p) == (vec![(0, b"kept".to_vec())], vec![1])
-        }
+    commit_through_coordinator(&cluster, tid, ids).await;
+    read_committed_through_leader(&cluster, topic, |p| {
+        p.last_stable_offset == 2 && contents(p) == (vec![(0, b"kept".to_vec())], vec![1])
     })
     .await;
     cluster.stop_all().await;
