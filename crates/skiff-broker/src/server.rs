@@ -384,12 +384,20 @@ async fn group_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
 }
 
 /// Aborts transactions past their timeout; in cluster mode also applies the transactional
-/// offsets handed to the groups this broker coordinates.
+/// offsets handed to the groups this broker coordinates (when announced, and every
+/// [`crate::txns::SWEEP_INTERVAL_MS`] for what no announcement reported) and closes hanging
+/// transactions.
 async fn txn_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_millis(
         crate::txns::TIMEOUT_CHECK_INTERVAL_MS,
     ));
     let cluster = broker.cluster().cloned();
+    let sweep_ms = cluster
+        .as_ref()
+        .map_or(crate::txns::SWEEP_INTERVAL_MS, |c| {
+            crate::txns::SWEEP_INTERVAL_MS.min(c.config.hanging_txn_ms / 2)
+        });
+    let mut sweep = tokio::time::interval(Duration::from_millis(sweep_ms.max(1)));
     loop {
         // A wake-up while busy is kept (`notify_one` leaves a permit).
         let handed = async {
@@ -399,8 +407,9 @@ async fn txn_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
             }
         };
         tokio::select! {
-            _ = tick.tick() => {
-                crate::txn_end::tick(&broker).await;
+            _ = tick.tick() => crate::txn_end::tick(&broker).await,
+            _ = sweep.tick(), if cluster.is_some() => {
+                crate::txn_end::sweep_hanging(&broker).await;
                 crate::txn_end::apply_committed_offsets(&broker).await;
             }
             _ = handed => crate::txn_end::apply_committed_offsets(&broker).await,

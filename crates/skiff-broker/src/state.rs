@@ -151,6 +151,10 @@ impl crate::cluster::Host for Broker {
             }
         }
         tracing::debug!(shard, groups, txns, "groups and transactions loaded");
+        if let Some(cluster) = &self.cluster {
+            // Transactional offsets handed to these groups while nobody held them.
+            cluster.txn_offsets_committed.notify_one();
+        }
     }
 
     fn mirror_document(&self, name: &str, body: &[u8]) {

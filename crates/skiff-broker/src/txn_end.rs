@@ -177,8 +177,7 @@ pub async fn finish_detached(broker: Arc<Broker>, plan: EndPlan) -> Result<(), E
 
 /// Aborts timed-out transactions; forgets transactional IDs idle past their expiration. In
 /// cluster mode also carries out the ends of the shards this broker loaded (or whose end
-/// failed) that no task is carrying out, and closes hanging transactions
-/// ([`sweep_hanging`]).
+/// failed) that no task is carrying out.
 pub async fn tick(broker: &Arc<Broker>) {
     let now = now_ms();
     let (plans, expired) = {
@@ -223,13 +222,6 @@ pub async fn tick(broker: &Arc<Broker>) {
                 });
             }
         }
-        let hanging_ms = broker.cluster().map_or(i64::MAX, |c| {
-            i64::try_from(c.config.hanging_txn_ms).unwrap_or(i64::MAX)
-        });
-        let interval = crate::txns::SWEEP_INTERVAL_MS.min(hanging_ms / 2);
-        if broker.txns.sweep_due(now, interval) {
-            sweep_hanging(broker, now).await;
-        }
     }
 }
 
@@ -244,7 +236,8 @@ const ORPHAN_GRACE_MS: i64 = 60_000;
 /// coordinator's decision (commit after CompleteCommit, abort otherwise; nothing while it is
 /// ending or still has the partition in progress); a producer no coordinator here knows is
 /// aborted once its transaction is older than the longest timeout allowed.
-async fn sweep_hanging(broker: &Arc<Broker>, now: i64) {
+pub async fn sweep_hanging(broker: &Arc<Broker>) {
+    let now = now_ms();
     let Some(cluster) = broker.cluster().cloned() else {
         return;
     };
@@ -313,7 +306,7 @@ pub async fn apply_committed_offsets(broker: &Arc<Broker>) {
     let Some(cluster) = broker.cluster().cloned() else {
         return;
     };
-    let rows = match skiff_cluster::txn_offsets::committed(&cluster.db, None).await {
+    let rows = match skiff_cluster::txn_offsets::committed(&cluster.db).await {
         Ok(rows) => rows,
         Err(e) => {
             tracing::debug!(error = %e, "reading committed transactional offsets failed");

@@ -9,7 +9,6 @@
 //! while holding the coordinator's.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use anyhow::Result;
@@ -48,13 +47,12 @@ pub struct TransactionCoordinator {
     durable: Option<Arc<dyn Durable>>,
     /// The transactional IDs whose end a task is carrying out now.
     ending: Mutex<HashSet<String>>,
-    /// When hanging transactions were last looked for (cluster mode).
-    swept_ms: AtomicI64,
 }
 
 /// How often cluster mode looks for hanging transactions (at most; or at half
-/// `cluster.transaction.hanging.ms`).
-pub const SWEEP_INTERVAL_MS: i64 = 10_000;
+/// `cluster.transaction.hanging.ms`), and for transactional offsets handed to its groups that
+/// no announcement reported.
+pub const SWEEP_INTERVAL_MS: u64 = 10_000;
 
 impl TransactionCoordinator {
     /// Restores every transactional ID from an opened store.
@@ -76,7 +74,6 @@ impl TransactionCoordinator {
             }),
             durable,
             ending: Mutex::default(),
-            swept_ms: AtomicI64::new(0),
         })
     }
 
@@ -131,17 +128,6 @@ impl TransactionCoordinator {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .contains(transactional_id)
-    }
-
-    /// Whether the sweep of hanging transactions is due (every `interval_ms`); if so, it
-    /// counts as done now.
-    pub fn sweep_due(&self, now_ms: i64, interval_ms: i64) -> bool {
-        let last = self.swept_ms.load(Ordering::Relaxed);
-        now_ms.saturating_sub(last) >= interval_ms
-            && self
-                .swept_ms
-                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
     }
 
     /// The end of `transactional_id` is no longer being carried out.

@@ -1357,6 +1357,37 @@ async fn fetch_stable(
     }
 }
 
+/// DescribeTransactions of one transactional ID: (error code, state).
+async fn described_transaction(c: &mut Client, tid: &str) -> (i16, String) {
+    let request = skiff_protocol::generated::DescribeTransactionsRequest {
+        transactional_ids: vec![tid.into()],
+        ..Default::default()
+    };
+    match c.call(request, 0).await {
+        Response::DescribeTransactions(r) => {
+            let state = &r.transaction_states[0];
+            (state.error_code, state.transaction_state.to_string())
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// ListTransactions without filters: the transactional IDs a broker coordinates.
+async fn listed_transactions(c: &mut Client) -> Vec<String> {
+    let request = skiff_protocol::generated::ListTransactionsRequest {
+        duration_filter: -1,
+        ..Default::default()
+    };
+    match c.call(request, 1).await {
+        Response::ListTransactions(r) => r
+            .transaction_states
+            .iter()
+            .map(|t| t.transactional_id.to_string())
+            .collect(),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
 /// Commits `tid`'s transaction through whichever broker coordinates it now, retrying until a
 /// coordinator answers success (a successor loads the shard, or finishes an end first).
 async fn commit_through_coordinator(cluster: &TestCluster, tid: &str, ids: (i64, i16)) {
@@ -1442,6 +1473,17 @@ async fn transactions_span_brokers_and_move_with_their_coordinator() {
     assert_eq!((open.high_watermark, open.last_stable_offset), (2, 0));
     assert_eq!(latest(&mut at_leader, topic, true).await, 0);
     assert_eq!(latest(&mut at_leader, topic, false).await, 2);
+    // The admin views: the coordinator describes and lists it; another broker names no state.
+    assert_eq!(
+        described_transaction(&mut at_coordinator, tid).await,
+        (0, "Ongoing".to_string())
+    );
+    assert_eq!(listed_transactions(&mut at_coordinator).await, vec![tid]);
+    assert_eq!(
+        described_transaction(&mut wrong, tid).await.0,
+        error_codes::NOT_COORDINATOR
+    );
+    assert!(listed_transactions(&mut wrong).await.is_empty());
     assert_eq!(end(&mut at_coordinator, tid, ids, true).await, 0);
     let committed = fetch_stable(&mut at_leader, topic, 3).await;
     let (data, markers) = contents(&committed);

@@ -145,23 +145,18 @@ pub async fn end(
     Ok(total)
 }
 
-/// The committed offsets not applied yet of `groups` (`None`: of every group), as (group,
-/// producer ID, offset): by group, then oldest `commit_ms` first (applied in this order, a
-/// later commit of the same partition wins).
-pub async fn committed(
-    db: &Db,
-    groups: Option<&[String]>,
-) -> Result<Vec<(String, i64, TxnOffset)>, DbError> {
+/// The committed offsets not applied yet, of every group, as (group, producer ID, offset): by
+/// group, then oldest `commit_ms` first (applied in this order, a later commit of the same
+/// partition wins). The broker applies those of the groups it coordinates.
+pub async fn committed(db: &Db) -> Result<Vec<(String, i64, TxnOffset)>, DbError> {
     let client = db.client().await?;
-    let every = groups.is_none();
-    let groups = groups.unwrap_or_default();
     let rows = client
         .query(
             "SELECT group_id, producer_id, topic, partition, committed_offset, leader_epoch,
                 metadata, commit_ms
-             FROM txn_offsets WHERE committed AND ($2 OR group_id = ANY($1))
+             FROM txn_offsets WHERE committed
              ORDER BY group_id, commit_ms, producer_id, topic, partition",
-            &[&groups, &every],
+            &[],
         )
         .await?;
     rows.iter()

@@ -67,6 +67,22 @@ struct Sent {
     batch: BatchInfo,
 }
 
+/// Producer `p`'s batch of `count` records from sequence `seq` at `epoch`.
+fn sent_batch(p: usize, epoch: i16, seq: i32, count: i32, txn: TxnKind) -> BatchInfo {
+    BatchInfo {
+        byte_offset: 0,
+        byte_size: 10,
+        record_count: count,
+        producer_id: p as i64,
+        producer_epoch: epoch,
+        base_sequence: seq,
+        last_sequence: seq + count - 1,
+        max_timestamp: 0,
+        log_append_time: false,
+        txn,
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(400))]
     #[test]
@@ -89,18 +105,7 @@ proptest! {
             match op {
                 Op::Send { p, broker, partition, count } => {
                     let seq = next_seq.entry((p, partition)).or_insert(0);
-                    let batch = BatchInfo {
-                        byte_offset: 0,
-                        byte_size: 10,
-                        record_count: count,
-                        producer_id: p as i64,
-                        producer_epoch: epoch[p],
-                        base_sequence: *seq,
-                        last_sequence: *seq + count - 1,
-                        max_timestamp: 0,
-                        log_append_time: false,
-                        txn: TxnKind::None,
-                    };
+                    let batch = sent_batch(p, epoch[p], *seq, count, TxnKind::None);
                     *seq += count;
                     let s = Sent { partition, batch };
                     sent[p].push(s);
@@ -256,18 +261,8 @@ proptest! {
             match op {
                 TxnOp::Send { p, broker, partition, count } => {
                     let seq = next_seq.entry((p, partition)).or_insert(0);
-                    let batch = BatchInfo {
-                        byte_offset: 0,
-                        byte_size: 10,
-                        record_count: count,
-                        producer_id: p as i64,
-                        producer_epoch: epoch[p],
-                        base_sequence: *seq,
-                        last_sequence: *seq + count - 1,
-                        max_timestamp: 0,
-                        log_append_time: false,
-                        txn: if p % 2 == 0 { TxnKind::Data } else { TxnKind::None },
-                    };
+                    let kind = if p % 2 == 0 { TxnKind::Data } else { TxnKind::None };
+                    let batch = sent_batch(p, epoch[p], *seq, count, kind);
                     *seq += count;
                     let a = Append { key: key(partition), batches: vec![batch] };
                     sent[p].push(a.clone());
@@ -285,16 +280,9 @@ proptest! {
                     }
                     for partition in 0..PARTITIONS {
                         let marker = BatchInfo {
-                            byte_offset: 0,
-                            byte_size: 10,
-                            record_count: 1,
-                            producer_id: p as i64,
-                            producer_epoch: epoch[p],
                             base_sequence: -1,
                             last_sequence: -1,
-                            max_timestamp: 0,
-                            log_append_time: false,
-                            txn: TxnKind::Marker { commit },
+                            ..sent_batch(p, epoch[p], 0, 1, TxnKind::Marker { commit })
                         };
                         buffers[broker].push(Append { key: key(partition), batches: vec![marker] });
                     }

@@ -332,7 +332,11 @@ pub async fn read(
     };
     let found: Vec<FoundBatch> = found.into_iter().filter(|b| b.base_offset < upto).collect();
     let batches = load(cluster, &found, log_append_time).await?;
-    let aborted = if read_committed && batches.iter().any(|b| is_transactional(b)) {
+    let aborted = if read_committed
+        && batches
+            .iter()
+            .any(|b| skiff_records::BatchHeader::parse(b).is_ok_and(|h| h.is_transactional()))
+    {
         let aborted = skiff_cluster::log::aborted_transactions(&cluster.db, key, offset, upto)
             .await
             .map_err(storage_error)?;
@@ -347,12 +351,6 @@ pub async fn read(
         last_stable: known.last_stable,
         aborted,
     })
-}
-
-/// Whether a batch's attributes (big-endian bytes 21-22 of its header) say it is
-/// transactional (bit 4, in the low byte).
-fn is_transactional(batch: &[u8]) -> bool {
-    batch.get(22).is_some_and(|low| low & 0x10 != 0)
 }
 
 /// The bytes of `batches`, offsets written in, from the cache or the object store (one ranged

@@ -178,6 +178,7 @@ async fn listen(broker: Arc<dyn Host>, cluster: Arc<Cluster>, mut shutdown: watc
                     let _ = sync_metadata(broker.as_ref(), &cluster).await;
                     refresh_live(&cluster).await;
                     cluster.notify_commit();
+                    cluster.txn_offsets_committed.notify_one();
                     loop {
                         let message = tokio::select! {
                             m = messages.next() => m,
