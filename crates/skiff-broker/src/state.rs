@@ -593,7 +593,36 @@ impl Broker {
         {
             return None;
         }
+        // KIP-932 share groups: membership only, single node only, and only when asked for
+        // (`group.share.enable`) while ShareFetch/ShareAcknowledge are not built.
+        if (!self.config.share_groups_enabled || self.cluster.is_some())
+            && matches!(
+                api,
+                ApiKey::ShareGroupHeartbeat | ApiKey::ShareGroupDescribe
+            )
+        {
+            return None;
+        }
         crate::versions::supported_versions(api)
+    }
+
+    /// Test support: the share partitions of `group_id` that have persisted state, as
+    /// (topic ID, partition, start offset, state epoch), in order.
+    #[doc(hidden)]
+    pub fn share_partition_states(&self, group_id: &str) -> Vec<(Uuid, i32, i64, i32)> {
+        self.groups
+            .share_partitions_of(group_id)
+            .into_iter()
+            .filter_map(|key| {
+                let state = self.groups.share_partition_state(&key)?;
+                Some((
+                    key.topic_id,
+                    key.partition,
+                    state.start_offset,
+                    state.state_epoch,
+                ))
+            })
+            .collect()
     }
 
     fn topics_changed(&self) {

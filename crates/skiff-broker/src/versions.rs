@@ -4,7 +4,8 @@
 use skiff_protocol::ApiKey;
 
 /// The request versions Skiff serves per API: exactly what ApiVersions advertises (less the
-/// telemetry APIs when `telemetry.enable = false`, see `Broker::serves`). An API not listed here
+/// telemetry APIs when `telemetry.enable = false` and the share group APIs unless
+/// `group.share.enable = true`, see `Broker::serves`). An API not listed here
 /// is not advertised, and a request for it gets UNSUPPORTED_VERSION.
 pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
     Some(match api_key {
@@ -25,6 +26,8 @@ pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::OffsetDelete => (0, 0),
         ApiKey::ConsumerGroupHeartbeat => (0, 1),
         ApiKey::ConsumerGroupDescribe => (0, 1),
+        ApiKey::ShareGroupHeartbeat => (1, 1),
+        ApiKey::ShareGroupDescribe => (1, 1),
         ApiKey::GetTelemetrySubscriptions => (0, 0),
         ApiKey::PushTelemetry => (0, 0),
         ApiKey::ListConfigResources => (0, 1),

@@ -288,8 +288,12 @@ async fn describe_shows_overrides_and_defaults_and_they_survive_a_restart() {
     let mut c = tb.client().await;
     let d = describe(&mut c, "g", true).await;
     assert_eq!(d.error_code, 0);
-    assert_eq!(d.configs.len(), 11, "every Kafka group key");
+    assert_eq!(d.configs.len(), 12, "every Kafka group key");
     assert_eq!(entry(&d, SESSION), ("45000".into(), SOURCE_DEFAULT));
+    assert_eq!(
+        entry(&d, "share.delivery.count.limit"),
+        ("5".into(), SOURCE_DEFAULT)
+    );
     assert_eq!(
         entry(&d, "share.auto.offset.reset"),
         ("latest".into(), SOURCE_DEFAULT)

@@ -68,6 +68,25 @@ pub struct GroupConfig {
     /// asks again. Kafka uses at least `offsets.commit.timeout.ms` (5 s); so does the broker
     /// that sets this.
     pub share_initialize_retry_interval_ms: i64,
+    /// `group.share.record.lock.duration.ms` (30 s; Kafka accepts 1 s to 1 h): how long a share
+    /// group member holds an acquired record.
+    pub share_record_lock_duration_ms: i64,
+    /// `group.share.min.record.lock.duration.ms` (15 s): the lowest group-level
+    /// `share.record.lock.duration.ms` override.
+    pub share_min_record_lock_duration_ms: i64,
+    /// `group.share.max.record.lock.duration.ms` (60 s): the highest group-level override.
+    pub share_max_record_lock_duration_ms: i64,
+    /// `group.share.delivery.count.limit` (5; Kafka accepts 2 to 10): deliveries of a record
+    /// before it is archived.
+    pub share_delivery_count_limit: i64,
+    /// `group.share.min.delivery.count.limit` (2): the lowest group-level
+    /// `share.delivery.count.limit` override (KIP-1240).
+    pub share_min_delivery_count_limit: i64,
+    /// `group.share.max.delivery.count.limit` (10): the highest group-level override.
+    pub share_max_delivery_count_limit: i64,
+    /// `group.share.partition.max.record.locks` (2000; Kafka accepts 100 to 10,000): records a
+    /// share partition keeps in flight at most.
+    pub share_partition_max_record_locks: i64,
     /// `group.classic.min.session.timeout.ms` / `group.min.session.timeout.ms` (6 s).
     pub classic_min_session_timeout_ms: i64,
     /// `group.max.session.timeout.ms` (30 min).
@@ -97,6 +116,13 @@ impl Default for GroupConfig {
             share_max_heartbeat_interval_ms: 15_000,
             share_max_size: 200,
             share_initialize_retry_interval_ms: 30_000,
+            share_record_lock_duration_ms: 30_000,
+            share_min_record_lock_duration_ms: 15_000,
+            share_max_record_lock_duration_ms: 60_000,
+            share_delivery_count_limit: 5,
+            share_min_delivery_count_limit: 2,
+            share_max_delivery_count_limit: 10,
+            share_partition_max_record_locks: 2_000,
             classic_min_session_timeout_ms: 6_000,
             classic_max_session_timeout_ms: 1_800_000,
             classic_initial_rebalance_delay_ms: 3_000,
@@ -114,6 +140,10 @@ impl GroupConfig {
     pub const SHARE_SESSION_TIMEOUT_MS: &'static str = "share.session.timeout.ms";
     /// Group-level config key for the KIP-932 share group heartbeat interval.
     pub const SHARE_HEARTBEAT_INTERVAL_MS: &'static str = "share.heartbeat.interval.ms";
+    /// Group-level config key for the KIP-932 record lock duration.
+    pub const SHARE_RECORD_LOCK_DURATION_MS: &'static str = "share.record.lock.duration.ms";
+    /// Group-level config key for the KIP-932 delivery count limit (KIP-1240).
+    pub const SHARE_DELIVERY_COUNT_LIMIT: &'static str = "share.delivery.count.limit";
 
     /// The bounds a group-level `consumer.session.timeout.ms` must lie within: the broker's
     /// `group.consumer.min/max.session.timeout.ms`, widened to include the broker's own
@@ -158,6 +188,26 @@ impl GroupConfig {
         )
     }
 
+    /// The bounds of a group-level `share.record.lock.duration.ms`, as for the session timeout.
+    pub fn share_record_lock_duration_bounds(&self) -> (i64, i64) {
+        (
+            self.share_min_record_lock_duration_ms
+                .min(self.share_record_lock_duration_ms),
+            self.share_max_record_lock_duration_ms
+                .max(self.share_record_lock_duration_ms),
+        )
+    }
+
+    /// The bounds of a group-level `share.delivery.count.limit`, as for the session timeout.
+    pub fn share_delivery_count_limit_bounds(&self) -> (i64, i64) {
+        (
+            self.share_min_delivery_count_limit
+                .min(self.share_delivery_count_limit),
+            self.share_max_delivery_count_limit
+                .max(self.share_delivery_count_limit),
+        )
+    }
+
     /// This config with a group's overrides (Kafka's group config keys) applied: the keys the
     /// coordinator acts on replace the broker's values; other keys are ignored.
     pub fn with_overrides<'a>(
@@ -174,6 +224,8 @@ impl GroupConfig {
                 Self::CONSUMER_HEARTBEAT_INTERVAL_MS => config.consumer_heartbeat_interval_ms = v,
                 Self::SHARE_SESSION_TIMEOUT_MS => config.share_session_timeout_ms = v,
                 Self::SHARE_HEARTBEAT_INTERVAL_MS => config.share_heartbeat_interval_ms = v,
+                Self::SHARE_RECORD_LOCK_DURATION_MS => config.share_record_lock_duration_ms = v,
+                Self::SHARE_DELIVERY_COUNT_LIMIT => config.share_delivery_count_limit = v,
                 _ => {}
             }
         }

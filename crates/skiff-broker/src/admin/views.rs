@@ -134,6 +134,8 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                     ));
                 }
             }
+            // Share group members have no client-instance view yet.
+            Group::Share(_) => {}
             Group::Classic(g) => {
                 for member in g.members() {
                     let id = member.member_id.to_string();

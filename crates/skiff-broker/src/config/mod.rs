@@ -127,6 +127,9 @@ pub struct BrokerConfig {
     /// `telemetry.enable`: serve KIP-714 client telemetry (GetTelemetrySubscriptions,
     /// PushTelemetry). On by default.
     pub telemetry_enabled: bool,
+    /// `group.share.enable`: serve KIP-932 share group membership (ShareGroupHeartbeat,
+    /// ShareGroupDescribe). Off by default while ShareFetch/ShareAcknowledge are not built.
+    pub share_groups_enabled: bool,
     /// `telemetry.max.bytes`: TelemetryMaxBytes given to clients (1 MiB).
     pub telemetry_max_bytes: i32,
     /// `telemetry.otlp.endpoint`: forward pushed metrics to this OTLP/HTTP collector.
@@ -163,6 +166,7 @@ impl Default for BrokerConfig {
             log_recovery: skiff_log::RecoveryMode::TornTail,
             admin_listen: None,
             telemetry_enabled: true,
+            share_groups_enabled: false,
             telemetry_max_bytes: 1024 * 1024,
             telemetry_otlp_endpoint: None,
             groups: skiff_group::GroupConfig::default(),
@@ -293,6 +297,9 @@ impl BrokerConfig {
         }
         if let Some(v) = entries.remove("telemetry.enable") {
             config.telemetry_enabled = parse_bool(&v, "telemetry.enable")?;
+        }
+        if let Some(v) = entries.remove("group.share.enable") {
+            config.share_groups_enabled = parse_bool(&v, "group.share.enable")?;
         }
         if let Some(v) = entries.remove("telemetry.max.bytes") {
             config.telemetry_max_bytes =
@@ -536,6 +543,7 @@ fn take_group_config(
     if let Some(v) = take("group.consumer.max.size", 1, i64::from(i32::MAX))? {
         groups.consumer_max_size = v as usize;
     }
+    take_share_group_config(&mut take, groups)?;
     if let Some(v) = take("group.min.session.timeout.ms", 1, i64::from(i32::MAX))? {
         groups.classic_min_session_timeout_ms = v;
     }
@@ -566,6 +574,129 @@ fn take_group_config(
     }
     if groups.classic_min_session_timeout_ms > groups.classic_max_session_timeout_ms {
         bail!("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms");
+    }
+    Ok(())
+}
+
+/// The `group.share.*` keys (KIP-932), with Kafka's ranges (`GroupCoordinatorConfig` and
+/// `ShareGroupConfig`). As for consumer groups, the session timeout and heartbeat interval must
+/// lie within their min/max bounds only when a bound is set.
+fn take_share_group_config(
+    take: &mut impl FnMut(&str, i64, i64) -> Result<Option<i64>>,
+    groups: &mut skiff_group::GroupConfig,
+) -> Result<()> {
+    let int_max = i64::from(i32::MAX);
+    let mut bounded = false;
+    {
+        let mut set = |key: &str, min: i64, max: i64, field: &mut i64, bound: bool| {
+            let value = take(key, min, max)?;
+            if let Some(v) = value {
+                *field = v;
+                bounded |= bound;
+            }
+            Ok::<(), anyhow::Error>(())
+        };
+        let g = &mut *groups;
+        set(
+            "group.share.session.timeout.ms",
+            1,
+            int_max,
+            &mut g.share_session_timeout_ms,
+            false,
+        )?;
+        set(
+            "group.share.heartbeat.interval.ms",
+            1,
+            int_max,
+            &mut g.share_heartbeat_interval_ms,
+            false,
+        )?;
+        set(
+            "group.share.min.session.timeout.ms",
+            1,
+            int_max,
+            &mut g.share_min_session_timeout_ms,
+            true,
+        )?;
+        set(
+            "group.share.max.session.timeout.ms",
+            1,
+            int_max,
+            &mut g.share_max_session_timeout_ms,
+            true,
+        )?;
+        set(
+            "group.share.min.heartbeat.interval.ms",
+            1,
+            int_max,
+            &mut g.share_min_heartbeat_interval_ms,
+            true,
+        )?;
+        set(
+            "group.share.max.heartbeat.interval.ms",
+            1,
+            int_max,
+            &mut g.share_max_heartbeat_interval_ms,
+            true,
+        )?;
+        set(
+            "group.share.record.lock.duration.ms",
+            1000,
+            3_600_000,
+            &mut g.share_record_lock_duration_ms,
+            false,
+        )?;
+        set(
+            "group.share.min.record.lock.duration.ms",
+            1000,
+            30_000,
+            &mut g.share_min_record_lock_duration_ms,
+            false,
+        )?;
+        set(
+            "group.share.max.record.lock.duration.ms",
+            30_000,
+            3_600_000,
+            &mut g.share_max_record_lock_duration_ms,
+            false,
+        )?;
+        set(
+            "group.share.delivery.count.limit",
+            2,
+            10,
+            &mut g.share_delivery_count_limit,
+            false,
+        )?;
+        set(
+            "group.share.partition.max.record.locks",
+            100,
+            10_000,
+            &mut g.share_partition_max_record_locks,
+            false,
+        )?;
+    }
+    if let Some(v) = take("group.share.max.size", 1, 1000)? {
+        groups.share_max_size = v as usize;
+    }
+    let g = &*groups;
+    if bounded {
+        if !(g.share_min_session_timeout_ms..=g.share_max_session_timeout_ms)
+            .contains(&g.share_session_timeout_ms)
+        {
+            bail!(
+                "group.share.session.timeout.ms must lie within group.share.min.session.timeout.ms and group.share.max.session.timeout.ms"
+            );
+        }
+        if !(g.share_min_heartbeat_interval_ms..=g.share_max_heartbeat_interval_ms)
+            .contains(&g.share_heartbeat_interval_ms)
+        {
+            bail!(
+                "group.share.heartbeat.interval.ms must lie within group.share.min.heartbeat.interval.ms and group.share.max.heartbeat.interval.ms"
+            );
+        }
+    }
+    if g.share_heartbeat_interval_ms >= g.share_session_timeout_ms {
+        bail!("group.share.heartbeat.interval.ms must be below group.share.session.timeout.ms");
     }
     Ok(())
 }
@@ -682,6 +813,68 @@ mod tests {
             config.kafka.get("num.partitions").map(String::as_str),
             Some("4")
         );
+    }
+
+    #[test]
+    fn share_group_keys_have_kafkas_defaults_and_ranges() {
+        let config = BrokerConfig::from_entries(BTreeMap::new()).expect("defaults");
+        assert!(!config.share_groups_enabled);
+        let g = &config.groups;
+        assert_eq!(
+            (
+                g.share_session_timeout_ms,
+                g.share_heartbeat_interval_ms,
+                g.share_record_lock_duration_ms,
+                g.share_delivery_count_limit,
+                g.share_partition_max_record_locks,
+                g.share_max_size,
+            ),
+            (45_000, 5_000, 30_000, 5, 2_000, 200)
+        );
+        let entries = flatten_toml(
+            "group.share.enable = true
+group.share.session.timeout.ms = 1500
+group.share.heartbeat.interval.ms = 500
+group.share.record.lock.duration.ms = 1000
+group.share.delivery.count.limit = 10
+group.share.partition.max.record.locks = 100
+group.share.max.size = 1000
+",
+        )
+        .expect("valid TOML");
+        let config = BrokerConfig::from_entries(entries).expect("valid");
+        assert!(config.share_groups_enabled);
+        let g = &config.groups;
+        assert_eq!(
+            (
+                g.share_session_timeout_ms,
+                g.share_heartbeat_interval_ms,
+                g.share_record_lock_duration_ms,
+                g.share_delivery_count_limit,
+                g.share_partition_max_record_locks,
+                g.share_max_size,
+            ),
+            (1_500, 500, 1_000, 10, 100, 1_000)
+        );
+        // The group-level bounds widen to the broker's own value.
+        assert_eq!(g.share_session_timeout_bounds(), (1_500, 60_000));
+        for (key, value) in [
+            ("group.share.enable", "yes"),
+            ("group.share.record.lock.duration.ms", "999"),
+            ("group.share.delivery.count.limit", "1"),
+            ("group.share.delivery.count.limit", "11"),
+            ("group.share.partition.max.record.locks", "10001"),
+            ("group.share.max.size", "1001"),
+            ("group.share.max.size", "0"),
+            ("group.share.heartbeat.interval.ms", "45000"),
+            ("group.share.min.session.timeout.ms", "50000"),
+        ] {
+            let entries = BTreeMap::from([(key.to_string(), value.to_string())]);
+            assert!(
+                BrokerConfig::from_entries(entries).is_err(),
+                "{key} = {value} accepted"
+            );
+        }
     }
 
     #[test]

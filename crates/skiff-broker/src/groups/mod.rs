@@ -1,7 +1,7 @@
-//! The group coordinator's home in the broker: the map of groups (KIP-848 consumer groups and
-//! classic groups share one namespace), committed offsets, their persistence in the internal
-//! key-value log, parked classic requests, and the timer that drives session and rebalance
-//! deadlines.
+//! The group coordinator's home in the broker: the map of groups (KIP-848 consumer groups,
+//! classic groups and KIP-932 share groups share one namespace), committed offsets, share-partition
+//! state ([`share`]), their persistence in the internal key-value log, parked classic requests,
+//! and the timer that drives session and rebalance deadlines.
 //!
 //! The state machines in `skiff-group` do the protocol work; this module holds them under one
 //! lock, writes a snapshot record whenever a group's persistent state changed, and turns their
@@ -10,6 +10,11 @@
 //! Group-level config overrides (Kafka's `GroupConfig` keys, set with IncrementalAlterConfigs on
 //! GROUP resources) live here too, one record per group under `c\0<group>`; every call into a
 //! group's state machine gets the broker's [`GroupConfig`] with that group's overrides applied.
+//!
+//! The records, by key prefix: `g\0<group>` a group's snapshot (consumer, classic or share),
+//! `o\0<group>\0<topic>\0<partition>` a committed offset, `c\0<group>` config overrides,
+//! `w\0<group>\0<member>` a member ID's owner (cluster mode), and
+//! `s\0<group>\0<topic ID>\0<partition>` a share partition's state (see [`share`]).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -21,10 +26,14 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use skiff_group::classic::{ClassicGroup, ClassicGroupSnapshot, ClassicResponse, Completion};
 use skiff_group::consumer::{ConsumerGroup, ConsumerGroupSnapshot};
+use skiff_group::share::{ShareGroup, ShareGroupSnapshot};
 use skiff_group::{CommittedOffset, GroupConfig, OffsetKey, OffsetStore, TopicsImage};
 use tokio::sync::{Notify, oneshot};
 
 pub mod requests;
+pub mod share;
+
+use share::{SHARE_STATE_PREFIX, SharePartitionKey};
 
 use crate::coordinator_store::{CoordinatorStore, Durable, Opened, StoreError};
 
@@ -47,10 +56,11 @@ impl<T: TopicsSource + ?Sized> TopicsSource for Arc<T> {
     }
 }
 
-/// One group: the two protocols never share a group ID at the same time.
+/// One group: the protocols never share a group ID at the same time.
 pub enum Group {
     Consumer(ConsumerGroup),
     Classic(ClassicGroup),
+    Share(ShareGroup),
 }
 
 impl Group {
@@ -58,6 +68,7 @@ impl Group {
         match self {
             Group::Consumer(g) => g.is_empty(),
             Group::Classic(g) => g.is_empty(),
+            Group::Share(g) => g.is_empty(),
         }
     }
 
@@ -65,6 +76,7 @@ impl Group {
         match self {
             Group::Consumer(g) => g.state_name(),
             Group::Classic(g) => g.state_name(),
+            Group::Share(g) => g.state_name(),
         }
     }
 
@@ -72,6 +84,7 @@ impl Group {
         match self {
             Group::Consumer(_) => "consumer",
             Group::Classic(_) => "classic",
+            Group::Share(_) => "share",
         }
     }
 
@@ -79,6 +92,7 @@ impl Group {
         match self {
             Group::Consumer(g) => g.change_counter(),
             Group::Classic(g) => g.change_counter(),
+            Group::Share(g) => g.change_counter(),
         }
     }
 
@@ -86,6 +100,7 @@ impl Group {
         match self {
             Group::Consumer(g) => g.next_deadline(),
             Group::Classic(g) => g.next_deadline(),
+            Group::Share(g) => g.next_deadline(),
         }
     }
 }
@@ -95,6 +110,17 @@ impl Group {
 enum StoredGroup {
     Consumer(ConsumerGroupSnapshot),
     Classic(ClassicGroupSnapshot),
+    Share(ShareGroupSnapshot),
+}
+
+impl StoredGroup {
+    fn of(group: &Group) -> StoredGroup {
+        match group {
+            Group::Consumer(g) => StoredGroup::Consumer(g.snapshot()),
+            Group::Classic(g) => StoredGroup::Classic(g.snapshot()),
+            Group::Share(g) => StoredGroup::Share(g.snapshot()),
+        }
+    }
 }
 
 const GROUP_PREFIX: &[u8] = b"g\0";
@@ -163,6 +189,7 @@ struct Loaded {
     offsets: Vec<(String, OffsetKey, CommittedOffset)>,
     group_configs: BTreeMap<String, GroupOverrides>,
     owners: Vec<MemberOwner>,
+    share_states: BTreeMap<SharePartitionKey, skiff_share::Snapshot>,
 }
 
 impl Loaded {
@@ -172,8 +199,21 @@ impl Loaded {
         let mut offsets = Vec::new();
         let mut group_configs = BTreeMap::new();
         let mut owners = Vec::new();
+        let mut share_states = BTreeMap::new();
         for (key, value) in pairs {
-            if key.starts_with(OWNER_PREFIX) {
+            if key.starts_with(SHARE_STATE_PREFIX) {
+                let state = share::parse_state_key(&key).and_then(|k| {
+                    serde_json::from_slice::<skiff_share::Snapshot>(&value)
+                        .ok()
+                        .map(|v| (k, v))
+                });
+                match state {
+                    Some((k, v)) => {
+                        share_states.insert(k, v);
+                    }
+                    None => tracing::error!("skipping an unreadable share partition state record"),
+                }
+            } else if key.starts_with(OWNER_PREFIX) {
                 match parse_owner(&key, &value) {
                     Some(owner) => owners.push(owner),
                     None => tracing::error!("skipping an unreadable member owner record"),
@@ -190,6 +230,7 @@ impl Loaded {
                 let group = match stored {
                     StoredGroup::Consumer(s) => Group::Consumer(ConsumerGroup::restore(s, now_ms)),
                     StoredGroup::Classic(s) => Group::Classic(ClassicGroup::restore(s, now_ms)),
+                    StoredGroup::Share(s) => Group::Share(ShareGroup::restore(s, now_ms)),
                 };
                 groups.insert(group_id, group);
             } else if let Some(group_id) = key.strip_prefix(CONFIG_PREFIX) {
@@ -217,6 +258,7 @@ impl Loaded {
             offsets,
             group_configs,
             owners,
+            share_states,
         }
     }
 
@@ -232,11 +274,19 @@ impl Loaded {
             inner.offsets.commit(&group, key, committed);
         }
         inner.group_configs.extend(self.group_configs);
+        inner.share_states.extend(self.share_states);
     }
 }
 
 /// The group ID a record of the group store is about (`None` for keys it does not know).
 pub fn record_group(key: &[u8]) -> Option<&str> {
+    if key.starts_with(SHARE_STATE_PREFIX) {
+        // The group ID is everything before the last two separators.
+        let rest = key.get(SHARE_STATE_PREFIX.len()..)?;
+        let mut parts = rest.rsplitn(3, |b| *b == 0);
+        let (_, _, group) = (parts.next()?, parts.next()?, parts.next()?);
+        return std::str::from_utf8(group).ok();
+    }
     let rest = key
         .strip_prefix(GROUP_PREFIX)
         .or_else(|| key.strip_prefix(CONFIG_PREFIX))
@@ -274,6 +324,8 @@ pub struct Inner {
     pub topics: TopicsImage,
     /// Group config overrides, by group ID (groups need not exist).
     pub group_configs: BTreeMap<String, GroupOverrides>,
+    /// Share-partition states (see [`share`]).
+    share_states: BTreeMap<SharePartitionKey, skiff_share::Snapshot>,
     topics_generation: u64,
     kv: Box<dyn CoordinatorStore>,
     persisted: HashMap<String, u64>,
@@ -306,6 +358,7 @@ impl GroupCoordinator {
             offsets: OffsetStore::default(),
             topics: TopicsImage::default(),
             group_configs: BTreeMap::new(),
+            share_states: BTreeMap::new(),
             topics_generation: u64::MAX,
             kv,
             persisted: HashMap::new(),
@@ -387,6 +440,7 @@ impl GroupCoordinator {
         inner.groups.retain(|id, _| !owned(id));
         inner.persisted.retain(|id, _| !owned(id));
         inner.pending.retain(|_, (group, _)| !owned(group));
+        inner.share_states.retain(|key, _| !owned(&key.group_id));
         let gone: Vec<String> = inner
             .offsets
             .groups()
@@ -451,10 +505,17 @@ impl GroupCoordinator {
             let previous = std::mem::replace(&mut inner.topics, image);
             inner.topics_generation = generation;
             self.forget_deleted_topics(&mut inner, &previous, first);
+            share::forget_deleted_topics(&mut inner);
             let Inner { groups, topics, .. } = &mut *inner;
             for group in groups.values_mut() {
-                if let Group::Consumer(g) = group {
-                    g.on_topics_changed(topics, now_ms);
+                match group {
+                    Group::Consumer(g) => {
+                        g.on_topics_changed(topics, now_ms);
+                    }
+                    Group::Share(g) => {
+                        g.on_topics_changed(topics, now_ms);
+                    }
+                    Group::Classic(_) => {}
                 }
             }
         }
@@ -579,10 +640,7 @@ impl GroupCoordinator {
                 if inner.persisted.get(group_id) == Some(&counter) {
                     return;
                 }
-                let stored = match group {
-                    Group::Consumer(g) => StoredGroup::Consumer(g.snapshot()),
-                    Group::Classic(g) => StoredGroup::Classic(g.snapshot()),
-                };
+                let stored = StoredGroup::of(group);
                 match serde_json::to_vec(&stored) {
                     Ok(json) => {
                         inner.persisted.insert(group_id.to_string(), counter);
@@ -649,10 +707,7 @@ impl GroupCoordinator {
         }
         let mut pairs = Vec::new();
         for (group_id, group) in &inner.groups {
-            let stored = match group {
-                Group::Consumer(g) => StoredGroup::Consumer(g.snapshot()),
-                Group::Classic(g) => StoredGroup::Classic(g.snapshot()),
-            };
+            let stored = StoredGroup::of(group);
             if let Ok(json) = serde_json::to_vec(&stored) {
                 pairs.push((group_key(group_id), Bytes::from(json)));
             }
@@ -660,6 +715,11 @@ impl GroupCoordinator {
         for (group_id, overrides) in &inner.group_configs {
             if let Ok(json) = serde_json::to_vec(overrides) {
                 pairs.push((config_key(group_id), Bytes::from(json)));
+            }
+        }
+        for (key, state) in &inner.share_states {
+            if let Ok(json) = serde_json::to_vec(state) {
+                pairs.push((share::state_key(key), Bytes::from(json)));
             }
         }
         let groups: Vec<String> = inner.offsets.groups().map(str::to_string).collect();
@@ -718,6 +778,13 @@ impl GroupCoordinator {
                     Vec::new()
                 }
                 Some(Group::Classic(g)) => g.on_timer(&config, now_ms),
+                Some(Group::Share(g)) => {
+                    let removed = g.on_timer(topics, &config, now_ms);
+                    if !removed.is_empty() {
+                        tracing::info!(group = %group_id, members = ?removed, "share group members expired");
+                    }
+                    Vec::new()
+                }
                 None => Vec::new(),
             };
             drop(config);
@@ -869,5 +936,283 @@ mod tests {
         assert_eq!(found, vec![(0, 42), (1, 7)]);
         // The offset of the topic missing from the image went, with a tombstone in the store.
         assert_eq!(store.0.lock().expect("pairs").len(), 2);
+    }
+
+    /// Topics whose image a test changes (a topic deletion bumps the generation).
+    struct ChangingTopics {
+        image: Mutex<TopicsImage>,
+        generation: AtomicU64,
+    }
+
+    impl TopicsSource for ChangingTopics {
+        fn topics_generation(&self) -> u64 {
+            self.generation.load(Ordering::Relaxed)
+        }
+
+        fn topics_image(&self) -> TopicsImage {
+            self.image
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        }
+    }
+
+    fn share_join(
+        group: &str,
+        member: &str,
+        epoch: i32,
+        topics: Option<Vec<&str>>,
+    ) -> skiff_protocol::generated::ShareGroupHeartbeatRequest {
+        skiff_protocol::generated::ShareGroupHeartbeatRequest {
+            group_id: group.into(),
+            member_id: member.into(),
+            member_epoch: epoch,
+            subscribed_topic_names: topics.map(|t| t.into_iter().map(Into::into).collect()),
+            ..Default::default()
+        }
+    }
+
+    const CLIENT: skiff_group::consumer::ClientInfo<'static> = skiff_group::consumer::ClientInfo {
+        client_id: "c",
+        client_host: "/127.0.0.1",
+    };
+
+    /// Share groups and their share-partition states go through the coordinator store: the
+    /// initialization writes one snapshot per partition under `s\0...`, the seam reads and
+    /// appends (a delta folded in), a restart restores group and states, a deleted topic's
+    /// states go with it, and deleting the emptied group tombstones the rest.
+    #[test]
+    fn share_groups_and_their_partition_states_persist_through_the_store() {
+        use share::{SharePartitionKey, ShareStateError, ShareStateRecord};
+        use skiff_share::{DeliveryState, Delta, StateBatch};
+
+        let orders = skiff_protocol::Uuid::from_u128(3);
+        let audit = skiff_protocol::Uuid::from_u128(4);
+        let mut image = TopicsImage::default();
+        image.insert("orders", orders, 2);
+        image.insert("audit", audit, 1);
+        let topics = ChangingTopics {
+            image: Mutex::new(image),
+            generation: AtomicU64::new(1),
+        };
+        let store = MemoryStore::default();
+        let coordinator = open(&store);
+
+        // A join asks for the subscribed partitions to be initialized.
+        let joined = coordinator
+            .share_heartbeat(
+                &topics,
+                &share_join("sg", "m1", 0, Some(vec!["orders", "audit"])),
+                CLIENT,
+                10,
+            )
+            .expect("joined");
+        let (init, reset) = joined.initialize.expect("initialization asked for");
+        assert_eq!(reset, share::AutoOffsetReset::Latest);
+        let asked: Vec<(skiff_protocol::Uuid, i32)> = init
+            .partitions
+            .iter()
+            .flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)))
+            .collect();
+        assert_eq!(asked, vec![(orders, 0), (orders, 1), (audit, 0)]);
+        // orders-1 fails to resolve: it is asked for again later, the others are written.
+        let resolved = vec![
+            (orders, 0, Ok(40)),
+            (orders, 1, Err("disk".to_string())),
+            (audit, 0, Ok(7)),
+        ];
+        let done = coordinator.initialize_share_partitions(&topics, "sg", resolved, 11);
+        assert_eq!(done.len(), 2);
+        let key = SharePartitionKey::new("sg", orders, 0);
+        let stored = store
+            .0
+            .lock()
+            .expect("pairs")
+            .get(&share::state_key(&key))
+            .cloned();
+        let stored: skiff_share::Snapshot =
+            serde_json::from_slice(&stored.expect("a state record")).expect("a snapshot");
+        assert_eq!((stored.start_offset, stored.state_epoch), (40, 0));
+        assert!(stored.batches.is_empty());
+        // The next heartbeat assigns what is initialized.
+        let hb = coordinator
+            .share_heartbeat(&topics, &share_join("sg", "m1", 1, None), CLIENT, 12)
+            .expect("heartbeat");
+        let assigned: Vec<(skiff_protocol::Uuid, Vec<i32>)> = hb
+            .response
+            .assignment
+            .expect("assignment")
+            .topic_partitions
+            .into_iter()
+            .map(|tp| (tp.topic_id, tp.partitions))
+            .collect();
+        assert_eq!(assigned, vec![(orders, vec![0]), (audit, vec![0])]);
+
+        // The seam: a delta is folded into the stored state; a partition without state refuses.
+        let batch = |first, last, state| StateBatch {
+            first_offset: first,
+            last_offset: last,
+            delivery_state: state,
+            delivery_count: 1,
+        };
+        let delta = Delta {
+            start_offset: 40,
+            batches: vec![batch(40, 44, DeliveryState::Acknowledged)],
+        };
+        coordinator
+            .append_share_partition_state(&key, ShareStateRecord::Delta(delta))
+            .expect("appended");
+        let missing = SharePartitionKey::new("sg", orders, 1);
+        assert!(matches!(
+            coordinator.append_share_partition_state(
+                &missing,
+                ShareStateRecord::Delta(Delta {
+                    start_offset: 0,
+                    batches: vec![]
+                })
+            ),
+            Err(ShareStateError::NotInitialized(_))
+        ));
+        drop(coordinator);
+
+        // A restart restores the group (with its member) and the folded state.
+        let restarted = open(&store);
+        let state = restarted
+            .share_partition_state(&key)
+            .expect("state restored");
+        assert_eq!(
+            state.batches,
+            vec![batch(40, 44, DeliveryState::Acknowledged)]
+        );
+        {
+            let inner = restarted.lock(&topics, 20);
+            match inner.groups.get("sg") {
+                Some(Group::Share(g)) => assert!(g.has_member("m1")),
+                _ => panic!("the share group was not restored"),
+            }
+        }
+        // A snapshot replaces the state.
+        let snapshot = skiff_share::Snapshot {
+            start_offset: 45,
+            state_epoch: 0,
+            batches: vec![],
+        };
+        restarted
+            .append_share_partition_state(&key, ShareStateRecord::Snapshot(snapshot.clone()))
+            .expect("snapshot written");
+        assert_eq!(restarted.share_partition_state(&key), Some(snapshot));
+
+        // Deleting the topic "audit" takes its state with it.
+        let audit_key = SharePartitionKey::new("sg", audit, 0);
+        assert!(restarted.share_partition_state(&audit_key).is_some());
+        topics.image.lock().expect("image").by_name.remove("audit");
+        topics.generation.fetch_add(1, Ordering::Relaxed);
+        drop(restarted.lock(&topics, 21));
+        assert_eq!(restarted.share_partition_state(&audit_key), None);
+        assert!(
+            !store
+                .0
+                .lock()
+                .expect("pairs")
+                .contains_key(&share::state_key(&audit_key))
+        );
+
+        // A non-empty share group is not deleted; the emptied one goes with its states.
+        let delete = skiff_protocol::generated::DeleteGroupsRequest {
+            groups_names: vec!["sg".into()],
+            ..Default::default()
+        };
+        let r = restarted.delete_groups(&topics, &delete, 22);
+        assert_eq!(
+            r.results[0].error_code,
+            skiff_protocol::error_codes::NON_EMPTY_GROUP
+        );
+        restarted
+            .share_heartbeat(&topics, &share_join("sg", "m1", -1, None), CLIENT, 23)
+            .expect("left");
+        let r = restarted.delete_groups(&topics, &delete, 24);
+        assert_eq!(r.results[0].error_code, skiff_protocol::error_codes::NONE);
+        assert_eq!(restarted.share_partition_state(&key), None);
+        let pairs = store.0.lock().expect("pairs");
+        assert!(
+            pairs.keys().all(|k| record_group(k) != Some("sg")),
+            "left: {:?}",
+            pairs.keys().collect::<Vec<_>>()
+        );
+    }
+
+    /// A share group ID is one type at a time: consumer heartbeats and classic joins are
+    /// refused on it as Kafka refuses them, and a share heartbeat on another type's group is
+    /// GROUP_ID_NOT_FOUND.
+    #[test]
+    fn share_groups_refuse_other_protocols_and_vice_versa() {
+        let store = MemoryStore::default();
+        let coordinator = open(&store);
+        coordinator
+            .share_heartbeat(
+                &Topics,
+                &share_join("sg", "m1", 0, Some(vec!["orders"])),
+                CLIENT,
+                1,
+            )
+            .expect("joined");
+        coordinator
+            .share_heartbeat(&Topics, &share_join("sg", "m1", -1, None), CLIENT, 2)
+            .expect("left");
+        // Even empty, a share group is not taken over by a consumer group.
+        let consumer = skiff_protocol::generated::ConsumerGroupHeartbeatRequest {
+            group_id: "sg".into(),
+            member_id: "c1".into(),
+            member_epoch: 0,
+            rebalance_timeout_ms: 1000,
+            subscribed_topic_names: Some(vec!["orders".into()]),
+            topic_partitions: Some(vec![]),
+            ..Default::default()
+        };
+        let e = coordinator
+            .consumer_heartbeat(&Topics, &consumer, 1, CLIENT, 3)
+            .expect_err("refused");
+        assert_eq!(e.code, skiff_protocol::ErrorCode::GROUP_ID_NOT_FOUND);
+        assert_eq!(e.message, "Group sg is not a consumer group.");
+        let join = skiff_protocol::generated::JoinGroupRequest {
+            group_id: "sg".into(),
+            protocol_type: "consumer".into(),
+            session_timeout_ms: 10_000,
+            ..Default::default()
+        };
+        let joiner = requests::Joiner {
+            client_id: "c",
+            client_host: "/127.0.0.1",
+        };
+        assert_eq!(
+            coordinator.join(&Topics, &join, 5, joiner, 4).err(),
+            Some(skiff_protocol::ErrorCode::INCONSISTENT_GROUP_PROTOCOL)
+        );
+        // And the other way round.
+        let consumer = skiff_protocol::generated::ConsumerGroupHeartbeatRequest {
+            group_id: "cg".into(),
+            ..consumer
+        };
+        coordinator
+            .consumer_heartbeat(&Topics, &consumer, 1, CLIENT, 5)
+            .expect("consumer joined");
+        let e = coordinator
+            .share_heartbeat(
+                &Topics,
+                &share_join("cg", "m1", 0, Some(vec!["orders"])),
+                CLIENT,
+                6,
+            )
+            .err()
+            .expect("refused");
+        assert_eq!(e.code, skiff_protocol::ErrorCode::GROUP_ID_NOT_FOUND);
+        assert_eq!(e.message, "Group cg is not a share group.");
+        // A share heartbeat that is not a join, to no group: GROUP_ID_NOT_FOUND, nothing made.
+        let e = coordinator
+            .share_heartbeat(&Topics, &share_join("none", "m1", 3, None), CLIENT, 7)
+            .err()
+            .expect("refused");
+        assert_eq!(e.code, skiff_protocol::ErrorCode::GROUP_ID_NOT_FOUND);
+        assert!(!coordinator.lock(&Topics, 8).groups.contains_key("none"));
     }
 }

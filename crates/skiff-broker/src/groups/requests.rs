@@ -123,8 +123,9 @@ impl GroupCoordinator {
     }
 
     /// ConsumerGroupHeartbeat (KIP-848): creates the group on a join (member epoch 0) when the
-    /// ID is free or names an empty classic group; a group created for a join that then fails
-    /// validation leaves nothing behind.
+    /// ID is free or names an empty classic group (never a share group, even empty: Kafka
+    /// answers "not a consumer group"); a group created for a join that then fails validation
+    /// leaves nothing behind.
     pub fn consumer_heartbeat(
         &self,
         topics_source: &impl TopicsSource,
@@ -139,7 +140,7 @@ impl GroupCoordinator {
         let group_id = request.group_id.to_string();
         match inner.groups.get(&group_id) {
             Some(Group::Consumer(_)) => {}
-            Some(group) if group.is_empty() && request.member_epoch == 0 => {
+            Some(Group::Classic(group)) if group.is_empty() && request.member_epoch == 0 => {
                 inner.groups.insert(
                     group_id.clone(),
                     Group::Consumer(ConsumerGroup::new(&group_id)),
@@ -239,6 +240,8 @@ impl GroupCoordinator {
             Some(Group::Consumer(g)) if !g.is_empty() => {
                 return Err(ErrorCode::INCONSISTENT_GROUP_PROTOCOL);
             }
+            // Kafka's `classicGroupJoin`: a share group (empty or not) is not joined.
+            Some(Group::Share(_)) => return Err(ErrorCode::INCONSISTENT_GROUP_PROTOCOL),
             _ if !request.member_id.is_empty() => return Err(ErrorCode::UNKNOWN_MEMBER_ID),
             _ => {
                 inner.groups.insert(
@@ -601,7 +604,8 @@ impl GroupCoordinator {
         let inner = &mut *guard;
         let group_known =
             inner.groups.contains_key(&group_id) || inner.offsets.has_offsets(&group_id);
-        if !group_known {
+        // A share group has no committed offsets (Kafka's `ShareGroup.validateOffsetDelete`).
+        if !group_known || matches!(inner.groups.get(&group_id), Some(Group::Share(_))) {
             return OffsetDeleteResponse {
                 error_code: error_codes::GROUP_ID_NOT_FOUND,
                 ..Default::default()
@@ -612,7 +616,7 @@ impl GroupCoordinator {
             Some(Group::Consumer(g)) => g.is_subscribed_to(topic),
             // A classic group's subscriptions are opaque here: any active member counts.
             Some(Group::Classic(g)) => !g.is_empty(),
-            None => false,
+            Some(Group::Share(_)) | None => false,
         };
         let mut to_delete = Vec::new();
         let topics = request
@@ -690,6 +694,7 @@ impl GroupCoordinator {
                 protocol_type: bs(match g {
                     Group::Consumer(_) => "consumer",
                     Group::Classic(c) => c.protocol_type().unwrap_or(""),
+                    Group::Share(_) => "share",
                 }),
                 group_state: bs(g.state_name()),
                 group_type: bs(g.type_name()),
@@ -742,7 +747,9 @@ impl GroupCoordinator {
         }
     }
 
-    /// DeleteGroups: empty groups (or groups of offsets only) go with their offsets.
+    /// DeleteGroups: empty groups (or groups of offsets only) go with their offsets and, for a
+    /// share group, its share-partition states (Kafka deletes those first: a failure keeps the
+    /// group).
     pub fn delete_groups(
         &self,
         topics_source: &impl TopicsSource,
@@ -756,9 +763,16 @@ impl GroupCoordinator {
             .iter()
             .map(|id| {
                 let group_id = id.to_string();
-                let code = match inner.groups.get(&group_id) {
-                    Some(g) if !g.is_empty() => error_codes::NON_EMPTY_GROUP,
-                    None if !inner.offsets.has_offsets(&group_id) => error_codes::GROUP_ID_NOT_FOUND,
+                let share_states = super::share::share_keys_of(inner, &group_id);
+                let found = inner.groups.get(&group_id).map(Group::is_empty);
+                let code = match found {
+                    Some(false) => error_codes::NON_EMPTY_GROUP,
+                    None if !inner.offsets.has_offsets(&group_id) && share_states.is_empty() => {
+                        error_codes::GROUP_ID_NOT_FOUND
+                    }
+                    _ if !super::share::delete_share_states(inner, &share_states) => {
+                        error_codes::UNKNOWN_SERVER_ERROR
+                    }
                     _ => {
                         inner.groups.remove(&group_id);
                         let keys: Vec<OffsetKey> = GroupCoordinator::offsets_of(inner, &group_id)
@@ -805,6 +819,8 @@ fn validate_commit(
         Some(Group::Consumer(g)) => g
             .validate_offset_commit(member, generation, version)
             .map_err(|e| e.code),
+        // Kafka's `ShareGroup.validateOffsetCommit`: "Group {id} is not a consumer group."
+        Some(Group::Share(_)) => Err(ErrorCode::GROUP_ID_NOT_FOUND),
         Some(Group::Classic(g)) => {
             let instance = request.group_instance_id.as_deref();
             g.validate_offset_commit(member, generation, instance)
@@ -845,6 +861,7 @@ pub(crate) fn validate_txn_commit(
             g.on_offset_commit(member_id, now);
             Ok(())
         }
+        Some(Group::Share(_)) => Err(ErrorCode::GROUP_ID_NOT_FOUND),
         Some(Group::Consumer(g)) => {
             g.validate_offset_commit(member_id, generation, 9)
                 .map_err(|e| match e.code {
@@ -962,6 +979,8 @@ fn validate_fetch(
     match inner.groups.get(group_id) {
         Some(Group::Consumer(g)) => g.validate_offset_fetch(member, epoch).map_err(|e| e.code),
         Some(Group::Classic(g)) => g.validate_offset_fetch().map_err(|e| e.code),
-        None => Ok(()),
+        // Kafka fails a share group's fetch silently: every partition without an offset, and a
+        // share group has none.
+        Some(Group::Share(_)) | None => Ok(()),
     }
 }

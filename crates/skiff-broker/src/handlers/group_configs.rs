@@ -9,8 +9,11 @@
 //! heartbeat interval. Failures are INVALID_CONFIG with Kafka's messages.
 //!
 //! The coordinator acts on `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms`
-//! (KIP-848 consumer groups). The `share.*` and `streams.*` keys are validated and stored
-//! only: Skiff has no share or streams groups. A group need not exist to carry overrides.
+//! (KIP-848 consumer groups) and on `share.session.timeout.ms`, `share.heartbeat.interval.ms`
+//! and `share.auto.offset.reset` (KIP-932 share groups, with `group.share.enable`);
+//! `share.record.lock.duration.ms`, `share.delivery.count.limit` (KIP-1240) and
+//! `share.isolation.level` are validated and stored for the share-partition leader, and the
+//! `streams.*` keys are validated and stored only. A group need not exist to carry overrides.
 
 use std::collections::BTreeMap;
 
@@ -38,6 +41,7 @@ const SHARE_HEARTBEAT: &str = "share.heartbeat.interval.ms";
 const SHARE_LOCK: &str = "share.record.lock.duration.ms";
 const SHARE_RESET: &str = "share.auto.offset.reset";
 const SHARE_ISOLATION: &str = "share.isolation.level";
+const SHARE_DELIVERY: &str = "share.delivery.count.limit";
 const STREAMS_SESSION: &str = "streams.session.timeout.ms";
 const STREAMS_HEARTBEAT: &str = "streams.heartbeat.interval.ms";
 const STREAMS_STANDBY: &str = "streams.num.standby.replicas";
@@ -54,8 +58,9 @@ enum Kind {
     Isolation,
 }
 
-/// Kafka's group config keys, in `GroupConfig`'s definition order.
-const KEYS: [(&str, Kind); 11] = [
+/// Kafka's group config keys, in `GroupConfig`'s definition order (KIP-1240's
+/// `share.delivery.count.limit` after the KIP-932 ones).
+const KEYS: [(&str, Kind); 12] = [
     (CONSUMER_SESSION, Kind::Int(1)),
     (CONSUMER_HEARTBEAT, Kind::Int(1)),
     (SHARE_SESSION, Kind::Int(1)),
@@ -63,22 +68,26 @@ const KEYS: [(&str, Kind); 11] = [
     (SHARE_LOCK, Kind::Int(1000)),
     (SHARE_RESET, Kind::OffsetReset),
     (SHARE_ISOLATION, Kind::Isolation),
+    (SHARE_DELIVERY, Kind::Int(2)),
     (STREAMS_SESSION, Kind::Int(1)),
     (STREAMS_HEARTBEAT, Kind::Int(1)),
     (STREAMS_STANDBY, Kind::Int(0)),
     (STREAMS_DELAY, Kind::Int(0)),
 ];
 
-/// The value a group gets for a key without an override: the broker's for the keys Skiff
-/// acts on, Kafka's broker defaults for the share and streams keys.
+/// The value a group gets for a key without an override: the broker's for the consumer and
+/// share keys, Kafka's broker defaults for the streams keys.
 fn default_value(broker: &Broker, key: &str) -> String {
     let config = &broker.groups.config;
     match key {
         CONSUMER_SESSION => config.consumer_session_timeout_ms.to_string(),
         CONSUMER_HEARTBEAT => config.consumer_heartbeat_interval_ms.to_string(),
-        SHARE_SESSION | STREAMS_SESSION => "45000".into(),
-        SHARE_HEARTBEAT | STREAMS_HEARTBEAT => "5000".into(),
-        SHARE_LOCK => "30000".into(),
+        SHARE_SESSION => config.share_session_timeout_ms.to_string(),
+        SHARE_HEARTBEAT => config.share_heartbeat_interval_ms.to_string(),
+        SHARE_LOCK => config.share_record_lock_duration_ms.to_string(),
+        SHARE_DELIVERY => config.share_delivery_count_limit.to_string(),
+        STREAMS_SESSION => "45000".into(),
+        STREAMS_HEARTBEAT => "5000".into(),
         SHARE_RESET => "latest".into(),
         SHARE_ISOLATION => "read_uncommitted".into(),
         STREAMS_STANDBY => "0".into(),
@@ -209,51 +218,10 @@ fn parse_int(key: &str, value: &str) -> Result<i64, Error> {
     })
 }
 
-/// A `java.time.Duration.parse` text without a sign: `PnDTnHnMn.nS`.
+/// A `java.time.Duration.parse` text without a sign: `PnDTnHnMn.nS` (the parser the share
+/// coordinator resolves `by_duration` with, so what is accepted here is what it uses).
 fn is_iso_duration(text: &str) -> bool {
-    let upper = text.to_ascii_uppercase();
-    let Some(rest) = upper.strip_prefix('P') else {
-        return false;
-    };
-    let (days, time) = match rest.split_once('T') {
-        Some((d, t)) => {
-            if t.is_empty() {
-                return false;
-            }
-            (d, Some(t))
-        }
-        None => (rest, None),
-    };
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    let days_ok = days.is_empty() || days.strip_suffix('D').is_some_and(digits);
-    if !days_ok {
-        return false;
-    }
-    if days.is_empty() && time.is_none() {
-        return false;
-    }
-    let Some(mut t) = time else {
-        return true;
-    };
-    for unit in ['H', 'M'] {
-        if let Some((n, after)) = t.split_once(unit)
-            && digits(n)
-        {
-            t = after;
-        }
-    }
-    if t.is_empty() {
-        return true;
-    }
-    let Some(seconds) = t.strip_suffix('S') else {
-        return false;
-    };
-    match seconds.split_once(['.', ',']) {
-        Some((whole, frac)) => {
-            digits(whole) && frac.len() <= 9 && frac.bytes().all(|b| b.is_ascii_digit())
-        }
-        None => digits(seconds),
-    }
+    crate::groups::share::parse_iso_duration_ms(text).is_some()
 }
 
 fn check_offset_reset(key: &str, value: &str) -> Result<(), Error> {
@@ -314,6 +282,12 @@ fn validate(
     let consumer_session = get(CONSUMER_SESSION, broker.consumer_session_timeout_ms);
     let (min_hb, max_hb) = broker.consumer_heartbeat_interval_bounds();
     let (min_session, max_session) = broker.consumer_session_timeout_bounds();
+    let share_heartbeat = get(SHARE_HEARTBEAT, broker.share_heartbeat_interval_ms);
+    let share_session = get(SHARE_SESSION, broker.share_session_timeout_ms);
+    let (share_min_hb, share_max_hb) = broker.share_heartbeat_interval_bounds();
+    let (share_min_session, share_max_session) = broker.share_session_timeout_bounds();
+    let (min_lock, max_lock) = broker.share_record_lock_duration_bounds();
+    let (min_delivery, max_delivery) = broker.share_delivery_count_limit_bounds();
     // (value, min, max, key, min key, max key), in Kafka's order.
     let bounded = [
         (
@@ -333,28 +307,36 @@ fn validate(
             "group.consumer.max.session.timeout.ms",
         ),
         (
-            get(SHARE_HEARTBEAT, 5000),
-            5000,
-            15000,
+            share_heartbeat,
+            share_min_hb,
+            share_max_hb,
             SHARE_HEARTBEAT,
             "group.share.min.heartbeat.interval.ms",
             "group.share.max.heartbeat.interval.ms",
         ),
         (
-            get(SHARE_SESSION, 45000),
-            45000,
-            60000,
+            share_session,
+            share_min_session,
+            share_max_session,
             SHARE_SESSION,
             "group.share.min.session.timeout.ms",
             "group.share.max.session.timeout.ms",
         ),
         (
-            get(SHARE_LOCK, 30000),
-            15000,
-            60000,
+            get(SHARE_LOCK, broker.share_record_lock_duration_ms),
+            min_lock,
+            max_lock,
             SHARE_LOCK,
             "group.share.min.record.lock.duration.ms",
             "group.share.max.record.lock.duration.ms",
+        ),
+        (
+            get(SHARE_DELIVERY, broker.share_delivery_count_limit),
+            min_delivery,
+            max_delivery,
+            SHARE_DELIVERY,
+            "group.share.min.delivery.count.limit",
+            "group.share.max.delivery.count.limit",
         ),
         (
             get(STREAMS_HEARTBEAT, 5000),
@@ -401,8 +383,8 @@ fn validate(
             CONSUMER_HEARTBEAT,
         ),
         (
-            get(SHARE_SESSION, 45000),
-            get(SHARE_HEARTBEAT, 5000),
+            share_session,
+            share_heartbeat,
             SHARE_SESSION,
             SHARE_HEARTBEAT,
         ),
@@ -494,5 +476,35 @@ mod tests {
         assert!(err(&[(SHARE_ISOLATION, "READ_COMMITTED")]).is_some());
         assert!(err(&[(STREAMS_STANDBY, "3")]).is_some());
         assert!(err(&[(SHARE_LOCK, "999")]).is_some());
+        assert!(err(&[(SHARE_DELIVERY, "10")]).is_none());
+        assert_eq!(
+            err(&[(SHARE_DELIVERY, "11")]),
+            Some("share.delivery.count.limit must be less than or equal to group.share.max.delivery.count.limit".into())
+        );
+        assert!(err(&[(SHARE_DELIVERY, "1")]).is_some());
+        assert_eq!(
+            err(&[(SHARE_SESSION, "44999")]),
+            Some("share.session.timeout.ms must be greater than or equal to group.share.min.session.timeout.ms".into())
+        );
+        // The broker's own share session timeout widens the bounds (as for consumer groups), so
+        // a broker run with a short one accepts group overrides down to it.
+        let short = skiff_group::GroupConfig {
+            share_session_timeout_ms: 1500,
+            share_heartbeat_interval_ms: 500,
+            ..Default::default()
+        };
+        assert!(
+            validate(
+                &short,
+                &set(&[(SHARE_SESSION, "1500"), (SHARE_HEARTBEAT, "500")])
+            )
+            .is_ok()
+        );
+        assert_eq!(
+            validate(&short, &set(&[(SHARE_SESSION, "1000"), (SHARE_HEARTBEAT, "1000")]))
+                .err()
+                .and_then(|e| e.message),
+            Some("share.session.timeout.ms must be greater than or equal to group.share.min.session.timeout.ms".into())
+        );
     }
 }

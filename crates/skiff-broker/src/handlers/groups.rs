@@ -61,11 +61,11 @@ const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 
 /// The messages of Kafka's authorization exceptions.
-const GROUP_DENIED: &str = "Group authorization failed.";
+pub(super) const GROUP_DENIED: &str = "Group authorization failed.";
 const TRANSACTIONAL_ID_DENIED: &str = "Transactional Id authorization failed.";
 const TOPIC_DENIED: &str = "Topic authorization failed.";
 
-fn client_host(ctx: &RequestContext) -> String {
+pub(super) fn client_host(ctx: &RequestContext) -> String {
     format!("/{}", ctx.peer.ip())
 }
 
@@ -75,12 +75,12 @@ fn refused(ctx: &RequestContext, request: &Request, code: ErrorCode) -> Response
 }
 
 /// Whether the request may do `operation` on the group.
-fn on_group(ctx: &RequestContext, operation: AclOperation, group_id: &str) -> bool {
+pub(super) fn on_group(ctx: &RequestContext, operation: AclOperation, group_id: &str) -> bool {
     ctx.authorized(operation, ResourceType::Group, group_id)
 }
 
 /// Whether the request may do `operation` on the topic.
-fn on_topic(ctx: &RequestContext, operation: AclOperation, topic: &str) -> bool {
+pub(super) fn on_topic(ctx: &RequestContext, operation: AclOperation, topic: &str) -> bool {
     ctx.authorized(operation, ResourceType::Topic, topic)
 }
 
@@ -165,7 +165,7 @@ pub(super) fn answer_allowed<I: Clone, T>(
 
 /// [`answer_allowed`] with a reason per refusal: `check` says why an item is refused (`None`:
 /// it passes), and `denied` answers it with that reason.
-fn answer_checked<I: Clone, T, R>(
+pub(super) fn answer_checked<I: Clone, T, R>(
     items: &[I],
     check: impl Fn(&I) -> Option<R>,
     answer: impl FnOnce(Vec<I>) -> Vec<T>,
@@ -196,7 +196,11 @@ pub(super) fn not_coordinating(ctx: &RequestContext, id: &str) -> Option<ErrorCo
 }
 
 /// The refusal of a group in a batch: `operation` denied, or not coordinated here.
-fn group_refusal(ctx: &RequestContext, operation: AclOperation, group_id: &str) -> Option<i16> {
+pub(super) fn group_refusal(
+    ctx: &RequestContext,
+    operation: AclOperation,
+    group_id: &str,
+) -> Option<i16> {
     if !on_group(ctx, operation, group_id) {
         return Some(error_codes::GROUP_AUTHORIZATION_FAILED);
     }
@@ -206,7 +210,7 @@ fn group_refusal(ctx: &RequestContext, operation: AclOperation, group_id: &str) 
 /// Answers `response` once what the coordinator wrote about `group_id` is durable (cluster
 /// mode: in PostgreSQL under the shard's epoch; a single node answers at once), else
 /// `failed`'s answer with the code (NOT_COORDINATOR: the client finds the coordinator again).
-fn settled(
+pub(super) fn settled(
     ctx: &RequestContext,
     group_id: &str,
     response: Response,

@@ -28,6 +28,7 @@ pub mod producer_id;
 pub mod records_admin;
 pub mod resources;
 pub mod scram;
+pub mod share_groups;
 pub mod telemetry;
 pub mod topics;
 pub mod txn;
@@ -108,6 +109,8 @@ pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
         Request::OffsetCommit(r) => groups::offset_commit(ctx, r),
         Request::OffsetFetch(r) => groups::offset_fetch(ctx, r).into(),
         Request::OffsetDelete(r) => groups::offset_delete(ctx, r),
+        Request::ShareGroupHeartbeat(r) => share_groups::heartbeat(ctx, r),
+        Request::ShareGroupDescribe(r) => share_groups::describe(ctx, r).into(),
         Request::ListGroups(r) => groups::list_groups(ctx, r).into(),
         Request::DescribeGroups(r) => groups::describe_groups(ctx, r).into(),
         Request::DeleteGroups(r) => groups::delete_groups(ctx, r),
