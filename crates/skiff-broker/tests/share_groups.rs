@@ -453,6 +453,13 @@ async fn share_group_apis_are_not_advertised_unless_enabled() {
     assert!(keys.contains(&ApiKey::ConsumerGroupHeartbeat.key()));
     assert!(!keys.contains(&ApiKey::ShareGroupHeartbeat.key()));
     assert!(!keys.contains(&ApiKey::ShareGroupDescribe.key()));
+    // KIP-584 features (v3): share.version is supported but not finalized.
+    assert!(
+        r.supported_features
+            .iter()
+            .any(|f| &*f.name == "share.version" && f.max_version == 1)
+    );
+    assert_eq!(finalized(&r), vec![("group.version".to_string(), 1)]);
     let r = heartbeat(&mut c, GROUP, "m1", 0, Some(&[TOPIC])).await;
     assert_eq!(r.error_code, error_codes::UNSUPPORTED_VERSION);
     broker.stop().await;
@@ -477,5 +484,26 @@ async fn share_group_apis_are_not_advertised_unless_enabled() {
     );
     // Not ShareFetch/ShareAcknowledge: they are not built.
     assert!(!versions.contains_key(&ApiKey::ShareFetch.key()));
+    assert_eq!(
+        finalized(&r),
+        vec![
+            ("group.version".to_string(), 1),
+            ("share.version".to_string(), 1)
+        ]
+    );
+    assert!(r.finalized_features_epoch > 0);
     broker.stop().await;
+}
+
+/// The finalized features of an ApiVersions answer (name, level), in order.
+fn finalized(
+    r: &skiff_protocol::generated::api_versions_response::ApiVersionsResponse,
+) -> Vec<(String, i16)> {
+    r.finalized_features
+        .iter()
+        .map(|f| {
+            assert_eq!(f.min_version_level, f.max_version_level);
+            (f.name.to_string(), f.max_version_level)
+        })
+        .collect()
 }

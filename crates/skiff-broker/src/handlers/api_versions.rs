@@ -1,7 +1,9 @@
 //! ApiVersions: the versions Skiff serves, exactly as `supported_versions` lists them.
 
 use skiff_protocol::generated::ApiVersionsRequest;
-use skiff_protocol::generated::api_versions_response::{ApiVersion, ApiVersionsResponse};
+use skiff_protocol::generated::api_versions_response::{
+    ApiVersion, ApiVersionsResponse, FinalizedFeatureKey, SupportedFeatureKey,
+};
 use skiff_protocol::{ApiKey, Response, error_codes};
 
 use super::RequestContext;
@@ -24,12 +26,48 @@ pub fn advertised(broker: &Broker) -> Vec<ApiVersion> {
         .collect()
 }
 
+/// The features (KIP-584) Skiff supports, with their version ranges: `group.version` 1 is the
+/// KIP-848 consumer group protocol, `share.version` 1 KIP-932 share groups.
+const SUPPORTED_FEATURES: [(&str, i16, i16); 2] =
+    [("group.version", 0, 1), ("share.version", 0, 1)];
+
+/// The finalized level of each feature on this broker (a level-0 feature is not listed, as
+/// Kafka does not list it).
+fn finalized_features(broker: &Broker) -> Vec<(&'static str, i16)> {
+    let mut finalized = vec![("group.version", 1)];
+    if broker.config.share_groups_enabled {
+        finalized.push(("share.version", 1));
+    }
+    finalized
+}
+
 pub fn handle(ctx: &RequestContext, _request: ApiVersionsRequest) -> Response {
-    // Top-level tagged fields (supported/finalized features) stay at their defaults and so are
-    // not written: librdkafka 2.0 (kcat) cannot skip non-empty ones.
+    // The features are v3+ tagged fields (written only to such requests by the codec).
+    let finalized = finalized_features(&ctx.broker);
     Response::ApiVersions(ApiVersionsResponse {
         error_code: error_codes::NONE,
         api_keys: advertised(&ctx.broker),
+        supported_features: SUPPORTED_FEATURES
+            .iter()
+            .map(|&(name, min_version, max_version)| SupportedFeatureKey {
+                name: name.into(),
+                min_version,
+                max_version,
+                ..Default::default()
+            })
+            .collect(),
+        // Kafka gives the metadata offset the levels were read at; a broker's levels come from
+        // its configuration, fixed at start, so its start time orders them across restarts.
+        finalized_features_epoch: ctx.broker.started_ms,
+        finalized_features: finalized
+            .into_iter()
+            .map(|(name, level)| FinalizedFeatureKey {
+                name: name.into(),
+                max_version_level: level,
+                min_version_level: level,
+                ..Default::default()
+            })
+            .collect(),
         ..Default::default()
     })
 }
