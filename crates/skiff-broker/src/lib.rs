@@ -25,6 +25,7 @@ mod partition_dirs;
 mod producer_ids;
 mod security;
 mod server;
+mod share;
 mod shutdown;
 mod state;
 mod txn_end;

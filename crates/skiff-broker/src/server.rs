@@ -189,6 +189,8 @@ async fn serve(
     crate::txn_end::resume_unfinished(&broker).await;
     let maintenance = tokio::spawn(maintenance(Arc::clone(&broker), shutdown.clone()));
     let group_timers = tokio::spawn(group_timers(Arc::clone(&broker), shutdown.clone()));
+    let share_timers = (broker.config.share_groups_enabled && broker.cluster().is_none())
+        .then(|| tokio::spawn(share_timers(Arc::clone(&broker), shutdown.clone())));
     let txn_timers = tokio::spawn(txn_timers(Arc::clone(&broker), shutdown.clone()));
     let oauth_keys = tokio::spawn({
         let broker = Arc::clone(&broker);
@@ -350,6 +352,9 @@ async fn serve(
     certificates.abort();
     oauth_keys.abort();
     group_timers.abort();
+    if let Some(task) = share_timers {
+        task.abort();
+    }
     txn_timers.abort();
     let flushing = Arc::clone(&broker);
     tokio::task::spawn_blocking(move || {
@@ -380,6 +385,32 @@ async fn group_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
             _ = stopped(&mut shutdown) => return,
         }
         broker.groups.fire_timers(&broker, crate::clock::now_ms());
+    }
+}
+
+/// Drives the share-partition leader: expires record locks at the earliest deadline (or when an
+/// acquisition sets an earlier one), and acts on the group coordinator's share events (members
+/// gone, states deleted) as they are queued.
+async fn share_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
+    let events = broker.groups.share_events_notify();
+    loop {
+        let sleep = match broker.share.next_deadline() {
+            Some(deadline) => {
+                let wait = (deadline - crate::clock::now_ms()).max(0) as u64;
+                tokio::time::sleep(Duration::from_millis(wait))
+            }
+            None => tokio::time::sleep(Duration::from_secs(3600)),
+        };
+        tokio::select! {
+            _ = sleep => {}
+            _ = broker.share.timers_changed.notified() => {}
+            _ = events.notified() => {}
+            _ = stopped(&mut shutdown) => return,
+        }
+        broker.share_events();
+        broker
+            .share
+            .expire_locks(&broker.groups, crate::clock::now_ms());
     }
 }
 

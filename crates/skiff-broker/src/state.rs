@@ -299,6 +299,8 @@ pub struct Broker {
     /// refresh its view of the topics).
     topics_generation: AtomicU64,
     pub(crate) groups: crate::groups::GroupCoordinator,
+    /// KIP-932 share partitions and share sessions (ShareFetch, ShareAcknowledge).
+    pub(crate) share: crate::share::ShareManager,
     pub(crate) txns: crate::txns::TransactionCoordinator,
     pub(crate) clients: crate::clients::ClientRegistry,
     /// KIP-714 client metrics: subscriptions, instances, latest values.
@@ -415,6 +417,7 @@ impl Broker {
             .telemetry_otlp_endpoint
             .clone()
             .map(crate::otlp::Forwarder::start);
+        let share = crate::share::ShareManager::new(config.share_max_sessions);
         let broker = Arc::new(Broker {
             config,
             cluster_id,
@@ -425,6 +428,7 @@ impl Broker {
             producer_ids: Mutex::new(producer_ids),
             fetch_sessions: Mutex::default(),
             topics_generation: AtomicU64::new(0),
+            share,
             groups,
             txns,
             clients: crate::clients::ClientRegistry::default(),
@@ -593,17 +597,36 @@ impl Broker {
         {
             return None;
         }
-        // KIP-932 share groups: membership only, single node only, and only when asked for
-        // (`group.share.enable`) while ShareFetch/ShareAcknowledge are not built.
+        // KIP-932 share groups: single node only, and only when asked for
+        // (`group.share.enable`).
         if (!self.config.share_groups_enabled || self.cluster.is_some())
             && matches!(
                 api,
-                ApiKey::ShareGroupHeartbeat | ApiKey::ShareGroupDescribe
+                ApiKey::ShareGroupHeartbeat
+                    | ApiKey::ShareGroupDescribe
+                    | ApiKey::ShareFetch
+                    | ApiKey::ShareAcknowledge
             )
         {
             return None;
         }
         crate::versions::supported_versions(api)
+    }
+
+    /// Acts on what the group coordinator queued for the share-partition leader (members gone,
+    /// states deleted). Returns the last group-log offset written.
+    pub(crate) fn share_events(&self) -> Option<i64> {
+        self.share
+            .take_and_handle_events(&self.groups, || self.groups.take_share_events())
+    }
+
+    /// A connection closed: the share sessions it opened close and their members' records are
+    /// released.
+    pub(crate) fn share_connection_closed(&self, connection: u64) {
+        if self.config.share_groups_enabled {
+            self.share_events();
+            self.share.connection_closed(&self.groups, connection);
+        }
     }
 
     /// Test support: the share partitions of `group_id` that have persisted state, as

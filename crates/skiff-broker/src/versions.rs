@@ -28,6 +28,8 @@ pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::ConsumerGroupDescribe => (0, 1),
         ApiKey::ShareGroupHeartbeat => (1, 1),
         ApiKey::ShareGroupDescribe => (1, 1),
+        ApiKey::ShareFetch => (1, 2),
+        ApiKey::ShareAcknowledge => (1, 2),
         ApiKey::GetTelemetrySubscriptions => (0, 0),
         ApiKey::PushTelemetry => (0, 0),
         ApiKey::ListConfigResources => (0, 1),

@@ -254,7 +254,8 @@ async fn raw_headers_unknown_tags_and_malformed_tag_0() {
 /// with a decodable response of that version carrying 42 wherever the API reports errors.
 #[tokio::test]
 async fn every_advertised_api_rejects_with_its_own_error_response() {
-    let broker = TestBroker::start().await;
+    // Share groups on, so that every API of the version table is served.
+    let broker = TestBroker::start_with(|config| config.share_groups_enabled = true).await;
     let mut checked = 0;
     for &api in ApiKey::ALL {
         let Some((lo, hi)) = supported_versions(api) else {

@@ -441,10 +441,11 @@ async fn group_configs_choose_the_start_offset_and_types_do_not_mix() {
     broker.stop().await;
 }
 
-/// Off (the default): ApiVersions does not list the share group APIs and they are refused.
+/// Off: ApiVersions does not list the share group APIs and they are refused; on,
+/// it lists them all.
 #[tokio::test]
 async fn share_group_apis_are_not_advertised_unless_enabled() {
-    let broker = TestBroker::start().await;
+    let broker = TestBroker::start_with(|config| config.share_groups_enabled = false).await;
     let mut c = broker.client().await;
     let Response::ApiVersions(r) = c.call(ApiVersionsRequest::default(), 3).await else {
         panic!("not an ApiVersions response");
@@ -453,6 +454,8 @@ async fn share_group_apis_are_not_advertised_unless_enabled() {
     assert!(keys.contains(&ApiKey::ConsumerGroupHeartbeat.key()));
     assert!(!keys.contains(&ApiKey::ShareGroupHeartbeat.key()));
     assert!(!keys.contains(&ApiKey::ShareGroupDescribe.key()));
+    assert!(!keys.contains(&ApiKey::ShareFetch.key()));
+    assert!(!keys.contains(&ApiKey::ShareAcknowledge.key()));
     // KIP-584 features (v3): share.version is supported but not finalized.
     assert!(
         r.supported_features
@@ -482,8 +485,8 @@ async fn share_group_apis_are_not_advertised_unless_enabled() {
         versions.get(&ApiKey::ShareGroupDescribe.key()),
         Some(&(1, 1))
     );
-    // Not ShareFetch/ShareAcknowledge: they are not built.
-    assert!(!versions.contains_key(&ApiKey::ShareFetch.key()));
+    assert_eq!(versions.get(&ApiKey::ShareFetch.key()), Some(&(1, 2)));
+    assert_eq!(versions.get(&ApiKey::ShareAcknowledge.key()), Some(&(1, 2)));
     assert_eq!(
         finalized(&r),
         vec![

@@ -130,6 +130,13 @@ impl SharePartition {
         &self.config
     }
 
+    /// Takes new settings (a group config changed): the record lock duration applies to locks
+    /// set from now on, the delivery count limit to records given back from now on, the
+    /// record-lock limit to the next acquisition. Nothing already in the window changes.
+    pub fn set_config(&mut self, config: ShareConfig) {
+        self.config = config;
+    }
+
     /// The share partition start offset (SPSO): every record below it is acknowledged or
     /// archived.
     pub fn start_offset(&self) -> i64 {

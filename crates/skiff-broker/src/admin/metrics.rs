@@ -57,6 +57,67 @@ pub fn render_metrics(broker: &Broker) -> String {
         "gauge",
         session_partitions as u64,
     );
+    if broker.config.share_groups_enabled {
+        let (sessions, session_partitions) = {
+            let sessions = broker.share.lock_sessions();
+            (sessions.len(), sessions.total_partitions())
+        };
+        let (in_flight, acquired) = broker.share.gauges();
+        let c = &broker.share.counters;
+        let series: [(&str, &str, &str, u64); 8] = [
+            (
+                "skiff_share_sessions",
+                "Share sessions held (KIP-932 ShareFetch).",
+                "gauge",
+                sessions as u64,
+            ),
+            (
+                "skiff_share_session_partitions",
+                "Partitions held by all share sessions.",
+                "gauge",
+                session_partitions as u64,
+            ),
+            (
+                "skiff_share_records_in_flight",
+                "Records of the loaded share partitions between their start and end offsets.",
+                "gauge",
+                in_flight,
+            ),
+            (
+                "skiff_share_records_acquired",
+                "Records acquired by share consumers now (locked until acknowledged, released or expired).",
+                "gauge",
+                acquired,
+            ),
+            (
+                "skiff_share_records_acquired_total",
+                "Records delivered to share consumers (each delivery counted).",
+                "counter",
+                c.acquired.load(Ordering::Relaxed),
+            ),
+            (
+                "skiff_share_records_redelivered_total",
+                "Deliveries of records delivered before (delivery count above 1).",
+                "counter",
+                c.redelivered.load(Ordering::Relaxed),
+            ),
+            (
+                "skiff_share_records_acknowledged_total",
+                "Records share consumers accepted.",
+                "counter",
+                c.acknowledged.load(Ordering::Relaxed),
+            ),
+            (
+                "skiff_share_records_archived_total",
+                "Records archived: rejected, past the delivery count limit, gaps, or never deliverable (control records, aborted transactions, gone from the log).",
+                "counter",
+                c.archived.load(Ordering::Relaxed),
+            ),
+        ];
+        for (name, help, kind, value) in series {
+            gauge(name, help, kind, value);
+        }
+    }
     let (transactional_ids, ongoing) = {
         let inner = broker.txns.lock();
         let all = inner.state.all();

@@ -127,9 +127,13 @@ pub struct BrokerConfig {
     /// `telemetry.enable`: serve KIP-714 client telemetry (GetTelemetrySubscriptions,
     /// PushTelemetry). On by default.
     pub telemetry_enabled: bool,
-    /// `group.share.enable`: serve KIP-932 share group membership (ShareGroupHeartbeat,
-    /// ShareGroupDescribe). Off by default while ShareFetch/ShareAcknowledge are not built.
+    /// `group.share.enable`: serve KIP-932 share groups (ShareGroupHeartbeat,
+    /// ShareGroupDescribe, ShareFetch, ShareAcknowledge), single node only. On by default
+    /// (`false` stops advertising them).
     pub share_groups_enabled: bool,
+    /// `group.share.max.share.sessions` (2000, Kafka's): share sessions the broker keeps; a
+    /// ShareFetch opening one more is SHARE_SESSION_LIMIT_REACHED.
+    pub share_max_sessions: usize,
     /// `telemetry.max.bytes`: TelemetryMaxBytes given to clients (1 MiB).
     pub telemetry_max_bytes: i32,
     /// `telemetry.otlp.endpoint`: forward pushed metrics to this OTLP/HTTP collector.
@@ -146,6 +150,9 @@ pub struct BrokerConfig {
     /// Every other key: static Kafka broker configs, validated by `skiff-meta`.
     pub kafka: BTreeMap<String, String>,
 }
+
+/// Kafka's `group.share.max.share.sessions` default.
+pub const DEFAULT_SHARE_MAX_SESSIONS: usize = 2000;
 
 impl Default for BrokerConfig {
     fn default() -> Self {
@@ -166,7 +173,8 @@ impl Default for BrokerConfig {
             log_recovery: skiff_log::RecoveryMode::TornTail,
             admin_listen: None,
             telemetry_enabled: true,
-            share_groups_enabled: false,
+            share_groups_enabled: true,
+            share_max_sessions: DEFAULT_SHARE_MAX_SESSIONS,
             telemetry_max_bytes: 1024 * 1024,
             telemetry_otlp_endpoint: None,
             groups: skiff_group::GroupConfig::default(),
@@ -300,6 +308,10 @@ impl BrokerConfig {
         }
         if let Some(v) = entries.remove("group.share.enable") {
             config.share_groups_enabled = parse_bool(&v, "group.share.enable")?;
+        }
+        if let Some(v) = entries.remove("group.share.max.share.sessions") {
+            config.share_max_sessions =
+                parse_num(&v, "group.share.max.share.sessions", 1, i64::from(i32::MAX))? as usize;
         }
         if let Some(v) = entries.remove("telemetry.max.bytes") {
             config.telemetry_max_bytes =
@@ -818,7 +830,8 @@ mod tests {
     #[test]
     fn share_group_keys_have_kafkas_defaults_and_ranges() {
         let config = BrokerConfig::from_entries(BTreeMap::new()).expect("defaults");
-        assert!(!config.share_groups_enabled);
+        assert!(config.share_groups_enabled);
+        assert_eq!(config.share_max_sessions, 2000);
         let g = &config.groups;
         assert_eq!(
             (
@@ -832,18 +845,20 @@ mod tests {
             (45_000, 5_000, 30_000, 5, 2_000, 200)
         );
         let entries = flatten_toml(
-            "group.share.enable = true
+            "group.share.enable = false
 group.share.session.timeout.ms = 1500
 group.share.heartbeat.interval.ms = 500
 group.share.record.lock.duration.ms = 1000
 group.share.delivery.count.limit = 10
 group.share.partition.max.record.locks = 100
 group.share.max.size = 1000
+group.share.max.share.sessions = 3
 ",
         )
         .expect("valid TOML");
         let config = BrokerConfig::from_entries(entries).expect("valid");
-        assert!(config.share_groups_enabled);
+        assert!(!config.share_groups_enabled);
+        assert_eq!(config.share_max_sessions, 3);
         let g = &config.groups;
         assert_eq!(
             (
@@ -866,6 +881,7 @@ group.share.max.size = 1000
             ("group.share.partition.max.record.locks", "10001"),
             ("group.share.max.size", "1001"),
             ("group.share.max.size", "0"),
+            ("group.share.max.share.sessions", "0"),
             ("group.share.heartbeat.interval.ms", "45000"),
             ("group.share.min.session.timeout.ms", "50000"),
         ] {

@@ -193,6 +193,7 @@ impl Connection {
             _ = crate::shutdown::stopped(&mut kill) => "shutdown deadline passed",
         };
         self.broker.clients.unregister(self.id);
+        self.broker.share_connection_closed(self.id);
         if let (Some(Claim::Owner), Some(id)) = (&self.instance_claim, self.identity.instance_id())
         {
             self.broker
@@ -454,6 +455,7 @@ impl Connection {
 
         let ctx = RequestContext {
             broker: Arc::clone(&self.broker),
+            connection_id: self.id,
             listener: self.listener.index,
             version,
             client_id: frame.header.client_id.as_ref().map(|s| s.to_string()),

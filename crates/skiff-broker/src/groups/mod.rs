@@ -326,6 +326,10 @@ pub struct Inner {
     pub group_configs: BTreeMap<String, GroupOverrides>,
     /// Share-partition states (see [`share`]).
     share_states: BTreeMap<SharePartitionKey, skiff_share::Snapshot>,
+    /// What the share-partition leader must hear about (members gone, states deleted), taken
+    /// with [`GroupCoordinator::take_share_events`]; `share_notify` is woken at each.
+    share_events: Vec<share::ShareEvent>,
+    share_notify: Arc<Notify>,
     topics_generation: u64,
     kv: Box<dyn CoordinatorStore>,
     persisted: HashMap<String, u64>,
@@ -359,6 +363,8 @@ impl GroupCoordinator {
             topics: TopicsImage::default(),
             group_configs: BTreeMap::new(),
             share_states: BTreeMap::new(),
+            share_events: Vec::new(),
+            share_notify: Arc::new(Notify::new()),
             topics_generation: u64::MAX,
             kv,
             persisted: HashMap::new(),
@@ -769,6 +775,7 @@ impl GroupCoordinator {
                 ..
             } = &mut *inner;
             let config = effective(&self.config, group_configs, &group_id);
+            let mut gone_members = Vec::new();
             let completions = match groups.get_mut(&group_id) {
                 Some(Group::Consumer(g)) => {
                     let removed = g.on_timer(topics, &config, now_ms);
@@ -783,11 +790,21 @@ impl GroupCoordinator {
                     if !removed.is_empty() {
                         tracing::info!(group = %group_id, members = ?removed, "share group members expired");
                     }
+                    gone_members = removed;
                     Vec::new()
                 }
                 None => Vec::new(),
             };
             drop(config);
+            for member_id in gone_members {
+                share::push_share_event(
+                    &mut inner,
+                    share::ShareEvent::MemberGone {
+                        group_id: group_id.clone(),
+                        member_id,
+                    },
+                );
+            }
             self.deliver(&mut inner, completions);
             self.after_change(&mut inner, &group_id);
         }

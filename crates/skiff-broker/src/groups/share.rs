@@ -1,6 +1,6 @@
 //! KIP-932 share groups in the group coordinator: the persisted share-partition state and the
-//! seam the share-partition leader (ShareFetch/ShareAcknowledge, not built yet) reads and
-//! writes it through.
+//! seam the share-partition leader ([`crate::share`], behind ShareFetch/ShareAcknowledge) reads
+//! and writes it through.
 //!
 //! Skiff is its own share coordinator: where Kafka keeps share-partition state in
 //! `__share_group_state` (InitializeShareGroupState, ReadShareGroupState, WriteShareGroupState,
@@ -31,9 +31,12 @@
 //!   (deleted, or recreated under a new ID) takes its states with it, as Kafka's
 //!   `maybeCleanupShareGroupState` does; a topic deleted while the broker was down is noticed at
 //!   the first topic refresh after the start.
+//! - **Events** for the share-partition leader ([`crate::share`]): a member that leaves or whose
+//!   session times out, and deleted states, are queued as [`ShareEvent`]s (bounded) and taken
+//!   with [`GroupCoordinator::take_share_events`]; the leader never runs under this lock.
 
 use std::collections::BTreeSet;
-use std::sync::PoisonError;
+use std::sync::{Arc, PoisonError};
 
 use bytes::Bytes;
 use skiff_group::GroupError;
@@ -45,7 +48,7 @@ use skiff_protocol::generated::share_group_describe_response::DescribedGroup as 
 use skiff_protocol::generated::share_group_heartbeat_request::ShareGroupHeartbeatRequest;
 use skiff_protocol::generated::share_group_heartbeat_response::ShareGroupHeartbeatResponse;
 use skiff_protocol::{ByteString, Uuid, error_codes};
-use skiff_share::{Delta, Snapshot, apply_delta};
+use skiff_share::{Delta, ShareConfig, Snapshot, apply_delta};
 
 use super::{Group, GroupCoordinator, Inner, TopicsSource};
 use skiff_group::consumer::{Assignment, ClientInfo};
@@ -109,13 +112,6 @@ pub(crate) fn parse_state_key(raw: &[u8]) -> Option<SharePartitionKey> {
 
 /// What the share-partition leader writes for a share partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "the seam ShareFetch/ShareAcknowledge will write through (issue #18)"
-    )
-)]
 pub enum ShareStateRecord {
     /// The whole state (Kafka's `ShareSnapshotValue`): replaces what was stored.
     Snapshot(Snapshot),
@@ -297,6 +293,15 @@ impl GroupCoordinator {
         {
             inner.groups.remove(&group_id);
         }
+        if result.is_ok() && request.member_epoch == LEAVE_MEMBER_EPOCH {
+            push_share_event(
+                inner,
+                ShareEvent::MemberGone {
+                    group_id: group_id.clone(),
+                    member_id: request.member_id.to_string(),
+                },
+            );
+        }
         self.after_change(inner, &group_id);
         result.map(|hb| ShareHeartbeatOutcome {
             response: hb.response,
@@ -424,13 +429,6 @@ impl GroupCoordinator {
     /// Appends a snapshot or a delta to a share partition's state (only to one that has state:
     /// initialization goes through the heartbeat). Returns the group-log end offset to wait for
     /// with [`GroupCoordinator::wait_durable`] before acknowledging anything that depends on it.
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "the seam ShareFetch/ShareAcknowledge will write through (issue #18)"
-        )
-    )]
     pub fn append_share_partition_state(
         &self,
         key: &SharePartitionKey,
@@ -459,6 +457,97 @@ impl GroupCoordinator {
         let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         share_keys_of(&inner, group_id)
     }
+
+    /// Whether `member_id` is a current member of the share group `group_id`: GROUP_ID_NOT_FOUND
+    /// when there is no such share group, UNKNOWN_MEMBER_ID when it has no such member.
+    pub fn share_member_check(&self, group_id: &str, member_id: &str) -> Result<(), GroupError> {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        match inner.groups.get(group_id) {
+            Some(Group::Share(group)) if group.has_member(member_id) => Ok(()),
+            Some(Group::Share(_)) => Err(GroupError::new(
+                error_codes::UNKNOWN_MEMBER_ID,
+                format!("Member {member_id} is not a member of share group {group_id}."),
+            )),
+            Some(_) => Err(not_a_share_group(group_id)),
+            None => Err(group_not_found(group_id)),
+        }
+    }
+
+    /// The settings the share partitions of `group_id` run with: the broker's, with the group's
+    /// `share.record.lock.duration.ms`, `share.delivery.count.limit` and `share.isolation.level`
+    /// overrides.
+    pub fn share_settings(&self, group_id: &str) -> ShareGroupSettings {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let config = self.group_config(&inner, group_id);
+        let read_committed = inner
+            .group_configs
+            .get(group_id)
+            .and_then(|o| o.get(SHARE_ISOLATION_LEVEL))
+            .is_some_and(|v| v.trim() == "read_committed");
+        ShareGroupSettings {
+            share: ShareConfig {
+                record_lock_duration_ms: config.share_record_lock_duration_ms.max(1),
+                delivery_count_limit: i16::try_from(config.share_delivery_count_limit)
+                    .unwrap_or(i16::MAX)
+                    .max(1),
+                max_record_locks: u32::try_from(config.share_partition_max_record_locks)
+                    .unwrap_or(u32::MAX)
+                    .max(1),
+            },
+            read_committed,
+        }
+    }
+
+    /// The events queued for the share-partition leader since the last call, oldest first.
+    pub fn take_share_events(&self) -> Vec<ShareEvent> {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        std::mem::take(&mut inner.share_events)
+    }
+
+    /// Woken whenever a share event is queued.
+    pub fn share_events_notify(&self) -> Arc<tokio::sync::Notify> {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::clone(&inner.share_notify)
+    }
+}
+
+/// The group config key that makes a share group read committed records only.
+pub const SHARE_ISOLATION_LEVEL: &str = "share.isolation.level";
+
+/// The member epoch of a ShareGroupHeartbeat that leaves.
+const LEAVE_MEMBER_EPOCH: i32 = -1;
+
+/// The most events kept for the share-partition leader; beyond, the oldest go (a member's
+/// records then come back when their locks expire).
+const MAX_SHARE_EVENTS: usize = 10_000;
+
+/// What a share group's partitions run with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShareGroupSettings {
+    pub share: ShareConfig,
+    /// `share.isolation.level = read_committed`.
+    pub read_committed: bool,
+}
+
+/// Something the share-partition leader must act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShareEvent {
+    /// A member left (a heartbeat with epoch -1) or its session timed out: its share session
+    /// closes and its acquired records go back.
+    MemberGone { group_id: String, member_id: String },
+    /// These share-partition states were deleted (their group or topic was): the leader drops
+    /// what it holds of them.
+    StatesDeleted(Vec<SharePartitionKey>),
+}
+
+/// Queues an event for the share-partition leader and wakes it.
+pub(crate) fn push_share_event(inner: &mut Inner, event: ShareEvent) {
+    if inner.share_events.len() >= MAX_SHARE_EVENTS {
+        tracing::debug!("too many share events queued; dropping the oldest");
+        inner.share_events.remove(0);
+    }
+    inner.share_events.push(event);
+    inner.share_notify.notify_one();
 }
 
 /// The share-partition state keys of one group.
@@ -485,6 +574,7 @@ pub(crate) fn delete_share_states(inner: &mut Inner, keys: &[SharePartitionKey])
             for key in keys {
                 inner.share_states.remove(key);
             }
+            push_share_event(inner, ShareEvent::StatesDeleted(keys.to_vec()));
             true
         }
         Err(e) => {

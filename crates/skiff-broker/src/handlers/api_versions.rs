@@ -35,7 +35,7 @@ const SUPPORTED_FEATURES: [(&str, i16, i16); 2] =
 /// Kafka does not list it).
 fn finalized_features(broker: &Broker) -> Vec<(&'static str, i16)> {
     let mut finalized = vec![("group.version", 1)];
-    if broker.config.share_groups_enabled {
+    if broker.serves(ApiKey::ShareGroupHeartbeat).is_some() {
         finalized.push(("share.version", 1));
     }
     finalized

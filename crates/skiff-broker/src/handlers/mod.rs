@@ -28,6 +28,7 @@ pub mod producer_id;
 pub mod records_admin;
 pub mod resources;
 pub mod scram;
+pub mod share_fetch;
 pub mod share_groups;
 pub mod telemetry;
 pub mod topics;
@@ -41,6 +42,8 @@ pub(crate) fn bs(s: impl Into<String>) -> skiff_protocol::ByteString {
 /// What a handler knows about the request beyond its body.
 pub struct RequestContext {
     pub broker: Arc<Broker>,
+    /// The connection's ID (unique while the broker runs).
+    pub connection_id: u64,
     /// The listener the request came in on: Metadata, FindCoordinator and DescribeCluster
     /// answer with that listener's advertised address.
     pub listener: usize,
@@ -111,6 +114,8 @@ pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
         Request::OffsetDelete(r) => groups::offset_delete(ctx, r),
         Request::ShareGroupHeartbeat(r) => share_groups::heartbeat(ctx, r),
         Request::ShareGroupDescribe(r) => share_groups::describe(ctx, r).into(),
+        Request::ShareFetch(r) => share_fetch::share_fetch(ctx, r),
+        Request::ShareAcknowledge(r) => share_fetch::share_acknowledge(ctx, r),
         Request::ListGroups(r) => groups::list_groups(ctx, r).into(),
         Request::DescribeGroups(r) => groups::describe_groups(ctx, r).into(),
         Request::DeleteGroups(r) => groups::delete_groups(ctx, r),

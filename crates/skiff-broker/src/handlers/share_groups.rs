@@ -1,6 +1,6 @@
 //! KIP-932 share group membership: ShareGroupHeartbeat (key 76) and ShareGroupDescribe
 //! (key 77), v1. Served only with `group.share.enable = true` on a single node
-//! (`Broker::serves`): ShareFetch and ShareAcknowledge are not built yet.
+//! (`Broker::serves`), like ShareFetch and ShareAcknowledge ([`super::share_fetch`]).
 //!
 //! Authorization is Kafka's (`KafkaApis.handleShareGroupHeartbeat` / `handleShareGroupDescribe`):
 //! READ on the group to heartbeat, then a valid member ID (INVALID_REQUEST "Invalid member id in
