@@ -89,6 +89,12 @@ pub enum Error {
     /// after the transaction failed (it must be aborted) or the producer was fenced.
     #[error("transaction: {0}")]
     Transaction(String),
+    /// A share consumer's acknowledgement out of turn: a record acknowledged that the last poll
+    /// did not deliver (or acknowledged twice), `acknowledge` in implicit mode, a poll in explicit
+    /// mode with records of the last poll unacknowledged, or an acknowledgement that could not
+    /// be sent (its share session was lost).
+    #[error("acknowledgement: {0}")]
+    Acknowledgement(String),
     /// The consumer group membership hit a fatal error.
     #[error("consumer group {group}: {reason}")]
     Group { group: String, reason: String },
@@ -216,7 +222,11 @@ pub fn error_name(code: i16) -> &'static str {
         111 => "UNRELEASED_INSTANCE_ID",
         112 => "UNSUPPORTED_ASSIGNOR",
         113 => "STALE_MEMBER_EPOCH",
-        _ => "KAFKA_ERROR",
+        // Every other code Kafka defines, by its name.
+        other => match skiff_protocol::ErrorCode::from_code(other).name() {
+            "UNKNOWN" => "KAFKA_ERROR",
+            name => name,
+        },
     }
 }
 

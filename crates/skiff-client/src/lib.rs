@@ -15,6 +15,10 @@
 //! - [`Consumer`]: a KIP-848 group member whose member ID is the instance ID (KIP-1082), or a
 //!   plain assigned consumer; offsets, long-poll fetch, seek, pause/resume; read_committed by
 //!   default ([`IsolationLevel`]: aborted and open transactions skipped, markers never returned).
+//! - [`ShareConsumer`]: a KIP-932 share group member (ShareGroupHeartbeat v1, member ID = the
+//!   instance ID), share sessions per broker, records within their acquired ranges with delivery
+//!   counts, implicit or explicit acknowledgement ([`AcknowledgeType`]: accept, release, reject)
+//!   piggy-backed on ShareFetch or sent with ShareAcknowledge.
 //! - [`Admin`]: topics, groups, client-metrics subscriptions, SCRAM users and ACLs.
 //! - Security ([`SecurityConfig`], Kafka's `security.protocol`): TLS with rustls (a CA file or the
 //!   system's CAs, an optional client certificate, host name checks on or off), and SASL PLAIN,
@@ -34,6 +38,7 @@ mod error;
 mod producer;
 mod sasl;
 mod security;
+mod share_consumer;
 mod telemetry;
 mod tls;
 mod transaction;
@@ -59,6 +64,10 @@ pub use producer::{
 pub use security::{
     EndpointIdentification, OauthTokenCallback, SaslConfig, ScramMechanism, SecurityConfig,
     SecurityProtocol, TlsConfig,
+};
+pub use share_consumer::{
+    AcknowledgeType, AcknowledgementMode, AcknowledgementResults, ShareConsumer,
+    ShareConsumerConfig, ShareRecord,
 };
 /// The ACL types [`Admin::create_acls`], [`Admin::describe_acls`] and [`Admin::delete_acls`]
 /// take and return.

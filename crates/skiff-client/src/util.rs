@@ -32,6 +32,10 @@ pub(crate) fn throttle_time_ms(response: &Response) -> i32 {
         Response::InitProducerId(r) => r.throttle_time_ms,
         Response::ConsumerGroupHeartbeat(r) => r.throttle_time_ms,
         Response::ConsumerGroupDescribe(r) => r.throttle_time_ms,
+        Response::ShareGroupHeartbeat(r) => r.throttle_time_ms,
+        Response::ShareGroupDescribe(r) => r.throttle_time_ms,
+        Response::ShareFetch(r) => r.throttle_time_ms,
+        Response::ShareAcknowledge(r) => r.throttle_time_ms,
         _ => 0,
     }
     .clamp(0, 60_000)
@@ -41,6 +45,20 @@ pub(crate) fn throttle_time_ms(response: &Response) -> i32 {
 pub(crate) fn first_error_message(response: &Response) -> Option<String> {
     let s = match response {
         Response::ConsumerGroupHeartbeat(r) => r.error_message.clone(),
+        Response::ShareGroupHeartbeat(r) => r.error_message.clone(),
+        Response::ShareGroupDescribe(r) => r.groups.iter().find_map(|g| g.error_message.clone()),
+        Response::ShareFetch(r) => r.error_message.clone().or_else(|| {
+            r.responses
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .find_map(|p| p.error_message.clone())
+        }),
+        Response::ShareAcknowledge(r) => r.error_message.clone().or_else(|| {
+            r.responses
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .find_map(|p| p.error_message.clone())
+        }),
         Response::FindCoordinator(r) => r
             .error_message
             .clone()

@@ -19,7 +19,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     name = "skiff",
     version,
     about = "A Kafka-compatible broker where a client instance has one identity everywhere",
-    after_help = "Examples:\n  skiff broker --data-dir ./data\n  skiff topic create orders --partitions 3\n  seq 1 1000 | skiff produce orders\n  skiff consume orders --group billing --from-beginning --max 1000\n  skiff group describe billing --json\n  skiff topic list --bootstrap broker:9093 --command-config client.properties\n  skiff user set alice --mechanism SCRAM-SHA-512 --password-file alice.pw\n  skiff acl add --allow-principal User:alice --operation READ --topic orders\n\nA --command-config file holds Kafka's client properties for TLS and SASL, for example:\n  security.protocol=SASL_SSL\n  sasl.mechanism=SCRAM-SHA-512\n  sasl.username=alice\n  sasl.password=alice-secret\n  ssl.ca.location=/etc/skiff/ca.pem\n\nExit codes (client commands):\n  0 success, 1 failure, 2 bad usage, 3 broker unreachable, 4 topic/group/user not found,\n  5 topic already exists, 6 request rejected by the broker, 7 authentication failed"
+    after_help = "Examples:\n  skiff broker --data-dir ./data\n  skiff topic create orders --partitions 3\n  seq 1 1000 | skiff produce orders\n  skiff consume orders --group billing --from-beginning --max 1000\n  skiff consume jobs --share-group workers --ack accept --max 10\n  skiff group describe billing --json\n  skiff topic list --bootstrap broker:9093 --command-config client.properties\n  skiff user set alice --mechanism SCRAM-SHA-512 --password-file alice.pw\n  skiff acl add --allow-principal User:alice --operation READ --topic orders\n\nA --command-config file holds Kafka's client properties for TLS and SASL, for example:\n  security.protocol=SASL_SSL\n  sasl.mechanism=SCRAM-SHA-512\n  sasl.username=alice\n  sasl.password=alice-secret\n  ssl.ca.location=/etc/skiff/ca.pem\n\nExit codes (client commands):\n  0 success, 1 failure, 2 bad usage, 3 broker unreachable, 4 topic/group/user not found,\n  5 topic already exists, 6 request rejected by the broker, 7 authentication failed"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -70,7 +70,7 @@ enum Command {
         #[command(flatten)]
         args: cli::produce::ProduceArgs,
     },
-    /// Print records of a topic (alone or in a consumer group).
+    /// Print records of a topic (alone, in a consumer group, or in a share group).
     Consume {
         #[command(flatten)]
         conn: cli::Conn,

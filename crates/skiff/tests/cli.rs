@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -449,4 +450,112 @@ fn a_transactional_produce_is_read_committed_by_consume() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out), "one\ntwo\nthree\n");
+}
+
+#[test]
+fn a_share_group_hands_records_out_acknowledges_and_redelivers_released_ones() {
+    let broker = start_broker_with(&[
+        "--set",
+        "admin.listen=none",
+        "--set",
+        "group.share.enable=true",
+        "--set",
+        "group.share.heartbeat.interval.ms=200",
+    ]);
+    let out = skiff(&broker, &["topic", "create", "jobs", "--partitions", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // A first member joins while the topic is empty: the group's share partition starts at 0
+    // (a new share group starts at the end of the log, as in Kafka).
+    let out = skiff(
+        &broker,
+        &[
+            "consume",
+            "jobs",
+            "--share-group",
+            "crew",
+            "--idle-exit-ms",
+            "1000",
+            "--quiet",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    let out = skiff_stdin(&broker, &["produce", "jobs"], Some("a\nb\nc\n"));
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let json_lines = |out: &std::process::Output| -> Vec<serde_json::Value> {
+        stdout(out)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json line"))
+            .collect()
+    };
+    // Look at two and give them back: printed with their first delivery, then released.
+    let out = skiff(
+        &broker,
+        &[
+            "consume",
+            "jobs",
+            "--share-group",
+            "crew",
+            "--max",
+            "2",
+            "--ack",
+            "release",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let first = json_lines(&out);
+    assert_eq!(first.len(), 2, "{first:?}");
+    assert!(first.iter().all(|r| r["delivery_count"] == 1), "{first:?}");
+    assert!(
+        stderr(&out).contains("acknowledged as release"),
+        "{}",
+        stderr(&out)
+    );
+    // The next member gets all three; the released ones for the second time.
+    let out = skiff(
+        &broker,
+        &[
+            "consume",
+            "jobs",
+            "--share-group",
+            "crew",
+            "--max",
+            "3",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let all = json_lines(&out);
+    let values: BTreeSet<&str> = all.iter().filter_map(|r| r["value"].as_str()).collect();
+    assert_eq!(values, BTreeSet::from(["a", "b", "c"]), "{all:?}");
+    for r in &all {
+        if first.iter().any(|f| f["offset"] == r["offset"]) {
+            assert_eq!(r["delivery_count"], 2, "{r}");
+        }
+    }
+    // Accepted: nothing is left for anyone.
+    let out = skiff(
+        &broker,
+        &[
+            "consume",
+            "jobs",
+            "--share-group",
+            "crew",
+            "--idle-exit-ms",
+            "1500",
+            "--quiet",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    // --ack only with --share-group; a share group does not mix with --group.
+    let out = skiff(&broker, &["consume", "jobs", "--ack", "reject"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = skiff(
+        &broker,
+        &["consume", "jobs", "--share-group", "crew", "--group", "g"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
