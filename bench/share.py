@@ -11,13 +11,17 @@ One run:
     thread, each its own client), markers are produced until one of them receives one (a new
     share partition starts at the end of the log), then --records records are produced; the
     clock runs from the first record received to the last one processed;
+  * the records are produced in batches of --batch (default 10), and each ShareConsumer takes
+    at most --max-poll-records records per fetch (default 100): a fetch acquires whole batches
+    (Kafka's default `batch_optimized` acquire mode, the one librdkafka uses), so one batch of
+    2,000 records would go to one member whole and leave the others idle;
   * each consumer "processes" a record by sleeping --delay-ms (the GIL is released while it
     sleeps, so the threads overlap as processes would); ShareConsumers acknowledge implicitly (on
     the next poll), the classic consumer commits nothing;
   * records/s per case, and each case's speed-up over the classic consumer.
 
     cargo build --release -p skiff --bin skiff
-    .venv/bin/python bench/share.py [--records 2000] [--delay-ms 2] [--members 1,4,8]
+    .venv/bin/python bench/share.py [--records 2000] [--delay-ms 2] [--members 1,4,8] [--batch 10] [--max-poll-records 100]
 
 The broker is stopped (SIGTERM, SIGKILL after 10 s) and the temp dir removed, whatever happens.
 """
@@ -39,8 +43,8 @@ from confluent_kafka import Consumer, Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
-def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 4})
+def produce(bootstrap: str, topic: str, values: list[bytes], batch: int = 10000) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": batch, "log_level": 4})
     for v in values:
         p.produce(topic, v, partition=0)
     if p.flush(60):
@@ -50,8 +54,9 @@ def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
 class Case:
     """Consumers of one case and what they received (values tagged with this case's run ID)."""
 
-    def __init__(self, records: int, delay_s: float):
+    def __init__(self, records: int, delay_s: float, max_poll_records: int):
         self.records = records
+        self.max_poll_records = max_poll_records
         self.delay_s = delay_s
         self.lock = threading.Lock()
         self.done = 0
@@ -61,8 +66,13 @@ class Case:
         self.finished = threading.Event()
         self.stop = threading.Event()
         self.errors: list[str] = []
+        self.per_member: dict[int, int] = {}
 
-    def process(self, values: list[bytes]) -> None:
+    def process(self, values: list[bytes], member: int) -> None:
+        real = [v for v in values if v != b"marker"]
+        if real:
+            with self.lock:
+                self.per_member[member] = self.per_member.get(member, 0) + len(real)
         for v in values:
             if v == b"marker":
                 self.primed.set()
@@ -79,7 +89,7 @@ class Case:
 
 def share_member(bootstrap: str, group: str, topic: str, case: Case, i: int) -> None:
     c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": f"share-{i}",
-                       "log_level": 3})
+                       "max.poll.records": case.max_poll_records, "log_level": 3})
     try:
         c.subscribe([topic])
         while not case.stop.is_set():
@@ -89,7 +99,7 @@ def share_member(bootstrap: str, group: str, topic: str, case: Case, i: int) -> 
                     case.errors.append(str(m.error()))
                     continue
                 batch.append(m.value())
-            case.process(batch)
+            case.process(batch, i)
     finally:
         c.close()
 
@@ -106,7 +116,7 @@ def classic_member(bootstrap: str, group: str, topic: str, case: Case) -> None:
             if m.error() is not None:
                 case.errors.append(str(m.error()))
                 continue
-            case.process([m.value()])
+            case.process([m.value()], 0)
     finally:
         c.close()
 
@@ -115,7 +125,7 @@ def run_case(bootstrap: str, admin: AdminClient, kind: str, members: int, args) 
     topic, group = f"share-bench-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
         f.result(timeout=20)
-    case = Case(args.records, args.delay_ms / 1000)
+    case = Case(args.records, args.delay_ms / 1000, args.max_poll_records)
     if kind == "share":
         threads = [threading.Thread(target=share_member, args=(bootstrap, group, topic, case, i), daemon=True)
                    for i in range(members)]
@@ -129,7 +139,9 @@ def run_case(bootstrap: str, admin: AdminClient, kind: str, members: int, args) 
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{kind}: no marker received in 60 s ({case.errors[:3]})")
             produce(bootstrap, topic, [b"marker"])
-        produce(bootstrap, topic, [b"r-%06d" % i for i in range(args.records)])
+        # Every member is assigned the partition by its next heartbeats (1 s apart).
+        time.sleep(3)
+        produce(bootstrap, topic, [b"r-%06d" % i for i in range(args.records)], args.batch)
         budget = 30 + args.records * args.delay_ms / 1000 * 2
         if not case.finished.wait(budget):
             raise TimeoutError(f"{kind} x{members}: {case.done}/{args.records} records in {budget:.0f} s "
@@ -138,6 +150,7 @@ def run_case(bootstrap: str, admin: AdminClient, kind: str, members: int, args) 
         case.stop.set()
         for t in threads:
             t.join(30)
+    print(f"    records per member: {sorted(case.per_member.values(), reverse=True)}")
     return case.records / (case.last - case.first)
 
 
@@ -146,6 +159,10 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=2000, help="records per case (default 2000)")
     ap.add_argument("--delay-ms", type=float, default=2.0, help="processing time per record (default 2 ms)")
     ap.add_argument("--members", default="1,4,8", help="share consumers per case (default 1,4,8)")
+    ap.add_argument("--batch", type=int, default=10,
+                    help="records per produced batch (default 10: a share fetch acquires whole batches)")
+    ap.add_argument("--max-poll-records", type=int, default=100,
+                    help="ShareConsumer max.poll.records: the records one fetch acquires (default 100)")
     args = ap.parse_args()
     if not BINARY.exists():
         sys.exit(f"{BINARY} is missing: run `cargo build --release -p skiff --bin skiff` first")
