@@ -794,3 +794,31 @@ async fn share_sessions_are_bounded() {
     }
     broker.stop().await;
 }
+
+/// ShareAcquireMode (v2, KIP-1206): the default `batch_optimized` acquires whole batches, so
+/// one fetch takes a 10-record batch whole past a record limit of 3; `record_limit` stops at 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_modes_cut_at_batches_or_at_the_record_limit() {
+    let broker = TestBroker::start_with(share_config).await;
+    let mut admin = broker.client().await;
+    let topic = create_topic(&mut admin, TOPIC).await;
+    let mut m1 = Member::join(&broker, GROUP, "m1").await;
+    let mut m2 = Member::join(&broker, GROUP, "m2").await;
+    for _ in 0..2 {
+        let values: Vec<String> = (0..10).map(|i| format!("v{i}")).collect();
+        let values: Vec<&[u8]> = values.iter().map(String::as_bytes).collect();
+        let Response::Produce(p) = admin
+            .call(produce_request(TOPIC, 0, -1, batch(&values)), 9)
+            .await
+        else {
+            panic!("not a produce response");
+        };
+        assert_eq!(p.responses[0].partition_responses[0].error_code, 0);
+    }
+    let whole = m1.fetch(topic, &[], 3, 0).await;
+    assert_eq!(acquired(&whole), vec![(0, 9, 1)]);
+    let mut request = m2.fetch_request(topic, &[], 3, 0);
+    request.share_acquire_mode = 1;
+    assert_eq!(acquired(&m2.fetch_with(request).await), vec![(10, 12, 1)]);
+    broker.stop().await;
+}

@@ -90,6 +90,9 @@ pub struct Connection {
     identity: ConnectionIdentity,
     id: u64,
     record: crate::clients::SharedRecord,
+    /// This connection sent a share-session request: its share sessions are closed with it
+    /// (the others skip that work when they close).
+    share_sessions: bool,
 }
 
 /// The responses queue of a connection while one request is handled: the response pushed takes
@@ -173,6 +176,7 @@ impl Connection {
             identity: ConnectionIdentity::default(),
             id,
             record,
+            share_sessions: false,
         }
     }
 
@@ -193,7 +197,9 @@ impl Connection {
             _ = crate::shutdown::stopped(&mut kill) => "shutdown deadline passed",
         };
         self.broker.clients.unregister(self.id);
-        self.broker.share_connection_closed(self.id);
+        if self.share_sessions {
+            self.broker.share_connection_closed(self.id);
+        }
         if let (Some(Claim::Owner), Some(id)) = (&self.instance_claim, self.identity.instance_id())
         {
             self.broker
@@ -335,6 +341,9 @@ impl Connection {
         }
 
         let supported = self.broker.serves(api_key);
+        if matches!(api_key, ApiKey::ShareFetch | ApiKey::ShareAcknowledge) {
+            self.share_sessions = true;
+        }
         let version_ok = supported.is_some_and(|(lo, hi)| (lo..=hi).contains(&version));
         if !version_ok && api_key == ApiKey::ApiVersions {
             // Answer with a v0 body listing what is supported, so the client can retry.

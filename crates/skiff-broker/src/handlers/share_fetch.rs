@@ -59,6 +59,15 @@ const MAX_WAIT: Duration = Duration::from_secs(30);
 /// The highest acknowledge type before v2 (KIP-1222 adds 4, renew).
 const MAX_ACK_TYPE_V1: i8 = 3;
 
+/// The highest acknowledgement type a request of `version` may carry (renew is v2's).
+fn max_ack_type(version: i16) -> i8 {
+    if version >= 2 {
+        AckType::Renew.code()
+    } else {
+        MAX_ACK_TYPE_V1
+    }
+}
+
 /// An acknowledgement outcome per partition: error code and message.
 type AckResults = IndexMap<TopicPartition, (i16, Option<ByteString>)>;
 
@@ -558,11 +567,7 @@ pub fn share_fetch(ctx: &RequestContext, request: ShareFetchRequest) -> Reply {
                 })
             })
             .collect();
-        let max_type = if ctx.version >= 2 {
-            AckType::Renew.code()
-        } else {
-            MAX_ACK_TYPE_V1
-        };
+        let max_type = max_ack_type(ctx.version);
         acknowledge_all(ctx, &who, partitions, max_type, renew)
     } else {
         (AckResults::new(), None)
@@ -713,11 +718,7 @@ pub fn share_acknowledge(ctx: &RequestContext, request: ShareAcknowledgeRequest)
         member_id,
     };
     let renew = ctx.version >= 2 && request.is_renew_ack;
-    let max_type = if ctx.version >= 2 {
-        AckType::Renew.code()
-    } else {
-        MAX_ACK_TYPE_V1
-    };
+    let max_type = max_ack_type(ctx.version);
     let partitions = request
         .topics
         .iter()
