@@ -636,6 +636,28 @@ impl Client {
             .ok_or_else(|| Error::UnknownTopic(format!("with ID {id}")))
     }
 
+    /// A group assignment (topic IDs and partitions) by partition name, with each topic's ID; a
+    /// topic not in the metadata yet is left out (until the next assignment names it again).
+    pub(crate) async fn named_assignment(
+        &self,
+        target: Vec<(Uuid, Vec<i32>)>,
+    ) -> BTreeMap<crate::consumer::TopicPartition, Uuid> {
+        let mut named = BTreeMap::new();
+        for (id, partitions) in target {
+            let name = match self.topic_name(id).await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::debug!(topic_id = %id, error = %e, "assigned topic not in metadata yet");
+                    continue;
+                }
+            };
+            for p in partitions {
+                named.insert(crate::consumer::TopicPartition::new(name.clone(), p), id);
+            }
+        }
+        named
+    }
+
     /// The coordinator node of `group` (cached after the first FindCoordinator).
     pub async fn coordinator(&self, group: &str) -> Result<i32> {
         self.coordinator_of(KEY_TYPE_GROUP, group).await

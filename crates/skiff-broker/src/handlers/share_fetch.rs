@@ -114,6 +114,12 @@ struct RawBatch<'a> {
     types: &'a [i8],
 }
 
+impl<'a> RawBatch<'a> {
+    fn new(first: i64, last: i64, types: &'a [i8]) -> Self {
+        RawBatch { first, last, types }
+    }
+}
+
 /// Kafka's `validateAcknowledgementBatches` for one partition, then the batches as the share
 /// partition takes them. `max_type`: 4 for v2, 3 before; `renew`: the request's `IsRenewAck`.
 fn ack_batches(
@@ -554,16 +560,10 @@ pub fn share_fetch(ctx: &RequestContext, request: ShareFetchRequest) -> Reply {
             .iter()
             .flat_map(|t| {
                 t.partitions.iter().map(move |p| {
-                    let raw = p
-                        .acknowledgement_batches
-                        .iter()
-                        .map(|b| RawBatch {
-                            first: b.first_offset,
-                            last: b.last_offset,
-                            types: &b.acknowledge_types,
-                        })
-                        .collect::<Vec<_>>();
-                    ((t.topic_id, p.partition_index), raw)
+                    let raw = p.acknowledgement_batches.iter().map(|b| {
+                        RawBatch::new(b.first_offset, b.last_offset, &b.acknowledge_types)
+                    });
+                    ((t.topic_id, p.partition_index), raw.collect())
                 })
             })
             .collect();
@@ -727,13 +727,8 @@ pub fn share_acknowledge(ctx: &RequestContext, request: ShareAcknowledgeRequest)
                 let raw = p
                     .acknowledgement_batches
                     .iter()
-                    .map(|b| RawBatch {
-                        first: b.first_offset,
-                        last: b.last_offset,
-                        types: &b.acknowledge_types,
-                    })
-                    .collect::<Vec<_>>();
-                ((t.topic_id, p.partition_index), raw)
+                    .map(|b| RawBatch::new(b.first_offset, b.last_offset, &b.acknowledge_types));
+                ((t.topic_id, p.partition_index), raw.collect())
             })
         })
         .collect();

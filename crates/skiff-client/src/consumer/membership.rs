@@ -267,19 +267,7 @@ pub(super) async fn heartbeat_once(
 /// Applies a target assignment: revoke first (callback + commit), then add. Returns whether the
 /// owned set changed (so an acknowledging heartbeat is due).
 pub(super) async fn reconcile(inner: &Arc<Inner>, target: Vec<(Uuid, Vec<i32>)>) -> bool {
-    let mut wanted: BTreeMap<TopicPartition, Uuid> = BTreeMap::new();
-    for (id, partitions) in target {
-        let name = match inner.client.topic_name(id).await {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::debug!(topic_id = %id, error = %e, "assigned topic not in metadata yet");
-                continue;
-            }
-        };
-        for p in partitions {
-            wanted.insert(TopicPartition::new(name.clone(), p), id);
-        }
-    }
+    let wanted = inner.client.named_assignment(target).await;
     let (revoked, added): (Vec<TopicPartition>, Vec<TopicPartition>) = {
         let state = lock(&inner.state);
         (

@@ -1,7 +1,6 @@
 //! The share group membership task (ShareGroupHeartbeat v1): join with the instance ID as member
 //! ID, heartbeat at the broker's interval, apply assignments, rejoin after fencing, leave.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -9,7 +8,6 @@ use std::time::Duration;
 use skiff_protocol::generated::ShareGroupHeartbeatRequest;
 use skiff_protocol::{ApiKey, Uuid, error_codes};
 
-use crate::consumer::TopicPartition;
 use crate::error::{Error, Result, is_retriable_code};
 use crate::util::{backoff, lock};
 
@@ -236,19 +234,7 @@ async fn heartbeat_once(
 /// Replaces the assignment with `target` (topic IDs resolved to names through metadata; a topic
 /// not in the metadata yet is left out until the next assignment).
 async fn apply_assignment(inner: &Arc<Inner>, target: Vec<(Uuid, Vec<i32>)>) {
-    let mut wanted: BTreeMap<TopicPartition, Uuid> = BTreeMap::new();
-    for (id, partitions) in target {
-        let name = match inner.client.topic_name(id).await {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::debug!(topic_id = %id, error = %e, "assigned topic not in metadata yet");
-                continue;
-            }
-        };
-        for p in partitions {
-            wanted.insert(TopicPartition::new(name.clone(), p), id);
-        }
-    }
+    let wanted = inner.client.named_assignment(target).await;
     let changed = {
         let mut state = lock(&inner.state);
         if state.assigned == wanted {
