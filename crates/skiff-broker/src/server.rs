@@ -189,7 +189,9 @@ async fn serve(
     crate::txn_end::resume_unfinished(&broker).await;
     let maintenance = tokio::spawn(maintenance(Arc::clone(&broker), shutdown.clone()));
     let group_timers = tokio::spawn(group_timers(Arc::clone(&broker), shutdown.clone()));
-    let share_timers = (broker.config.share_groups_enabled && broker.cluster().is_none())
+    let share_timers = broker
+        .config
+        .share_groups_enabled
         .then(|| tokio::spawn(share_timers(Arc::clone(&broker), shutdown.clone())));
     let txn_timers = tokio::spawn(txn_timers(Arc::clone(&broker), shutdown.clone()));
     let oauth_keys = tokio::spawn({
@@ -410,7 +412,7 @@ async fn share_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
         broker.share_events();
         broker
             .share
-            .expire_locks(&broker.groups, crate::clock::now_ms());
+            .expire_locks(broker.share_store(), crate::clock::now_ms());
     }
 }
 

@@ -597,9 +597,8 @@ impl Broker {
         {
             return None;
         }
-        // KIP-932 share groups: single node only, and only when asked for
-        // (`group.share.enable`).
-        if (!self.config.share_groups_enabled || self.cluster.is_some())
+        // KIP-932 share groups, unless turned off (`group.share.enable`).
+        if !self.config.share_groups_enabled
             && matches!(
                 api,
                 ApiKey::ShareGroupHeartbeat
@@ -617,7 +616,30 @@ impl Broker {
     /// states deleted). Returns the last group-log offset written.
     pub(crate) fn share_events(&self) -> Option<i64> {
         self.share
-            .take_and_handle_events(&self.groups, || self.groups.take_share_events())
+            .take_and_handle_events(self.share_store(), || self.groups.take_share_events())
+    }
+
+    /// Where share-partition state is kept: the group coordinator's log on a single node, the
+    /// share partitions' own rows in PostgreSQL in cluster mode (claimed by the partition's
+    /// leader, [`crate::cluster::share`]).
+    pub(crate) fn share_store(&self) -> &dyn crate::share::StateStore {
+        match &self.cluster {
+            Some(cluster) => cluster.as_ref(),
+            None => &self.groups,
+        }
+    }
+
+    /// Waits until share-state writes up to `end` (what [`Broker::share_store`] returned) are
+    /// durable: the group log's group commit on a single node; cluster mode's writes are durable
+    /// when they return.
+    pub(crate) async fn share_durable(&self, end: i64) -> Result<(), String> {
+        if self.cluster.is_some() {
+            return Ok(());
+        }
+        self.groups
+            .wait_durable(end)
+            .await
+            .map_err(|e| format!("{e:#}"))
     }
 
     /// A connection closed: the share sessions it opened close and their members' records are
@@ -625,7 +647,7 @@ impl Broker {
     pub(crate) fn share_connection_closed(&self, connection: u64) {
         if self.config.share_groups_enabled {
             self.share_events();
-            self.share.connection_closed(&self.groups, connection);
+            self.share.connection_closed(self.share_store(), connection);
         }
     }
 

@@ -1705,3 +1705,137 @@ async fn an_end_prepared_by_a_dead_coordinator_is_finished_by_its_successor() {
     .await;
     cluster.stop_all().await;
 }
+
+/// A Skiff share consumer of `group` bootstrapped at broker `via` (implicit acknowledgement).
+fn share_consumer(cluster: &TestCluster, via: i32, group: &str) -> skiff_client::ShareConsumer {
+    let mut client = skiff_client::ClientConfig::new(&cluster.node(via).addr.to_string());
+    client.request_timeout = Duration::from_secs(5);
+    client.retry_backoff = Duration::from_millis(20);
+    client.reconnect_backoff = Duration::from_millis(20);
+    client.reconnect_backoff_max = Duration::from_millis(200);
+    let mut config = skiff_client::ShareConsumerConfig::new(group);
+    config.fetch_max_wait = Duration::from_millis(100);
+    skiff_client::ShareConsumer::new(skiff_client::Client::new(client).expect("client"), config)
+        .expect("share consumer")
+}
+
+/// Polls both consumers until `want` records arrived between them (bounded); returns
+/// (partition, offset, delivery count) of each, in arrival order.
+async fn share_poll(
+    consumers: &[&skiff_client::ShareConsumer],
+    want: usize,
+) -> Vec<(i32, i64, i16)> {
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while got.len() < want {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {want} records arrived: {got:?}",
+            got.len()
+        );
+        for c in consumers {
+            let records = c.poll(Duration::from_millis(100)).await.expect("poll");
+            got.extend(
+                records
+                    .iter()
+                    .map(|r| (r.partition, r.offset, r.delivery_count)),
+            );
+        }
+    }
+    for c in consumers {
+        c.commit_sync().await.expect("acknowledgements committed");
+    }
+    got
+}
+
+/// The owner broker of each share partition of `group` in PostgreSQL, by partition.
+async fn share_owners(cluster: &TestCluster, group: &str) -> Vec<(i32, Option<i32>)> {
+    let db = skiff_cluster::Db::new(&cluster.metadata_url, 1).expect("pool");
+    let client = db.client().await.expect("connection");
+    let rows = client
+        .query(
+            "SELECT partition, owner FROM share_partitions WHERE group_id = $1 ORDER BY partition",
+            &[&group],
+        )
+        .await
+        .expect("share partitions");
+    rows.iter()
+        .map(|r| (r.get::<_, i32>(0), r.get::<_, Option<i32>>(1)))
+        .collect()
+}
+
+/// KIP-932 in cluster mode: each partition's leader is its share partitions' leader and keeps
+/// their state in PostgreSQL; two share consumers bootstrapped at different brokers get every
+/// record once between them; when a broker leaves, its partitions' new leader takes the state
+/// over, so nothing acknowledged is delivered again and new records flow; deleting the group
+/// deletes the states.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn share_groups_span_brokers_and_move_with_their_partitions() {
+    let Some(mut cluster) = TestCluster::start("share", 2, false).await else {
+        return;
+    };
+    wait_for_brokers(&cluster, 1, &[1, 2]).await;
+    wait_for_shards(&cluster, 2).await;
+    let mut admin = cluster.client(1).await;
+    create_topic(&mut admin, "jobs", 4).await;
+    let leaders = wait_for_topic(&cluster, "jobs", 4).await;
+    let leaders: Vec<i32> = leaders.last().cloned().expect("leaders");
+    assert!(leaders.contains(&1) && leaders.contains(&2), "{leaders:?}");
+    for (p, leader) in leaders.iter().enumerate() {
+        let mut c = cluster.client(*leader).await;
+        for i in 0..5 {
+            let value = format!("job-{p}-{i}");
+            let (code, _) = produce(&mut c, "jobs", p as i32, batch(&[value.as_bytes()])).await;
+            assert_eq!(code, 0);
+        }
+    }
+    assert_eq!(
+        alter_configs(
+            &mut admin,
+            32,
+            "crew",
+            &[("share.auto.offset.reset", "earliest")]
+        )
+        .await,
+        0
+    );
+    let c1 = share_consumer(&cluster, 1, "crew");
+    let c2 = share_consumer(&cluster, 2, "crew");
+    c1.subscribe(&["jobs"]).expect("subscribe");
+    c2.subscribe(&["jobs"]).expect("subscribe");
+    let first = share_poll(&[&c1, &c2], 20).await;
+    let mut seen: Vec<(i32, i64)> = first.iter().map(|(p, o, _)| (*p, *o)).collect();
+    seen.sort();
+    let expected: Vec<(i32, i64)> = (0..4).flat_map(|p| (0..5).map(move |o| (p, o))).collect();
+    assert_eq!(seen, expected, "every record once: {first:?}");
+    // Each share partition's state is owned by its partition's leader.
+    let owners = share_owners(&cluster, "crew").await;
+    let want: Vec<(i32, Option<i32>)> = leaders
+        .iter()
+        .enumerate()
+        .map(|(p, l)| (p as i32, Some(*l)))
+        .collect();
+    assert_eq!(owners, want);
+
+    // Broker 2 leaves: broker 1 leads everything and takes the states over.
+    c2.close().await.expect("close");
+    cluster.stop(2).await;
+    wait_for_brokers(&cluster, 1, &[1]).await;
+    let mut c = cluster.client(1).await;
+    for p in 0..4 {
+        let (code, base) = produce(&mut c, "jobs", p, batch(&[b"late"])).await;
+        assert_eq!((code, base), (0, 5));
+    }
+    let second = share_poll(&[&c1], 4).await;
+    let mut late: Vec<(i32, i64)> = second.iter().map(|(p, o, _)| (*p, *o)).collect();
+    late.sort();
+    assert_eq!(
+        late,
+        (0..4).map(|p| (p, 5)).collect::<Vec<_>>(),
+        "only the new records, nothing acknowledged again: {second:?}"
+    );
+    let owners = share_owners(&cluster, "crew").await;
+    assert!(owners.iter().all(|(_, o)| *o == Some(1)), "{owners:?}");
+    c1.close().await.expect("close");
+    cluster.stop_all().await;
+}

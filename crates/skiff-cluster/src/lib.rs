@@ -19,6 +19,8 @@
 //!   configs;
 //! - [`documents`]: documents every broker mirrors (ACLs, SCRAM credentials, telemetry
 //!   subscriptions) and each broker's summary of its client instances;
+//! - [`share_states`]: KIP-932 share-partition state (snapshot and deltas), owned by the
+//!   partition's leader under a fencing epoch;
 //! - [`status`]: what `skiff cluster status` shows;
 //! - [`objects`]: the object store (`s3://` or `file://`) and object keys.
 //!
@@ -33,6 +35,7 @@ pub mod log;
 pub mod membership;
 pub mod objects;
 pub mod schema;
+pub mod share_states;
 pub mod status;
 pub mod topics;
 pub mod txn_offsets;

@@ -213,6 +213,34 @@ CREATE TABLE txn_offsets (
 );
 "#,
     },
+    Migration {
+        version: 4,
+        name: "share partitions: the state of each share group on each partition, snapshot and deltas",
+        sql: r#"
+-- KIP-932 share-partition state, owned by the broker that leads the partition: a claim bumps
+-- the epoch (the fencing token of every write) and reads the snapshot and the deltas since.
+CREATE TABLE share_partitions (
+    group_id TEXT NOT NULL,
+    topic_id UUID NOT NULL,
+    partition INT NOT NULL CHECK (partition >= 0),
+    owner INT,
+    epoch BIGINT NOT NULL DEFAULT 0 CHECK (epoch >= 0),
+    snapshot BYTEA NOT NULL,
+    PRIMARY KEY (group_id, topic_id, partition)
+);
+
+CREATE TABLE share_partition_deltas (
+    group_id TEXT NOT NULL,
+    topic_id UUID NOT NULL,
+    partition INT NOT NULL,
+    seq BIGINT GENERATED ALWAYS AS IDENTITY,
+    delta BYTEA NOT NULL,
+    PRIMARY KEY (group_id, topic_id, partition, seq),
+    FOREIGN KEY (group_id, topic_id, partition)
+        REFERENCES share_partitions (group_id, topic_id, partition) ON DELETE CASCADE
+);
+"#,
+    },
 ];
 
 /// The newest schema version this broker knows.

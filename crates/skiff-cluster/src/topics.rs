@@ -157,6 +157,12 @@ pub async fn delete(
     .await?;
     tx.execute("DELETE FROM logs WHERE topic_id = $1", &[&topic_id])
         .await?;
+    // The share groups' states on the topic (their deltas go with them).
+    tx.execute(
+        "DELETE FROM share_partitions WHERE topic_id = $1",
+        &[&topic_id],
+    )
+    .await?;
     notify(&tx, name).await?;
     tx.commit().await?;
     Ok(Ok(topic_id))

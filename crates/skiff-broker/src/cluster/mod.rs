@@ -17,6 +17,7 @@ pub mod documents;
 pub mod fetch;
 pub mod placement;
 pub mod produce;
+pub mod share;
 mod tasks;
 pub mod transactions;
 
@@ -137,6 +138,8 @@ pub struct Cluster {
     /// Woken when a transaction's end hands offsets to groups (announced by NOTIFY): the
     /// groups' coordinators apply them.
     pub txn_offsets_committed: tokio::sync::Notify,
+    /// The share partitions this broker leads, and the epochs it claimed them at.
+    pub share_epochs: share::ShareEpochs,
 }
 
 /// Counters of the cluster's storage traffic (admin metrics, benchmarks).
@@ -211,6 +214,7 @@ impl Cluster {
             coordination: Arc::default(),
             documents: documents::Seen::default(),
             txn_offsets_committed: tokio::sync::Notify::new(),
+            share_epochs: share::ShareEpochs::default(),
         }))
     }
 

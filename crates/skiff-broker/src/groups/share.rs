@@ -129,6 +129,10 @@ pub enum ShareStateError {
     /// The record could not be written.
     #[error("cannot store share partition state: {0:#}")]
     Storage(anyhow::Error),
+    /// Cluster mode: another broker has claimed the share partition since this one loaded it
+    /// (it leads the partition now).
+    #[error("share partition state owned elsewhere: {0}")]
+    NotLeader(String),
 }
 
 /// `share.auto.offset.reset` (Kafka's `ShareGroupAutoOffsetResetStrategy`).

@@ -1112,11 +1112,18 @@ pub fn delete_groups(ctx: &RequestContext, mut request: DeleteGroupsRequest) -> 
             }
             if let Err(code) = broker.groups.settle(&result.group_id).await {
                 result.error_code = code.code();
-            } else if let Some(cluster) = broker.cluster()
-                && let Err(e) =
+            } else if let Some(cluster) = broker.cluster() {
+                if let Err(e) =
                     skiff_cluster::txn_offsets::forget_group(&cluster.db, &result.group_id).await
-            {
-                tracing::warn!(group = %result.group_id, error = %e, "forgetting a deleted group's transactional offsets failed");
+                {
+                    tracing::warn!(group = %result.group_id, error = %e, "forgetting a deleted group's transactional offsets failed");
+                }
+                // A share group's partition states, which their leaders keep beside the group.
+                if let Err(e) =
+                    skiff_cluster::share_states::delete(&cluster.db, &result.group_id, None).await
+                {
+                    tracing::warn!(group = %result.group_id, error = %e, "deleting a deleted share group's partition states failed");
+                }
             }
         }
         Response::DeleteGroups(DeleteGroupsResponse {

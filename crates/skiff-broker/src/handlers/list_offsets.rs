@@ -196,7 +196,7 @@ fn cluster_list_offsets(
     }))
 }
 
-async fn cluster_lookup(
+pub(crate) async fn cluster_lookup(
     cluster: &crate::cluster::Cluster,
     key: skiff_cluster::commit::PartitionKey,
     timestamp: i64,

@@ -1,7 +1,10 @@
 //! KIP-932 ShareFetch (key 78) and ShareAcknowledge (key 79), v1-2, as Kafka's
-//! `KafkaApis.handleShareFetchRequest` / `handleShareAcknowledgeRequest` serve them. Served only
-//! with `group.share.enable = true` on a single node (`Broker::serves`); the share partitions
-//! and sessions are [`crate::share`]'s.
+//! `KafkaApis.handleShareFetchRequest` / `handleShareAcknowledgeRequest` serve them. Served unless
+//! `group.share.enable = false` (`Broker::serves`); the share partitions and sessions are
+//! [`crate::share`]'s. In cluster mode a partition's leader is its share partitions' leader, as in
+//! Kafka (NOT_LEADER_OR_FOLLOWER elsewhere): its records are read from the object store ahead of
+//! each acquisition, long polls wake on commits anywhere in the cluster, and opening a session
+//! checks no membership (the group's coordinator may be another broker).
 //!
 //! Checks, in Kafka's order: READ on the group (GROUP_AUTHORIZATION_FAILED), a valid member ID
 //! (INVALID_REQUEST), for a v2 `IsRenewAck` ShareFetch zero `MaxBytes`, `MinBytes`, `MaxRecords`
@@ -92,8 +95,20 @@ fn ack_error(code: ErrorCode, message: Option<&str>) -> Response {
     })
 }
 
-/// The partition of a topic the request may READ, or the per-partition error.
-fn resolve(ctx: &RequestContext, tp: TopicPartition) -> Result<Arc<Partition>, ErrorCode> {
+/// Where a share partition's records are read from.
+enum Source {
+    /// A partition log of this broker.
+    Local(Arc<Partition>),
+    /// Cluster mode: a partition this broker leads; `true` when its topic stamps
+    /// `LogAppendTime`.
+    Cluster(skiff_cluster::commit::PartitionKey, bool),
+}
+
+/// The partition of a topic the request may READ, or the per-partition error. In cluster mode
+/// only the partition's leader is its share partitions' leader (as in Kafka):
+/// NOT_LEADER_OR_FOLLOWER elsewhere, and whatever this broker held of the group's share
+/// partition there is dropped (another broker owns its state now).
+fn resolve(ctx: &RequestContext, group_id: &str, tp: TopicPartition) -> Result<Source, ErrorCode> {
     let topic = ctx
         .broker
         .topic_by_id(tp.0)
@@ -101,10 +116,31 @@ fn resolve(ctx: &RequestContext, tp: TopicPartition) -> Result<Arc<Partition>, E
     if !ctx.authorized(AclOperation::Read, ResourceType::Topic, &topic.info.name) {
         return Err(ErrorCode::TOPIC_AUTHORIZATION_FAILED);
     }
-    topic
-        .partition(tp.1)
-        .cloned()
-        .ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+    let Some(cluster) = ctx.broker.cluster() else {
+        return topic
+            .partition(tp.1)
+            .cloned()
+            .map(Source::Local)
+            .ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+    };
+    if tp.1 < 0 || tp.1 >= topic.info.partitions {
+        return Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+    }
+    if !cluster.leads(topic.info.id, tp.1) {
+        ctx.broker
+            .share
+            .evict(&SharePartitionKey::new(group_id, tp.0, tp.1));
+        return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
+    }
+    let log_append_time = ctx
+        .broker
+        .meta()
+        .effective_topic_config(&topic.info.name)
+        .is_ok_and(|c| c.message_timestamp_type == skiff_meta::TimestampType::LogAppendTime);
+    Ok(Source::Cluster(
+        crate::cluster::key(topic.info.id, tp.1),
+        log_append_time,
+    ))
 }
 
 /// One partition's acknowledgement batches, as the request carries them.
@@ -196,7 +232,7 @@ fn acknowledge_all(
             }
             let batches = ack_batches(&raw, max_type, renew)
                 .map_err(|why| (ErrorCode::INVALID_REQUEST, Some(why)))?;
-            resolve(ctx, tp).map_err(|code| (code, None))?;
+            resolve(ctx, &who.group_id, tp).map_err(|code| (code, None))?;
             if batches.is_empty() {
                 return Ok(());
             }
@@ -205,7 +241,7 @@ fn acknowledge_all(
                 .broker
                 .share
                 .acknowledge(
-                    &ctx.broker.groups,
+                    ctx.broker.share_store(),
                     &key,
                     &who.member_id,
                     &batches,
@@ -231,7 +267,7 @@ async fn durable(broker: &Broker, end: Option<i64>, acks: &mut AckResults) {
     let Some(end) = end else {
         return;
     };
-    if let Err(e) = broker.groups.wait_durable(end).await {
+    if let Err(e) = broker.share_durable(end).await {
         tracing::warn!(error = %e, "share state did not become durable");
         for (code, message) in acks.values_mut() {
             if *code == error_codes::NONE {
@@ -253,8 +289,13 @@ fn lock_timeout_ms(settings: &ShareGroupSettings) -> i32 {
 /// One partition a ShareFetch reads.
 struct Target {
     tp: TopicPartition,
-    partition: Result<Arc<Partition>, ErrorCode>,
+    partition: Result<Source, ErrorCode>,
 }
+
+/// Cluster mode: what was read for a partition ahead of its acquisition (reads from the object
+/// store are waited for before the share partition is locked): the offset read from, and the
+/// outcome with the log's start offset.
+type Prefetched = std::collections::HashMap<TopicPartition, (i64, ReadOutcome, i64)>;
 
 /// Everything a ShareFetch needs to (re)try its acquisition and answer.
 struct Plan {
@@ -294,17 +335,36 @@ impl Plan {
     fn readable_bytes(&self, broker: &Broker) -> usize {
         let mut total = 0usize;
         for target in &self.targets {
-            let Ok(partition) = &target.partition else {
+            let Ok(source) = &target.partition else {
                 continue;
             };
             let next = broker.share.next_fetch_offset(
-                &broker.groups,
+                broker.share_store(),
                 &self.key(target.tp),
                 self.who.settings.share,
             );
-            if let Ok(Some(offset)) = next {
-                let read = partition.read(offset, self.min_bytes.max(1), self.isolation());
-                total = total.saturating_add(read.records.map_or(0, |r| r.len()));
+            let Ok(Some(offset)) = next else {
+                continue;
+            };
+            match source {
+                Source::Local(partition) => {
+                    let read = partition.read(offset, self.min_bytes.max(1), self.isolation());
+                    total = total.saturating_add(read.records.map_or(0, |r| r.len()));
+                }
+                // What is known without reading: records past the offset count as MinBytes.
+                Source::Cluster(key, _) => {
+                    let known = broker.cluster().and_then(|c| c.known.get(key));
+                    let upto = known.map_or(0, |k| {
+                        if self.who.settings.read_committed {
+                            k.last_stable
+                        } else {
+                            k.high_watermark
+                        }
+                    });
+                    if upto > offset {
+                        total = total.saturating_add(self.min_bytes.max(1));
+                    }
+                }
             }
             if total >= self.min_bytes {
                 break;
@@ -313,9 +373,83 @@ impl Plan {
         total
     }
 
+    /// Cluster mode: reads each partition from its share partition's next fetch offset (up to
+    /// the request's byte limit) before [`Plan::attempt`] locks the share partitions.
+    async fn prefetch(&self, broker: &Broker) -> Prefetched {
+        let mut out = Prefetched::new();
+        let Some(cluster) = broker.cluster() else {
+            return out;
+        };
+        if !self.fetching {
+            return out;
+        }
+        for target in &self.targets {
+            let Ok(Source::Cluster(key, log_append_time)) = &target.partition else {
+                continue;
+            };
+            let next = broker.share.next_fetch_offset(
+                broker.share_store(),
+                &self.key(target.tp),
+                self.who.settings.share,
+            );
+            let Ok(Some(offset)) = next else {
+                continue;
+            };
+            let read = crate::cluster::fetch::read(
+                cluster,
+                *key,
+                offset,
+                self.max_bytes.max(1),
+                *log_append_time,
+                self.who.settings.read_committed,
+            )
+            .await;
+            let (outcome, log_start) = match read {
+                Ok(read) => {
+                    let mut records = bytes::BytesMut::new();
+                    for batch in &read.batches {
+                        records.extend_from_slice(batch);
+                    }
+                    let aborted: Option<Vec<crate::partition::Aborted>> =
+                        read.aborted.map(|aborted| {
+                            aborted
+                                .into_iter()
+                                .map(|(producer_id, first_offset)| crate::partition::Aborted {
+                                    producer_id,
+                                    first_offset,
+                                })
+                                .collect()
+                        });
+                    let chunk = LogChunk::parse(records.freeze(), aborted.as_deref());
+                    (ReadOutcome::Chunk(chunk), read.log_start)
+                }
+                Err((ErrorCode::OFFSET_OUT_OF_RANGE, _)) => {
+                    let log_start = cluster.known.get(key).map_or(0, |k| k.log_start);
+                    (ReadOutcome::OutOfRange { log_start }, log_start)
+                }
+                Err((code, message)) => {
+                    tracing::warn!(error = %message, "a share fetch's read failed");
+                    (ReadOutcome::Failed(code), 0)
+                }
+            };
+            out.insert(target.tp, (offset, outcome, log_start));
+        }
+        out
+    }
+
+    /// [`Plan::attempt`], reading ahead first in cluster mode.
+    async fn attempt_ahead(&self, broker: &Broker) -> (Vec<(TopicPartition, PartitionData)>, u64) {
+        let prefetched = self.prefetch(broker).await;
+        self.attempt(broker, prefetched)
+    }
+
     /// One acquisition over every partition, in order. Returns the partitions' data and how
     /// many records were acquired.
-    fn attempt(&self, broker: &Broker) -> (Vec<(TopicPartition, PartitionData)>, u64) {
+    fn attempt(
+        &self,
+        broker: &Broker,
+        mut prefetched: Prefetched,
+    ) -> (Vec<(TopicPartition, PartitionData)>, u64) {
         let now = now_ms();
         let isolation = self.isolation();
         let mut out = Vec::with_capacity(self.targets.len());
@@ -332,7 +466,7 @@ impl Plan {
                 Err(code) => data.error_code = code.code(),
                 // Not fetching: only the partitions in error are answered, as in Kafka.
                 Ok(_) if !self.fetching => continue,
-                Ok(partition) => {
+                Ok(source) => {
                     let left = u64::from(self.max_records).saturating_sub(acquired_total);
                     let want = if budget > 0 || bytes_total == 0 {
                         budget.max(1)
@@ -340,30 +474,47 @@ impl Plan {
                         0
                     };
                     if left > 0 && want > 0 {
+                        let mut ahead = prefetched.remove(&target.tp);
+                        let log_start = match (source, &ahead) {
+                            (Source::Local(partition), _) => partition.log_start_offset(),
+                            (Source::Cluster(..), Some((_, _, log_start))) => *log_start,
+                            (Source::Cluster(..), None) => 0,
+                        };
                         let request = AcquireRequest {
                             member: &self.who.member_id,
                             config: self.who.settings.share,
                             max_records: u32::try_from(left).unwrap_or(u32::MAX),
                             mode: self.mode,
                             batch_size: self.batch_size,
-                            log_start: partition.log_start_offset(),
+                            log_start,
                             now_ms: now,
                         };
-                        let mut read = |offset: i64| {
-                            let read = partition.read(offset, want, isolation);
-                            match read.records {
-                                Ok(records) => ReadOutcome::Chunk(LogChunk::parse(
-                                    records,
-                                    read.aborted.as_deref(),
-                                )),
-                                Err(ErrorCode::OFFSET_OUT_OF_RANGE) => ReadOutcome::OutOfRange {
-                                    log_start: read.log_start_offset,
-                                },
-                                Err(code) => ReadOutcome::Failed(code),
+                        let mut read = |offset: i64| match source {
+                            Source::Local(partition) => {
+                                let read = partition.read(offset, want, isolation);
+                                match read.records {
+                                    Ok(records) => ReadOutcome::Chunk(LogChunk::parse(
+                                        records,
+                                        read.aborted.as_deref(),
+                                    )),
+                                    Err(ErrorCode::OFFSET_OUT_OF_RANGE) => {
+                                        ReadOutcome::OutOfRange {
+                                            log_start: read.log_start_offset,
+                                        }
+                                    }
+                                    Err(code) => ReadOutcome::Failed(code),
+                                }
                             }
+                            // The read made ahead, when it is of this offset; nothing now
+                            // otherwise (the next attempt reads from where the share
+                            // partition stands then).
+                            Source::Cluster(..) => match ahead.take() {
+                                Some((at, outcome, _)) if at == offset => outcome,
+                                _ => ReadOutcome::Chunk(LogChunk::parse(Bytes::new(), None)),
+                            },
                         };
                         match broker.share.acquire(
-                            &broker.groups,
+                            broker.share_store(),
                             &self.key(target.tp),
                             &request,
                             &mut read,
@@ -510,8 +661,10 @@ pub fn share_fetch(ctx: &RequestContext, request: ShareFetchRequest) -> Reply {
         .flat_map(|t| &t.partitions)
         .any(|p| !p.acknowledgement_batches.is_empty());
     let session = SessionKey::new(group_id.clone(), member_id.clone());
+    // Cluster mode: the group's coordinator may be another broker (Kafka checks nothing here).
     if epoch == crate::share::session::INITIAL_EPOCH
         && !has_acks
+        && ctx.broker.cluster().is_none()
         && let Err(e) = ctx.broker.groups.share_member_check(&group_id, &member_id)
     {
         return fetch_error(e.code, Some(&e.message)).into();
@@ -579,13 +732,18 @@ pub fn share_fetch(ctx: &RequestContext, request: ShareFetchRequest) -> Reply {
         Context::Final => (Vec::new(), false),
     };
     if epoch == FINAL_EPOCH {
-        written = written.max(ctx.broker.share.close_session(&ctx.broker.groups, &session));
+        written = written.max(
+            ctx.broker
+                .share
+                .close_session(ctx.broker.share_store(), &session),
+        );
     }
+    let group_id = who.group_id.clone();
     let mut targets: Vec<Target> = partitions
         .into_iter()
         .map(|tp| Target {
             tp,
-            partition: resolve(ctx, tp),
+            partition: resolve(ctx, &group_id, tp),
         })
         .collect();
     if renew {
@@ -620,21 +778,35 @@ pub fn share_fetch(ctx: &RequestContext, request: ShareFetchRequest) -> Reply {
     let may_wait = plan.fetching && plan.has_readable() && !max_wait.is_zero();
     // Without a wait ahead, what there is now is taken even below MinBytes (as Kafka's delayed
     // share fetch does when it expires).
-    let (fetched, acquired) = if ready || !may_wait {
-        plan.attempt(&ctx.broker)
+    let attempt_now = ready || !may_wait;
+    let broker = Arc::clone(&ctx.broker);
+    let shutdown = ctx.shutdown.clone();
+    if broker.cluster().is_some() {
+        // Cluster mode reads the object store: everything after the checks is asynchronous.
+        return Reply::Later(Box::pin(async move {
+            let (fetched, acquired) = if attempt_now {
+                plan.attempt_ahead(&broker).await
+            } else {
+                (Vec::new(), 0)
+            };
+            let fetched = if answered_at_once(&fetched, acquired, may_wait, ready) {
+                fetched
+            } else {
+                long_poll(&broker, &plan, max_wait, shutdown).await
+            };
+            durable(&broker, written, &mut acks).await;
+            plan.respond(&broker, fetched, acks)
+        }));
+    }
+    let (fetched, acquired) = if attempt_now {
+        plan.attempt(&broker, Prefetched::new())
     } else {
         (Vec::new(), 0)
     };
-    // As Kafka, a fetch whose every partition is in error is answered at once.
-    let all_failed = fetched
-        .iter()
-        .all(|(_, data)| data.error_code != error_codes::NONE);
-    let done = acquired > 0 || !may_wait || (ready && all_failed);
+    let done = answered_at_once(&fetched, acquired, may_wait, ready);
     if done && written.is_none() {
-        return Reply::Now(plan.respond(&ctx.broker, fetched, acks));
+        return Reply::Now(plan.respond(&broker, fetched, acks));
     }
-    let broker = Arc::clone(&ctx.broker);
-    let shutdown = ctx.shutdown.clone();
     Reply::Later(Box::pin(async move {
         let fetched = if done {
             fetched
@@ -644,6 +816,20 @@ pub fn share_fetch(ctx: &RequestContext, request: ShareFetchRequest) -> Reply {
         durable(&broker, written, &mut acks).await;
         plan.respond(&broker, fetched, acks)
     }))
+}
+
+/// Whether a first attempt answers the fetch: something acquired, no wait allowed, or (as
+/// Kafka) every partition in error.
+fn answered_at_once(
+    fetched: &[(TopicPartition, PartitionData)],
+    acquired: u64,
+    may_wait: bool,
+    ready: bool,
+) -> bool {
+    let all_failed = fetched
+        .iter()
+        .all(|(_, data)| data.error_code != error_codes::NONE);
+    acquired > 0 || !may_wait || (ready && all_failed)
 }
 
 /// Waits for records to acquire (appends to the partitions, records coming back) until
@@ -659,15 +845,45 @@ async fn long_poll(
     let mut appends: Vec<watch::Receiver<i64>> = plan
         .targets
         .iter()
-        .filter_map(|t| t.partition.as_ref().ok().map(|p| p.watch_end_offset()))
+        .filter_map(|t| match &t.partition {
+            Ok(Source::Local(p)) => Some(p.watch_end_offset()),
+            _ => None,
+        })
         .collect();
+    // Cluster mode: commits anywhere in the cluster (this broker's, and the others' through
+    // NOTIFY).
+    let mut commits = broker
+        .cluster()
+        .filter(|_| {
+            plan.targets
+                .iter()
+                .any(|t| matches!(t.partition, Ok(Source::Cluster(..))))
+        })
+        .map(|c| c.commits.subscribe());
     loop {
         let any_append = async {
-            if appends.is_empty() {
+            if appends.is_empty() && commits.is_none() {
                 std::future::pending::<()>().await;
             }
-            let waits = appends.iter_mut().map(|s| Box::pin(s.changed()));
-            let _ = futures::future::select_all(waits).await;
+            let commit = async {
+                match commits.as_mut() {
+                    Some(c) => {
+                        let _ = c.changed().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            let append = async {
+                if appends.is_empty() {
+                    std::future::pending::<()>().await;
+                }
+                let waits = appends.iter_mut().map(|s| Box::pin(s.changed()));
+                let _ = futures::future::select_all(waits).await;
+            };
+            tokio::select! {
+                _ = commit => {}
+                _ = append => {}
+            }
         };
         let finished = tokio::select! {
             woken = tokio::time::timeout_at(deadline, any_append) => woken.is_err(),
@@ -676,7 +892,7 @@ async fn long_poll(
         };
         broker.share_events();
         if finished || plan.readable_bytes(broker) >= plan.min_bytes.max(1) {
-            let (fetched, acquired) = plan.attempt(broker);
+            let (fetched, acquired) = plan.attempt_ahead(broker).await;
             if acquired > 0 || finished {
                 return fetched;
             }
@@ -734,7 +950,11 @@ pub fn share_acknowledge(ctx: &RequestContext, request: ShareAcknowledgeRequest)
         .collect();
     let (mut acks, mut written) = acknowledge_all(ctx, &who, partitions, max_type, renew);
     if epoch == FINAL_EPOCH {
-        written = written.max(ctx.broker.share.close_session(&ctx.broker.groups, &session));
+        written = written.max(
+            ctx.broker
+                .share
+                .close_session(ctx.broker.share_store(), &session),
+        );
     }
     let lock_ms = lock_timeout_ms(&who.settings);
     let respond = move |acks: AckResults| {

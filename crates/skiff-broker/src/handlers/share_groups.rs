@@ -1,6 +1,6 @@
 //! KIP-932 share group membership: ShareGroupHeartbeat (key 76) and ShareGroupDescribe
-//! (key 77), v1. Served only with `group.share.enable = true` on a single node
-//! (`Broker::serves`), like ShareFetch and ShareAcknowledge ([`super::share_fetch`]).
+//! (key 77), v1. Served unless `group.share.enable = false` (`Broker::serves`), like ShareFetch
+//! and ShareAcknowledge ([`super::share_fetch`]).
 //!
 //! Authorization is Kafka's (`KafkaApis.handleShareGroupHeartbeat` / `handleShareGroupDescribe`):
 //! READ on the group to heartbeat, then a valid member ID (INVALID_REQUEST "Invalid member id in
@@ -135,6 +135,21 @@ fn start_offset(
     let found = broker
         .topic_by_id(topic)
         .ok_or_else(|| format!("topic {topic} is not open"))?;
+    if let Some(cluster) = broker.cluster() {
+        let log_append_time = broker
+            .meta()
+            .effective_topic_config(&found.info.name)
+            .is_ok_and(|c| c.message_timestamp_type == skiff_meta::TimestampType::LogAppendTime);
+        let key = crate::cluster::key(topic, partition);
+        return crate::cluster::block_on(cluster_start_offset(
+            cluster,
+            key,
+            reset,
+            now,
+            log_append_time,
+        ))
+        .map_err(str::to_string)?;
+    }
     let partition = found
         .partition(partition)
         .ok_or_else(|| format!("topic {topic} has no partition {partition}"))?;
@@ -149,6 +164,37 @@ fn start_offset(
                 .map(|found| found.map(|t| t.offset))
                 .map_err(|e| format!("offset lookup failed: {e}"))
         },
+    )
+}
+
+/// [`start_offset`] in cluster mode: the log's offsets, and the record at a time, from
+/// PostgreSQL (and the object store).
+async fn cluster_start_offset(
+    cluster: &crate::cluster::Cluster,
+    key: skiff_cluster::commit::PartitionKey,
+    reset: AutoOffsetReset,
+    now: i64,
+    log_append_time: bool,
+) -> Result<i64, String> {
+    let offsets = skiff_cluster::log::offsets(&cluster.db, key)
+        .await
+        .map_err(|e| format!("offset lookup failed: {e}"))?
+        .ok_or_else(|| "the partition has no log".to_string())?;
+    let mut at_time = None;
+    if let AutoOffsetReset::ByDuration(ms) = reset {
+        let timestamp = now.saturating_sub(ms).max(0);
+        let (_, offset) =
+            super::list_offsets::cluster_lookup(cluster, key, timestamp, log_append_time, false)
+                .await
+                .map_err(|code| format!("offset lookup failed: {code:?}"))?;
+        at_time = Some(offset);
+    }
+    resolve_start_offset(
+        reset,
+        offsets.log_start,
+        offsets.high_watermark,
+        now,
+        |_| Ok::<_, String>(at_time.filter(|o| *o >= 0)),
     )
 }
 

@@ -1,5 +1,7 @@
 //! The share-partition leader (Kafka's `SharePartitionManager`): ShareFetch and
-//! ShareAcknowledge work on the share partitions here, single node only.
+//! ShareAcknowledge work on the share partitions here. On a single node the state is kept by
+//! the group coordinator; in cluster mode by the partition's leader in PostgreSQL
+//! ([`crate::cluster::share`]): both are a [`StateStore`], chosen by `Broker::share_store`.
 //!
 //! - **Share partitions.** Each (group, topic ID, partition) that a request touches is loaded
 //!   once: a [`SharePartition`] restored from the state the group coordinator keeps for it
@@ -60,8 +62,9 @@ const MAX_READS: usize = 4;
 
 /// Where share-partition state is read and written: the group coordinator's seam.
 pub trait StateStore {
-    /// The persisted state of a share partition, if it has any.
-    fn load(&self, key: &SharePartitionKey) -> Option<Snapshot>;
+    /// The persisted state of a share partition, if it has any. In cluster mode loading claims
+    /// it: this broker's writes then fence the previous owner's.
+    fn load(&self, key: &SharePartitionKey) -> Result<Option<Snapshot>, ShareStateError>;
     /// Writes a change; returns the store offset to wait for durability at.
     fn append(
         &self,
@@ -71,8 +74,8 @@ pub trait StateStore {
 }
 
 impl StateStore for GroupCoordinator {
-    fn load(&self, key: &SharePartitionKey) -> Option<Snapshot> {
-        self.share_partition_state(key)
+    fn load(&self, key: &SharePartitionKey) -> Result<Option<Snapshot>, ShareStateError> {
+        Ok(self.share_partition_state(key))
     }
 
     fn append(
@@ -108,6 +111,16 @@ impl PartitionError {
             ),
         )
     }
+}
+
+/// What a client gets for a share partition whose state could not be read or written.
+fn state_error(e: &ShareStateError) -> PartitionError {
+    let code = match e {
+        ShareStateError::NotInitialized(_) => ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+        ShareStateError::Storage(_) => ErrorCode::KAFKA_STORAGE_ERROR,
+        ShareStateError::NotLeader(_) => ErrorCode::NOT_LEADER_OR_FOLLOWER,
+    };
+    PartitionError::new(code, e.to_string())
 }
 
 /// What a log read for an acquisition gave.
@@ -277,9 +290,14 @@ impl ShareManager {
         if let Some(entry) = partitions.get(key) {
             return Ok(Arc::clone(entry));
         }
-        let snapshot = store
-            .load(key)
-            .ok_or_else(|| PartitionError::unknown(key))?;
+        let snapshot = match store.load(key) {
+            Ok(Some(snapshot)) => snapshot,
+            Ok(None) => return Err(PartitionError::unknown(key)),
+            Err(e) => {
+                tracing::warn!(group = %key.group_id, topic = %key.topic_id, partition = key.partition, error = %e, "cannot load a share partition");
+                return Err(state_error(&e));
+            }
+        };
         let sp = SharePartition::restore(config, &snapshot).map_err(|e| {
             tracing::error!(group = %key.group_id, topic = %key.topic_id, partition = key.partition, error = %e, "cannot load a share partition");
             PartitionError::new(ErrorCode::UNKNOWN_SERVER_ERROR, e.to_string())
@@ -297,8 +315,8 @@ impl ShareManager {
         Ok(entry)
     }
 
-    /// Forgets a share partition whose state is gone.
-    fn evict(&self, key: &SharePartitionKey) {
+    /// Forgets a share partition whose state is gone, or that another broker leads now.
+    pub(crate) fn evict(&self, key: &SharePartitionKey) {
         let removed = self.lock_partitions().remove(key);
         if let Some(entry) = removed {
             entry.lock().gone = true;
@@ -335,6 +353,11 @@ impl ShareManager {
             Err(ShareStateError::NotInitialized(_)) => {
                 slot.gone = true;
                 Err(PartitionError::unknown(key))
+            }
+            Err(e @ ShareStateError::NotLeader(_)) => {
+                // Another broker claimed it (cluster mode): what is here is stale.
+                slot.gone = true;
+                Err(state_error(&e))
             }
             Err(e) => {
                 slot.needs_snapshot = true;

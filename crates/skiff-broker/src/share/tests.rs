@@ -46,8 +46,8 @@ impl MemoryStore {
 }
 
 impl StateStore for MemoryStore {
-    fn load(&self, key: &SharePartitionKey) -> Option<Snapshot> {
-        self.lock().get(key).cloned()
+    fn load(&self, key: &SharePartitionKey) -> Result<Option<Snapshot>, ShareStateError> {
+        Ok(self.lock().get(key).cloned())
     }
 
     fn append(
