@@ -1136,7 +1136,10 @@ async fn migration_3_makes_existing_logs_stable() {
         )
         .await
         .unwrap();
-    assert_eq!(schema::migrate(&db).await.unwrap(), (2, 3));
+    assert_eq!(
+        schema::migrate(&db).await.unwrap(),
+        (2, schema::current_version())
+    );
     let key = PartitionKey {
         topic_id: t,
         partition: 0,
@@ -1322,5 +1325,110 @@ async fn transactional_offsets_are_staged_committed_and_forgotten() {
             .await
             .is_err(),
         "no announcement"
+    );
+}
+
+/// Share-partition state: nothing without a seed; a claim copies the coordinator's seed record;
+/// deltas follow the snapshot in order until a snapshot replaces them; a second claim fences the
+/// first owner's writes; deleting the group's states (or its topic) leaves nothing to claim.
+#[tokio::test]
+async fn share_partition_states_are_claimed_and_fenced() {
+    use skiff_cluster::coordinators;
+    use skiff_cluster::share_states::{self, Seed, ShareKey, Write};
+    let Some((_pg, db)) = setup("share_states").await else {
+        return;
+    };
+    let topic_id = Uuid::from_u128(7);
+    let key = ShareKey {
+        group_id: "crew",
+        topic_id,
+        partition: 0,
+    };
+    let seed = Seed {
+        shard: 3,
+        key: b"Gs\0crew\0seed",
+    };
+    assert!(
+        share_states::claim(&db, &key, 1, seed)
+            .await
+            .unwrap()
+            .is_none(),
+        "no state and no seed"
+    );
+    let a = register(&db, 1).await;
+    let shard = coordinators::claim(&db, 3, a).await.unwrap().expect("free");
+    coordinators::write(
+        &db,
+        3,
+        shard.epoch,
+        a,
+        &[(seed.key.to_vec(), Some(b"snap-0".to_vec()))],
+    )
+    .await
+    .unwrap();
+
+    let first = share_states::claim(&db, &key, 1, seed)
+        .await
+        .unwrap()
+        .expect("seeded");
+    assert_eq!((first.epoch, &first.snapshot[..]), (1, &b"snap-0"[..]));
+    assert!(first.deltas.is_empty());
+    for d in [&b"d1"[..], b"d2"] {
+        share_states::write(&db, &key, 1, first.epoch, Write::Delta(d))
+            .await
+            .unwrap();
+    }
+    // Broker 2 takes it over: it reads everything written, and broker 1 is fenced.
+    let second = share_states::claim(&db, &key, 2, seed)
+        .await
+        .unwrap()
+        .expect("claimed");
+    assert_eq!(second.epoch, 2);
+    assert_eq!(second.snapshot, b"snap-0");
+    assert_eq!(second.deltas, vec![b"d1".to_vec(), b"d2".to_vec()]);
+    assert!(matches!(
+        share_states::write(&db, &key, 1, first.epoch, Write::Delta(b"late")).await,
+        Err(DbError::Fenced { .. })
+    ));
+    assert!(matches!(
+        share_states::write(&db, &key, 2, first.epoch, Write::Delta(b"old")).await,
+        Err(DbError::Fenced { .. })
+    ));
+    share_states::write(&db, &key, 2, second.epoch, Write::Delta(b"d3"))
+        .await
+        .unwrap();
+    share_states::write(&db, &key, 2, second.epoch, Write::Snapshot(b"snap-1"))
+        .await
+        .unwrap();
+    share_states::write(&db, &key, 2, second.epoch, Write::Delta(b"d4"))
+        .await
+        .unwrap();
+    let third = share_states::claim(&db, &key, 1, seed)
+        .await
+        .unwrap()
+        .expect("claimed");
+    assert_eq!(third.epoch, 3);
+    assert_eq!(third.snapshot, b"snap-1", "the snapshot replaced the seed");
+    assert_eq!(
+        third.deltas,
+        vec![b"d4".to_vec()],
+        "and the deltas before it"
+    );
+
+    // Deleting the group's states: the owner's writes are refused, and with the seed gone too
+    // nothing is claimed.
+    assert_eq!(share_states::delete(&db, "crew", None).await.unwrap(), 1);
+    assert!(matches!(
+        share_states::write(&db, &key, 1, third.epoch, Write::Delta(b"gone")).await,
+        Err(DbError::Fenced { .. })
+    ));
+    coordinators::write(&db, 3, shard.epoch, a, &[(seed.key.to_vec(), None)])
+        .await
+        .unwrap();
+    assert!(
+        share_states::claim(&db, &key, 1, seed)
+            .await
+            .unwrap()
+            .is_none()
     );
 }
