@@ -1777,15 +1777,25 @@ async fn share_groups_span_brokers_and_move_with_their_partitions() {
     wait_for_brokers(&cluster, 1, &[1, 2]).await;
     wait_for_shards(&cluster, 2).await;
     let mut admin = cluster.client(1).await;
-    create_topic(&mut admin, "jobs", 4).await;
-    let leaders = wait_for_topic(&cluster, "jobs", 4).await;
-    let leaders: Vec<i32> = leaders.last().cloned().expect("leaders");
-    assert!(leaders.contains(&1) && leaders.contains(&2), "{leaders:?}");
+    // Leaders are hashed from the (random) topic ID: a topic led by both brokers is wanted.
+    let mut spread = None;
+    for attempt in 0..10 {
+        let name = format!("jobs-{attempt}");
+        create_topic(&mut admin, &name, 4).await;
+        let views = wait_for_topic(&cluster, &name, 4).await;
+        let leaders: Vec<i32> = views.last().cloned().expect("leaders");
+        if leaders.contains(&1) && leaders.contains(&2) {
+            spread = Some((name, leaders));
+            break;
+        }
+    }
+    let (topic, leaders) = spread.expect("a topic led by both brokers");
+    let topic = topic.as_str();
     for (p, leader) in leaders.iter().enumerate() {
         let mut c = cluster.client(*leader).await;
         for i in 0..5 {
             let value = format!("job-{p}-{i}");
-            let (code, _) = produce(&mut c, "jobs", p as i32, batch(&[value.as_bytes()])).await;
+            let (code, _) = produce(&mut c, topic, p as i32, batch(&[value.as_bytes()])).await;
             assert_eq!(code, 0);
         }
     }
@@ -1799,10 +1809,26 @@ async fn share_groups_span_brokers_and_move_with_their_partitions() {
         .await,
         0
     );
+    // Every broker has heard of the group config before the group's coordinator starts it.
+    for node in [1, 2] {
+        let mut c = cluster.client(node).await;
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        while described_config(&mut c, 32, "crew", "share.auto.offset.reset")
+            .await
+            .as_deref()
+            != Some("earliest")
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "config not mirrored"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     let c1 = share_consumer(&cluster, 1, "crew");
     let c2 = share_consumer(&cluster, 2, "crew");
-    c1.subscribe(&["jobs"]).expect("subscribe");
-    c2.subscribe(&["jobs"]).expect("subscribe");
+    c1.subscribe(&[topic]).expect("subscribe");
+    c2.subscribe(&[topic]).expect("subscribe");
     let first = share_poll(&[&c1, &c2], 20).await;
     let mut seen: Vec<(i32, i64)> = first.iter().map(|(p, o, _)| (*p, *o)).collect();
     seen.sort();
@@ -1823,7 +1849,7 @@ async fn share_groups_span_brokers_and_move_with_their_partitions() {
     wait_for_brokers(&cluster, 1, &[1]).await;
     let mut c = cluster.client(1).await;
     for p in 0..4 {
-        let (code, base) = produce(&mut c, "jobs", p, batch(&[b"late"])).await;
+        let (code, base) = produce(&mut c, topic, p, batch(&[b"late"])).await;
         assert_eq!((code, base), (0, 5));
     }
     let second = share_poll(&[&c1], 4).await;

@@ -233,4 +233,69 @@ mod members {
             other => panic!("unexpected {other:?}"),
         }
     }
+
+    async fn share_heartbeat(
+        c: &mut Client,
+        r: skiff_protocol::generated::ShareGroupHeartbeatRequest,
+    ) -> (i16, i32) {
+        match c.call(r, 1).await {
+            Response::ShareGroupHeartbeat(r) => (r.error_code, r.member_epoch),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_share_member_id_cannot_be_used_by_another_principal() {
+        use skiff_protocol::generated::{
+            ShareAcknowledgeRequest, ShareFetchRequest, ShareGroupHeartbeatRequest,
+        };
+        let tb = start(InstanceBinding::Warn).await;
+        let mut alice = login(&tb, "alice", Uuid::from_u128(1)).await;
+        let mut mallory = login(&tb, "mallory", Uuid::from_u128(2)).await;
+        let member = "AAAAAAAAAAAAAAAAAAAAAQ";
+        let heartbeat = |epoch: i32| ShareGroupHeartbeatRequest {
+            group_id: "sg".into(),
+            member_id: member.into(),
+            member_epoch: epoch,
+            subscribed_topic_names: (epoch == 0).then(|| vec!["t".into()]),
+            ..Default::default()
+        };
+        let (code, epoch) = share_heartbeat(&mut alice, heartbeat(0)).await;
+        assert_eq!(code, 0);
+        assert!(epoch > 0);
+        let (code, _) = share_heartbeat(&mut mallory, heartbeat(epoch)).await;
+        assert_eq!(code, error_codes::UNKNOWN_MEMBER_ID);
+        // Nor can another principal open a share session or acknowledge under the ID.
+        let fetch = ShareFetchRequest {
+            group_id: Some("sg".into()),
+            member_id: Some(member.into()),
+            share_session_epoch: 0,
+            max_records: 10,
+            max_bytes: 1 << 20,
+            ..Default::default()
+        };
+        match mallory.call(fetch, 1).await {
+            Response::ShareFetch(r) => assert_eq!(r.error_code, error_codes::UNKNOWN_MEMBER_ID),
+            other => panic!("unexpected {other:?}"),
+        }
+        let ack = ShareAcknowledgeRequest {
+            group_id: Some("sg".into()),
+            member_id: Some(member.into()),
+            share_session_epoch: 1,
+            ..Default::default()
+        };
+        match mallory.call(ack, 1).await {
+            Response::ShareAcknowledge(r) => {
+                assert_eq!(r.error_code, error_codes::UNKNOWN_MEMBER_ID)
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // The owner goes on; once it left, the ID is free.
+        let (code, still) = share_heartbeat(&mut alice, heartbeat(epoch)).await;
+        assert_eq!((code, still), (0, epoch));
+        let (code, _) = share_heartbeat(&mut alice, heartbeat(-1)).await;
+        assert_eq!(code, 0);
+        let (code, _) = share_heartbeat(&mut mallory, heartbeat(0)).await;
+        assert_eq!(code, 0);
+    }
 }

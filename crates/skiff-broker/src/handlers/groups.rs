@@ -89,7 +89,7 @@ pub(super) fn on_topic(ctx: &RequestContext, operation: AclOperation, topic: &st
 /// group. Whether this request's principal names one that is someone else's: it is then answered
 /// UNKNOWN_MEMBER_ID (Kafka's answer to an ID that is not yours) and the owner keeps its
 /// assignment.
-fn names_anothers_member(
+pub(super) fn names_anothers_member(
     ctx: &RequestContext,
     group: &str,
     member_id: &str,
@@ -129,7 +129,7 @@ fn names_anothers_member(
 
 /// Cluster mode with identities bound: the group's coordinator stores who owns a member ID (or
 /// that nobody does any more) with the group, for the group's next coordinator.
-fn store_owner(
+pub(super) fn store_owner(
     broker: &crate::state::Broker,
     group: &str,
     member: &str,

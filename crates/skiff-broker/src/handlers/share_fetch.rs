@@ -7,7 +7,8 @@
 //! checks no membership (the group's coordinator may be another broker).
 //!
 //! Checks, in Kafka's order: READ on the group (GROUP_AUTHORIZATION_FAILED), a valid member ID
-//! (INVALID_REQUEST), for a v2 `IsRenewAck` ShareFetch zero `MaxBytes`, `MinBytes`, `MaxRecords`
+//! (INVALID_REQUEST), that the member ID is not another principal's (UNKNOWN_MEMBER_ID; Skiff's
+//! `client.instance.id.binding`, as for groups), for a v2 `IsRenewAck` ShareFetch zero `MaxBytes`, `MinBytes`, `MaxRecords`
 //! and `MaxWaitMs` (INVALID_REQUEST), then the share session ([`crate::share::session`]). A
 //! ShareFetch opening a session must come from a current member of the share group
 //! (GROUP_ID_NOT_FOUND, UNKNOWN_MEMBER_ID): Kafka does not check this; Skiff does, since a member
@@ -58,6 +59,9 @@ use crate::state::Broker;
 
 /// Longest wait a client may ask for; longer requests are cut to this.
 const MAX_WAIT: Duration = Duration::from_secs(30);
+
+/// Why a request naming another principal's member ID is refused (`client.instance.id.binding`).
+const ANOTHERS_MEMBER: &str = "The member ID belongs to another principal.";
 
 /// The highest acknowledge type before v2 (KIP-1222 adds 4, renew).
 const MAX_ACK_TYPE_V1: i8 = 3;
@@ -631,6 +635,9 @@ pub fn share_fetch(ctx: &RequestContext, request: ShareFetchRequest) -> Reply {
         )
         .into();
     }
+    if super::groups::names_anothers_member(ctx, &group_id, &member_id, None) {
+        return fetch_error(ErrorCode::UNKNOWN_MEMBER_ID, Some(ANOTHERS_MEMBER)).into();
+    }
     let renew = ctx.version >= 2 && request.is_renew_ack;
     if renew {
         let mut why = String::new();
@@ -916,6 +923,9 @@ pub fn share_acknowledge(ctx: &RequestContext, request: ShareAcknowledgeRequest)
             Some("Invalid member id in the request."),
         )
         .into();
+    }
+    if super::groups::names_anothers_member(ctx, &group_id, &member_id, None) {
+        return ack_error(ErrorCode::UNKNOWN_MEMBER_ID, Some(ANOTHERS_MEMBER)).into();
     }
     ctx.broker.share_events();
     let epoch = request.share_session_epoch;

@@ -26,14 +26,17 @@ use skiff_protocol::generated::{ShareGroupDescribeRequest, ShareGroupHeartbeatRe
 use skiff_protocol::{ErrorCode, Response, Uuid, error_codes};
 
 use super::groups::{
-    GROUP_DENIED, answer_checked, client_host, group_refusal, not_coordinating, on_group, on_topic,
-    settled,
+    GROUP_DENIED, answer_checked, client_host, group_refusal, names_anothers_member,
+    not_coordinating, on_group, on_topic, settled, store_owner,
 };
 use super::{Reply, RequestContext, bs};
 use crate::clock::now_ms;
 use crate::groups::share::{AutoOffsetReset, ResolvedStart, resolve_start_offset};
 use crate::partition::Isolation;
 use crate::state::Broker;
+
+/// The member epoch of a heartbeat that leaves the share group.
+const LEAVE_EPOCH: i32 = -1;
 
 fn heartbeat_error(code: impl Into<ErrorCode>, message: Option<&str>) -> Response {
     Response::ShareGroupHeartbeat(ShareGroupHeartbeatResponse {
@@ -74,6 +77,15 @@ pub fn heartbeat(ctx: &RequestContext, request: ShareGroupHeartbeatRequest) -> R
     if let Some(code) = not_coordinating(ctx, &request.group_id) {
         return heartbeat_error(code, None).into();
     }
+    // A member ID belongs to the principal that first named it in the group (as for consumer
+    // groups, unless `client.instance.id.binding = off`).
+    if names_anothers_member(ctx, &request.group_id, &request.member_id, None) {
+        return heartbeat_error(
+            ErrorCode::UNKNOWN_MEMBER_ID,
+            Some("The member ID belongs to another principal."),
+        )
+        .into();
+    }
     let host = client_host(ctx);
     let client = ClientInfo {
         client_id: ctx.client_id.as_deref().unwrap_or(""),
@@ -86,6 +98,14 @@ pub fn heartbeat(ctx: &RequestContext, request: ShareGroupHeartbeatRequest) -> R
         .share_heartbeat(&ctx.broker, &request, client, now)
     {
         Ok(outcome) => {
+            if request.member_epoch == LEAVE_EPOCH {
+                // Left: the ID is free again.
+                ctx.broker
+                    .security
+                    .owners
+                    .forget_member(&request.group_id, &request.member_id);
+                store_owner(&ctx.broker, &request.group_id, &request.member_id, None);
+            }
             if let Some((init, reset)) = outcome.initialize {
                 initialize(&ctx.broker, &request.group_id, &init, reset, now);
             }
