@@ -395,14 +395,15 @@ async fn group_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
 /// gone, states deleted) as they are queued.
 async fn share_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let events = broker.groups.share_events_notify();
+    let mut next_unload = crate::clock::now_ms() + crate::share::UNLOAD_EVERY_MS;
     loop {
-        let sleep = match broker.share.next_deadline() {
-            Some(deadline) => {
-                let wait = (deadline - crate::clock::now_ms()).max(0) as u64;
-                tokio::time::sleep(Duration::from_millis(wait))
-            }
-            None => tokio::time::sleep(Duration::from_secs(3600)),
-        };
+        let deadline = broker
+            .share
+            .next_deadline()
+            .unwrap_or(i64::MAX)
+            .min(next_unload);
+        let wait = (deadline - crate::clock::now_ms()).max(0) as u64;
+        let sleep = tokio::time::sleep(Duration::from_millis(wait));
         tokio::select! {
             _ = sleep => {}
             _ = broker.share.timers_changed.notified() => {}
@@ -410,9 +411,21 @@ async fn share_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
             _ = stopped(&mut shutdown) => return,
         }
         broker.share_events();
-        broker
-            .share
-            .expire_locks(broker.share_store(), crate::clock::now_ms());
+        let now = crate::clock::now_ms();
+        broker.share.expire_locks(broker.share_store(), now);
+        if now >= next_unload {
+            next_unload = now + crate::share::UNLOAD_EVERY_MS;
+            // In cluster mode a share partition is kept only where its partition is led.
+            let leads = |key: &crate::groups::share::SharePartitionKey| {
+                broker
+                    .cluster()
+                    .is_none_or(|c| c.leads(key.topic_id, key.partition))
+            };
+            let unloaded = broker.share.unload_idle(&leads);
+            if unloaded > 0 {
+                tracing::debug!(unloaded, "idle share partitions unloaded");
+            }
+        }
     }
 }
 

@@ -64,7 +64,13 @@ pub fn render_metrics(broker: &Broker) -> String {
         };
         let (in_flight, acquired) = broker.share.gauges();
         let c = &broker.share.counters;
-        let series: [(&str, &str, &str, u64); 8] = [
+        let series: [(&str, &str, &str, u64); 9] = [
+            (
+                "skiff_share_partitions_loaded",
+                "Share partitions held in memory (idle ones are unloaded every minute).",
+                "gauge",
+                broker.share.loaded() as u64,
+            ),
             (
                 "skiff_share_sessions",
                 "Share sessions held (KIP-932 ShareFetch).",

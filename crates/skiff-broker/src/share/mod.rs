@@ -38,7 +38,7 @@ pub mod log_read;
 pub mod session;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
@@ -55,6 +55,9 @@ use session::{SessionKey, ShareSessions};
 
 /// Writes of one share partition between two whole snapshots.
 pub const SNAPSHOT_EVERY: u32 = 256;
+
+/// How often idle share partitions are unloaded ([`ShareManager::unload_idle`]).
+pub const UNLOAD_EVERY_MS: i64 = 60_000;
 
 /// Reads one acquisition makes at most, when what it reads is all archived (aborted
 /// transactions, control batches) and it moves on.
@@ -185,6 +188,8 @@ struct Entry {
     slot: Mutex<Slot>,
     /// The earliest record lock's end (i64::MAX: none).
     deadline: AtomicI64,
+    /// Used since the last [`ShareManager::unload_idle`].
+    used: AtomicBool,
 }
 
 impl Entry {
@@ -288,6 +293,7 @@ impl ShareManager {
     ) -> Result<Arc<Entry>, PartitionError> {
         let mut partitions = self.lock_partitions();
         if let Some(entry) = partitions.get(key) {
+            entry.used.store(true, Ordering::Relaxed);
             return Ok(Arc::clone(entry));
         }
         let snapshot = match store.load(key) {
@@ -310,6 +316,7 @@ impl ShareManager {
                 gone: false,
             }),
             deadline: AtomicI64::new(i64::MAX),
+            used: AtomicBool::new(true),
         });
         partitions.insert(key.clone(), Arc::clone(&entry));
         Ok(entry)
@@ -697,6 +704,33 @@ impl ShareManager {
         self.armed
             .store(next.unwrap_or(i64::MAX), Ordering::Relaxed);
         next
+    }
+
+    /// Unloads share partitions nobody used since the last call and of which no record is
+    /// acquired (their state is all in the store: every change is written through), and, whatever
+    /// they hold, those `keep` refuses (cluster mode: partitions another broker leads now, whose
+    /// state that broker has claimed). Returns how many were unloaded. Called every
+    /// [`UNLOAD_EVERY_MS`] by the broker's timer task, so memory holds the share partitions in
+    /// use, not every one ever touched.
+    pub fn unload_idle(&self, keep: &dyn Fn(&SharePartitionKey) -> bool) -> usize {
+        let mut partitions = self.lock_partitions();
+        let before = partitions.len();
+        partitions.retain(|key, entry| {
+            let used = entry.used.swap(false, Ordering::Relaxed);
+            let mut slot = entry.lock();
+            let unload = slot.gone || !keep(key) || (!used && slot.sp.counts().acquired == 0);
+            if unload {
+                slot.gone = true;
+                entry.deadline.store(i64::MAX, Ordering::Relaxed);
+            }
+            !unload
+        });
+        before - partitions.len()
+    }
+
+    /// How many share partitions are loaded.
+    pub fn loaded(&self) -> usize {
+        self.lock_partitions().len()
     }
 
     /// Records in flight and acquired, over every loaded share partition.

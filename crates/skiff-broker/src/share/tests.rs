@@ -366,3 +366,30 @@ fn share_partitions_without_state_are_unknown() {
     assert_eq!(err.code, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
     assert_eq!(manager.gauges(), (0, 0));
 }
+
+/// Idle share partitions are unloaded: one unused since the last pass with nothing acquired
+/// goes (and loads again as it was), one holding acquired records or used meanwhile stays, and
+/// one `keep` refuses (cluster mode: led elsewhere now) goes whatever it holds.
+#[test]
+fn idle_share_partitions_are_unloaded() {
+    let store = MemoryStore::with(&key(), 0);
+    let log = Log::new(&[10]);
+    let manager = ShareManager::new(10);
+    let keep_all = |_: &SharePartitionKey| true;
+    assert_eq!(acquire(&manager, &store, &log, "m1", 4, 0), vec![(0, 3, 1)]);
+    // Used since the last pass, then holding acquired records: kept.
+    assert_eq!(manager.unload_idle(&keep_all), 0);
+    assert_eq!(manager.unload_idle(&keep_all), 0);
+    ack(&manager, &store, "m1", 0, 3, AckType::Accept).expect("acked");
+    // Used (the acknowledgement) since the last pass: kept once more, then unloaded.
+    assert_eq!(manager.unload_idle(&keep_all), 0);
+    assert_eq!(manager.loaded(), 1);
+    assert_eq!(manager.unload_idle(&keep_all), 1);
+    assert_eq!(manager.loaded(), 0);
+    // Loaded again from the store: it goes on where it was.
+    assert_eq!(acquire(&manager, &store, &log, "m1", 2, 0), vec![(4, 5, 1)]);
+    // Led elsewhere now: unloaded at once, acquired records and all.
+    assert_eq!(manager.unload_idle(&|_: &SharePartitionKey| false), 1);
+    assert_eq!(manager.loaded(), 0);
+    assert_eq!(manager.gauges(), (0, 0));
+}
