@@ -581,10 +581,7 @@ impl Broker {
         if self.cluster.is_some()
             && matches!(
                 api,
-                ApiKey::WriteTxnMarkers
-                    | ApiKey::DescribeProducers
-                    | ApiKey::DescribeLogDirs
-                    | ApiKey::OffsetForLeaderEpoch
+                ApiKey::WriteTxnMarkers | ApiKey::DescribeProducers | ApiKey::DescribeLogDirs
             )
         {
             return None;
@@ -904,12 +901,13 @@ impl Broker {
         let dir = self.partition_dir(&info.name, index);
         let created = self.claim_partition_dir(info, index, &dir, durability, scanned)?;
         let always = config.flush == FlushPolicy::Always;
-        let log = if created && durability == crate::partition_dirs::Durability::Deferred {
+        let mut log = if created && durability == crate::partition_dirs::Durability::Deferred {
             PartitionLog::open_unsynced(&dir, config)
         } else {
             PartitionLog::open(&dir, config)
         }
         .with_context(|| format!("opening partition {}-{index}", info.name))?;
+        log.set_leader_epoch(Some(crate::partition::LEADER_EPOCH));
         let partition = Partition::open(info, index, Box::new(log), always, now_ms());
         Ok(Arc::new(partition))
     }

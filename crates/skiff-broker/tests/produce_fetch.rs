@@ -783,3 +783,98 @@ async fn complete_responses_are_not_held_behind_a_long_poll() {
     );
     broker.stop().await;
 }
+
+/// One partition's OffsetForLeaderEpoch answer: (error, leader epoch, end offset).
+async fn epoch_end(
+    c: &mut Client,
+    topic: &str,
+    partition: i32,
+    current: i32,
+    epoch: i32,
+    version: i16,
+) -> (i16, i32, i64) {
+    use skiff_protocol::generated::OffsetForLeaderEpochRequest;
+    use skiff_protocol::generated::offset_for_leader_epoch_request::{
+        OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+    let request = OffsetForLeaderEpochRequest {
+        replica_id: -1,
+        topics: vec![OffsetForLeaderTopic {
+            topic: topic.into(),
+            partitions: vec![OffsetForLeaderPartition {
+                partition,
+                current_leader_epoch: current,
+                leader_epoch: epoch,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    match c.call(request, version).await {
+        Response::OffsetForLeaderEpoch(r) => {
+            let p = &r.topics[0].partitions[0];
+            assert_eq!(p.partition, partition);
+            (p.error_code, p.leader_epoch, p.end_offset)
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// KIP-320: every batch is stamped with leader epoch 0, and OffsetForLeaderEpoch answers where
+/// epoch 0 ends (the log end), that later epochs are unknown, and Kafka's errors for a fenced or
+/// unknown current epoch and an unknown topic or partition; after a restart epoch 0 still ends
+/// at the log end, so a consumer's position validates.
+#[tokio::test]
+async fn offset_for_leader_epoch_answers_where_epoch_0_ends() {
+    let broker = TestBroker::start().await;
+    let mut c = broker.client().await;
+    let id = create_topic(&mut c, "epochs").await;
+    produce(&mut c, "epochs", -1, batch(&[b"a", b"b"]), 9).await;
+    produce(&mut c, "epochs", -1, batch(&[b"c"]), 9).await;
+    match c.call(fetch_request("epochs", id, 0, 0, 0), 13).await {
+        Response::Fetch(f) => {
+            let records = f.responses[0].partitions[0]
+                .records
+                .clone()
+                .expect("records");
+            let epochs: Vec<i32> = RecordBatches::new(records)
+                .map(|b| b.expect("batch").partition_leader_epoch())
+                .collect();
+            assert_eq!(epochs, vec![0, 0], "stamped with the leader epoch");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    for version in [2, 3, 4] {
+        assert_eq!(
+            epoch_end(&mut c, "epochs", 0, -1, 0, version).await,
+            (0, 0, 3)
+        );
+        assert_eq!(
+            epoch_end(&mut c, "epochs", 0, 0, 0, version).await,
+            (0, 0, 3)
+        );
+    }
+    assert_eq!(epoch_end(&mut c, "epochs", 0, 0, 1, 4).await, (0, -1, -1));
+    assert_eq!(
+        epoch_end(&mut c, "epochs", 0, 1, 0, 4).await,
+        (error_codes::UNKNOWN_LEADER_EPOCH, -1, -1)
+    );
+    assert_eq!(
+        epoch_end(&mut c, "epochs", 0, -2, 0, 4).await,
+        (error_codes::FENCED_LEADER_EPOCH, -1, -1)
+    );
+    assert_eq!(
+        epoch_end(&mut c, "epochs", 7, -1, 0, 4).await.0,
+        error_codes::UNKNOWN_TOPIC_OR_PARTITION
+    );
+    assert_eq!(
+        epoch_end(&mut c, "nope", 0, -1, 0, 4).await.0,
+        error_codes::UNKNOWN_TOPIC_OR_PARTITION
+    );
+    drop(c);
+    let broker = broker.restart().await;
+    let mut c = broker.client().await;
+    assert_eq!(epoch_end(&mut c, "epochs", 0, 0, 0, 4).await, (0, 0, 3));
+    broker.stop().await;
+}

@@ -20,6 +20,7 @@ pub mod configs;
 pub mod fetch;
 pub mod group_configs;
 pub mod groups;
+pub mod leader_epoch;
 pub mod list_offsets;
 pub mod log_dirs;
 pub mod metadata;
@@ -132,6 +133,7 @@ pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
         Request::InitProducerId(r) => producer_id::handle(ctx, r),
         Request::DescribeCluster(r) => cluster::handle(ctx, r).into(),
         Request::DescribeLogDirs(r) => log_dirs::handle(ctx, r).into(),
+        Request::OffsetForLeaderEpoch(r) => leader_epoch::handle(ctx, r),
         Request::AddPartitionsToTxn(r) => txn::add_partitions_to_txn(ctx, r),
         Request::AddOffsetsToTxn(r) => txn::add_offsets_to_txn(ctx, r),
         Request::TxnOffsetCommit(r) => txn::txn_offset_commit(ctx, r),

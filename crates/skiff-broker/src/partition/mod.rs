@@ -107,6 +107,11 @@ pub struct Partition {
     removed: AtomicBool,
 }
 
+/// The leader epoch of every partition (Skiff's logs never change leaders in a way that truncates
+/// them): stamped into every appended batch, as Kafka stamps its leader epoch, and answered by
+/// Metadata, ListOffsets and OffsetForLeaderEpoch.
+pub const LEADER_EPOCH: i32 = 0;
+
 impl Partition {
     /// Opens partition `index` of `info` over `log`: restores its producers from their
     /// snapshot and the log tail, and starts its group committer when `always_sync`.
