@@ -606,6 +606,9 @@ impl Broker {
                     | ApiKey::ShareGroupDescribe
                     | ApiKey::ShareFetch
                     | ApiKey::ShareAcknowledge
+                    | ApiKey::DescribeShareGroupOffsets
+                    | ApiKey::AlterShareGroupOffsets
+                    | ApiKey::DeleteShareGroupOffsets
             )
         {
             return None;

@@ -306,6 +306,36 @@ impl ShareManager {
         }
     }
 
+    /// Replaces the persisted state of share partitions (AlterShareGroupOffsets,
+    /// DeleteShareGroupOffsets): `rewrite` runs while no request can load `keys` or write their
+    /// loaded copies (the map and each loaded one's lock held), and on `Ok` those copies are
+    /// dropped, so the next request loads what `rewrite` wrote. On `Err` nothing changes here.
+    pub fn rewrite_states<T, E>(
+        &self,
+        keys: &[SharePartitionKey],
+        rewrite: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        let keys: std::collections::BTreeSet<&SharePartitionKey> = keys.iter().collect();
+        let mut partitions = self.lock_partitions();
+        let entries: Vec<Arc<Entry>> = keys
+            .iter()
+            .filter_map(|key| partitions.get(*key).cloned())
+            .collect();
+        let mut slots: Vec<MutexGuard<'_, Slot>> = entries.iter().map(|e| e.lock()).collect();
+        let result = rewrite();
+        if result.is_ok() {
+            for slot in &mut slots {
+                slot.gone = true;
+            }
+            for key in keys {
+                if let Some(entry) = partitions.remove(key) {
+                    entry.deadline.store(i64::MAX, Ordering::Relaxed);
+                }
+            }
+        }
+        result
+    }
+
     /// Writes what changed in `slot` since its last write; `Ok(None)` when nothing did.
     fn persist(
         &self,
