@@ -559,3 +559,149 @@ fn a_share_group_hands_records_out_acknowledges_and_redelivers_released_ones() {
     );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+#[test]
+fn share_group_offsets_are_described_set_and_deleted() {
+    let broker = start_broker_with(&[
+        "--set",
+        "admin.listen=none",
+        "--set",
+        "group.share.enable=true",
+        "--set",
+        "group.share.heartbeat.interval.ms=200",
+    ]);
+    let out = skiff(&broker, &["topic", "create", "jobs", "--partitions", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = skiff_stdin(&broker, &["produce", "jobs"], Some("a\nb\nc\nd\ne\n"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let share_offsets = |broker: &Broker| -> Vec<serde_json::Value> {
+        let out = skiff(broker, &["group", "describe", "crew", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("json");
+        assert_eq!(v["type"], "share", "{v}");
+        v["share_offsets"]
+            .as_array()
+            .expect("share offsets")
+            .clone()
+    };
+
+    // A new share group would start at the end: set it to the earliest offset first (which
+    // creates it), then a member takes two records.
+    let out = skiff(
+        &broker,
+        &[
+            "group",
+            "share-offsets",
+            "set",
+            "crew",
+            "--topic",
+            "jobs",
+            "--to-earliest",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("START-OFFSET"), "{}", stdout(&out));
+    let out = skiff(
+        &broker,
+        &[
+            "consume",
+            "jobs",
+            "--share-group",
+            "crew",
+            "--max",
+            "2",
+            "--quiet",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let offsets = share_offsets(&broker);
+    assert_eq!(offsets.len(), 1, "{offsets:?}");
+    assert_eq!(
+        (&offsets[0]["start_offset"], &offsets[0]["lag"]),
+        (&serde_json::json!(2), &serde_json::json!(3)),
+        "{offsets:?}"
+    );
+    let out = skiff(&broker, &["group", "describe", "crew"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("START-OFFSET") && text.contains("LAG"),
+        "{text}"
+    );
+
+    // Moved to 4; then forgotten.
+    let out = skiff(
+        &broker,
+        &[
+            "group",
+            "share-offsets",
+            "set",
+            "crew",
+            "--topic",
+            "jobs",
+            "--partition",
+            "0",
+            "--to-offset",
+            "4",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let offsets = share_offsets(&broker);
+    assert_eq!(
+        (&offsets[0]["start_offset"], &offsets[0]["lag"]),
+        (&serde_json::json!(4), &serde_json::json!(1)),
+        "{offsets:?}"
+    );
+    let out = skiff(
+        &broker,
+        &[
+            "group",
+            "share-offsets",
+            "delete",
+            "crew",
+            "--topic",
+            "jobs",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(share_offsets(&broker).is_empty());
+    // Deleting again: nothing to delete (a failure with the broker's reason).
+    let out = skiff(
+        &broker,
+        &[
+            "group",
+            "share-offsets",
+            "delete",
+            "crew",
+            "--topic",
+            "jobs",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("UNKNOWN_TOPIC_OR_PARTITION"),
+        "{}",
+        stderr(&out)
+    );
+    // A target is required, and only one.
+    let out = skiff(
+        &broker,
+        &["group", "share-offsets", "set", "crew", "--topic", "jobs"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = skiff(
+        &broker,
+        &[
+            "group",
+            "share-offsets",
+            "set",
+            "crew",
+            "--topic",
+            "jobs",
+            "--to-latest",
+            "--to-offset",
+            "1",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
