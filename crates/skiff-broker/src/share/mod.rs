@@ -35,7 +35,7 @@
 pub mod log_read;
 pub mod session;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -704,6 +704,32 @@ impl ShareManager {
         self.armed
             .store(next.unwrap_or(i64::MAX), Ordering::Relaxed);
         next
+    }
+
+    /// How many records each member holds acquired now, by (group, member), over the loaded
+    /// share partitions (the client-instance view and `GET /groups/{id}`).
+    pub fn acquired_by_member(&self) -> BTreeMap<(String, String), u64> {
+        let entries: Vec<(SharePartitionKey, Arc<Entry>)> = self
+            .lock_partitions()
+            .iter()
+            .map(|(key, entry)| (key.clone(), Arc::clone(entry)))
+            .collect();
+        let mut out: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for (key, entry) in entries {
+            let slot = entry.lock();
+            if slot.gone {
+                continue;
+            }
+            for (member, ranges) in slot.sp.acquired_ranges() {
+                let n = ranges
+                    .iter()
+                    .map(|r| r.len())
+                    .fold(0u64, u64::saturating_add);
+                let total = out.entry((key.group_id.clone(), member)).or_default();
+                *total = total.saturating_add(n);
+            }
+        }
+        out
     }
 
     /// Records in flight and acquired, over every loaded share partition.
