@@ -733,3 +733,84 @@ async fn admin_alters_where_the_next_share_consumer_starts() {
     );
     broker.stop().await;
 }
+
+/// One GET to the broker's admin HTTP listener: (status, body).
+async fn admin_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut raw = Vec::new();
+    timeout(TIMEOUT, stream.read_to_end(&mut raw))
+        .await
+        .expect("in time")
+        .expect("read");
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// A share consumer holding records it has not acknowledged yet (explicit mode) shows up in the
+/// client-instance view under its instance ID with its share membership and exactly that many
+/// acquired records; once it acknowledges them, none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_instance_view_shows_what_a_share_consumer_holds() {
+    let broker = TestBroker::start_with(|config| {
+        share_config(config);
+        config.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    })
+    .await;
+    let admin_addr = broker
+        .running
+        .as_ref()
+        .and_then(|r| r.admin_addr)
+        .expect("admin listener");
+    let admin = client(&broker.bootstrap());
+    create_topic(&admin, "work", 1).await;
+    from_earliest(&admin, "crew").await;
+    produce(&admin, "work", 6, 6).await;
+
+    let c = share_consumer(&broker, "crew", AcknowledgementMode::Explicit);
+    c.subscribe(&["work"]).expect("subscribe");
+    let held = poll_some(&c).await;
+    let id = c.member_id();
+    let (status, body) = admin_get(admin_addr, &format!("/clients/{id}")).await;
+    assert_eq!(status, 200, "{body}");
+    let view: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let share = view["memberships"]
+        .as_array()
+        .expect("memberships")
+        .iter()
+        .find(|m| m["protocol"] == "share" && m["group"] == "crew")
+        .cloned()
+        .unwrap_or_else(|| panic!("no share membership: {view}"));
+    assert_eq!(share["member_id"], id);
+    assert_eq!(share["acquired_records"], held.len());
+    let (_, body) = admin_get(admin_addr, "/groups/crew").await;
+    let group: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(
+        group["members"][0]["acquired_records"],
+        held.len(),
+        "{group}"
+    );
+
+    // Acknowledged (committed): nothing held.
+    for record in &held {
+        c.acknowledge(record, AcknowledgeType::Accept)
+            .expect("acknowledge");
+    }
+    c.commit_sync().await.expect("commit");
+    let (_, body) = admin_get(admin_addr, "/groups/crew").await;
+    let group: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(group["members"][0]["acquired_records"], 0, "{group}");
+    c.close().await.expect("close");
+    broker.stop().await;
+}
