@@ -705,3 +705,103 @@ fn share_group_offsets_are_described_set_and_deleted() {
     );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+/// `skiff group describe` of a share group: each member with the records it holds acquired (a
+/// Skiff client `ShareConsumer` in explicit mode holds what it polled), read from the admin
+/// listener; without a reachable admin listener a note says why they are not shown.
+#[test]
+fn share_group_describe_shows_what_each_member_holds() {
+    use skiff_client::{AcknowledgementMode, ClientConfig, ShareConsumer, ShareConsumerConfig};
+
+    let port = free_port();
+    let admin = format!("http://127.0.0.1:{port}");
+    let broker = start_broker_with(&[
+        "--set",
+        &format!("admin.listen=127.0.0.1:{port}"),
+        "--set",
+        "group.share.enable=true",
+        "--set",
+        "group.share.heartbeat.interval.ms=200",
+    ]);
+    let out = skiff(&broker, &["topic", "create", "jobs", "--partitions", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The group starts at the log start, then four records wait.
+    let out = skiff(
+        &broker,
+        &[
+            "group",
+            "share-offsets",
+            "set",
+            "crew",
+            "--topic",
+            "jobs",
+            "--to-earliest",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = skiff_stdin(&broker, &["produce", "jobs"], Some("a\nb\nc\nd\n"));
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (consumer, held) = runtime.block_on(async {
+        let client = skiff_client::Client::new(ClientConfig::new(&broker.addr)).expect("client");
+        let mut config = ShareConsumerConfig::new("crew");
+        config.acknowledgement_mode = AcknowledgementMode::Explicit;
+        config.fetch_max_wait = Duration::from_millis(100);
+        let consumer = ShareConsumer::new(client, config).expect("share consumer");
+        consumer.subscribe(&["jobs"]).expect("subscribe");
+        let mut held = Vec::new();
+        for _ in 0..100 {
+            held = consumer
+                .poll(Duration::from_millis(200))
+                .await
+                .expect("poll");
+            if !held.is_empty() {
+                break;
+            }
+        }
+        assert!(!held.is_empty(), "no records polled");
+        (consumer, held.len())
+    });
+    let member = consumer.member_id();
+
+    let out = skiff(
+        &broker,
+        &["group", "describe", "crew", "--admin", &admin, "--json"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("json");
+    let members = v["members"].as_array().expect("members");
+    assert_eq!(members.len(), 1, "{v}");
+    assert_eq!(members[0]["member_id"], member);
+    assert_eq!(members[0]["acquired_records"], held, "{v}");
+    assert_eq!(
+        members[0]["assignment"],
+        serde_json::json!(["jobs-0"]),
+        "{v}"
+    );
+    let out = skiff(&broker, &["group", "describe", "crew", "--admin", &admin]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("ACQUIRED"), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(&member))
+        .unwrap_or_else(|| panic!("no row for {member}: {text}"));
+    assert!(row.trim_end().ends_with(&held.to_string()), "{row}");
+
+    // No admin listener there: the members without counts, and a note.
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    let out = skiff(&broker, &["group", "describe", "crew", "--admin", &nowhere]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("note: acquired records not shown"),
+        "{}",
+        stderr(&out)
+    );
+    runtime.block_on(async { consumer.close().await.expect("close") });
+}

@@ -1,10 +1,15 @@
 //! `skiff group list|describe|delete`, and `skiff group share-offsets set|delete` for KIP-932
 //! share groups.
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
 use clap::{Args, Subcommand};
 use serde_json::json;
 use skiff_client::{Admin, GroupDescription, TopicPartition};
 
+use super::clients::admin_http::AdminHttp;
 use super::{CmdResult, Conn, Failure, print_json, print_table};
 
 #[derive(Subcommand, Debug)]
@@ -17,9 +22,14 @@ pub enum GroupCommand {
     /// Show a group's members, assignments, committed offsets and lag (a share group: each
     /// share partition's start offset and lag).
     #[command(
-        after_help = "Examples:\n  skiff group describe billing\n  skiff group describe workers --json"
+        after_help = "Examples:\n  skiff group describe billing\n  skiff group describe workers --json\n  \
+                      skiff group describe workers --admin https://broker:9644 --admin-ca-file ca.pem"
     )]
-    Describe { group: String },
+    Describe {
+        group: String,
+        #[command(flatten)]
+        admin: AdminView,
+    },
     /// Delete empty groups.
     #[command(after_help = "Examples:\n  skiff group delete billing")]
     Delete {
@@ -30,6 +40,22 @@ pub enum GroupCommand {
     /// members).
     #[command(subcommand)]
     ShareOffsets(ShareOffsetsCommand),
+}
+
+/// Where `skiff group describe` reads what the Kafka protocol does not carry: the records each
+/// share group member holds acquired, from the broker's admin HTTP listener (`GET /groups/{id}`).
+#[derive(Args, Debug, Clone)]
+pub struct AdminView {
+    /// The broker's admin HTTP address (config `admin.listen`), for a share group's acquired
+    /// records: http://HOST:PORT, or https://HOST:PORT when the listener has TLS.
+    #[arg(long, default_value = "http://127.0.0.1:9644")]
+    admin: String,
+    /// PEM CA bundle that an https:// admin listener's certificate must chain to.
+    #[arg(long, value_name = "PATH")]
+    admin_ca_file: Option<PathBuf>,
+    /// A file holding the admin listener's bearer token (`admin.token.file`).
+    #[arg(long, value_name = "PATH", env = "SKIFF_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -104,10 +130,10 @@ async fn execute(admin: &Admin, conn: &Conn, command: GroupCommand) -> CmdResult
                 print_table(&["GROUP", "TYPE", "STATE"], &rows);
             }
         }
-        GroupCommand::Describe { group } => {
+        GroupCommand::Describe { group, admin: view } => {
             let d = admin.describe_group(&group).await?;
             if d.group_type == "share" {
-                return describe_share(admin, conn, &d).await;
+                return describe_share(admin, conn, &view, &d).await;
             }
             // Lag = latest offset - committed offset, per committed partition.
             let mut lags: Vec<(TopicPartition, i64, i64)> = Vec::new();
@@ -214,12 +240,74 @@ async fn execute(admin: &Admin, conn: &Conn, command: GroupCommand) -> CmdResult
     Ok(())
 }
 
-/// `skiff group describe` of a share group: its members and assignments, then each share
-/// partition's start offset and lag (DescribeShareGroupOffsets).
-async fn describe_share(admin: &Admin, conn: &Conn, d: &GroupDescription) -> CmdResult {
+/// A group ID as one path segment: unreserved characters as they are, every other byte
+/// percent-encoded.
+fn path_segment(id: &str) -> String {
+    id.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// The records each member of share group `group` holds acquired, by member ID, from the admin
+/// listener's `GET /groups/{id}`; why not, when it cannot be read.
+async fn acquired_records(
+    view: &AdminView,
+    conn: &Conn,
+    group: &str,
+) -> Result<BTreeMap<String, u64>, String> {
+    let http = AdminHttp::new(
+        &view.admin,
+        view.admin_ca_file.as_deref(),
+        view.admin_token_file.as_deref(),
+        Duration::from_millis(conn.timeout_ms),
+    )
+    .map_err(|f| f.message)?;
+    let value = http
+        .get_json(&format!("/groups/{}", path_segment(group)))
+        .await
+        .map_err(|f| f.message)?;
+    Ok(value["members"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .filter_map(|m| {
+            Some((
+                m["member_id"].as_str()?.to_string(),
+                m["acquired_records"].as_u64()?,
+            ))
+        })
+        .collect())
+}
+
+/// `skiff group describe` of a share group: its members and assignments with the records each
+/// holds acquired (from the admin listener, when it can be read), then each share partition's
+/// start offset and lag (DescribeShareGroupOffsets).
+async fn describe_share(
+    admin: &Admin,
+    conn: &Conn,
+    view: &AdminView,
+    d: &GroupDescription,
+) -> CmdResult {
     let offsets = admin
         .describe_share_group_offsets(&d.group_id, None)
         .await?;
+    let acquired = match acquired_records(view, conn, &d.group_id).await {
+        Ok(acquired) => Some(acquired),
+        Err(why) => {
+            eprintln!(
+                "note: acquired records not shown: the admin listener ({}) could not be read: {why}",
+                view.admin
+            );
+            None
+        }
+    };
+    let held = |member: &str| acquired.as_ref().and_then(|a| a.get(member).copied());
     let opt = |v: Option<i64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
     if conn.json {
         print_json(&json!({
@@ -234,6 +322,7 @@ async fn describe_share(admin: &Admin, conn: &Conn, d: &GroupDescription) -> Cmd
                 "host": m.client_host,
                 "epoch": m.member_epoch,
                 "assignment": m.assignment.iter().map(|tp| tp.to_string()).collect::<Vec<_>>(),
+                "acquired_records": held(&m.member_id),
             })).collect::<Vec<_>>(),
             "share_offsets": offsets.iter().map(|o| json!({
                 "topic": o.partition.topic,
@@ -262,10 +351,21 @@ async fn describe_share(admin: &Admin, conn: &Conn, d: &GroupDescription) -> Cmd
                     .map(|tp| tp.to_string())
                     .collect::<Vec<_>>()
                     .join(","),
+                held(&m.member_id).map_or_else(|| "-".to_string(), |n| n.to_string()),
             ]
         })
         .collect();
-    print_table(&["MEMBER", "EPOCH", "CLIENT", "HOST", "ASSIGNMENT"], &rows);
+    print_table(
+        &[
+            "MEMBER",
+            "EPOCH",
+            "CLIENT",
+            "HOST",
+            "ASSIGNMENT",
+            "ACQUIRED",
+        ],
+        &rows,
+    );
     println!();
     let rows: Vec<Vec<String>> = offsets
         .iter()
