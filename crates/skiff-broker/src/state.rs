@@ -602,6 +602,20 @@ impl Broker {
                     | ApiKey::ShareGroupDescribe
                     | ApiKey::ShareFetch
                     | ApiKey::ShareAcknowledge
+                    | ApiKey::DescribeShareGroupOffsets
+                    | ApiKey::AlterShareGroupOffsets
+                    | ApiKey::DeleteShareGroupOffsets
+            )
+        {
+            return None;
+        }
+        // The share group offset APIs read and write the coordinator's states: single node.
+        if self.cluster.is_some()
+            && matches!(
+                api,
+                ApiKey::DescribeShareGroupOffsets
+                    | ApiKey::AlterShareGroupOffsets
+                    | ApiKey::DeleteShareGroupOffsets
             )
         {
             return None;

@@ -161,3 +161,165 @@ async fn health_metrics_and_the_client_instance_view() {
     assert!(page.contains("viewed-txn"), "{page}");
     broker.stop().await;
 }
+
+/// A KIP-932 share member in the client-instance view and in `GET /groups/{id}`: its share
+/// membership (group, member ID = instance ID, epoch, assigned partitions) with the number of
+/// records it holds acquired, which follows its acquisitions and acknowledgements.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_members_show_the_records_they_hold() {
+    use skiff_protocol::generated::create_topics_request::CreatableTopic;
+    use skiff_protocol::generated::share_fetch_request::{
+        AcknowledgementBatch, FetchPartition as SharePartition, FetchTopic as ShareTopic,
+    };
+    use skiff_protocol::generated::{
+        CreateTopicsRequest, ShareFetchRequest, ShareGroupHeartbeatRequest,
+    };
+
+    let broker = TestBroker::start_with(|config| {
+        config.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+        config.share_groups_enabled = true;
+    })
+    .await;
+    let admin = broker
+        .running
+        .as_ref()
+        .and_then(|r| r.admin_addr)
+        .expect("admin listener");
+    let mut c = broker.client().await;
+    let create = CreateTopicsRequest {
+        topics: vec![CreatableTopic {
+            name: "jobs".into(),
+            num_partitions: 1,
+            replication_factor: 1,
+            ..Default::default()
+        }],
+        timeout_ms: 5000,
+        ..Default::default()
+    };
+    let Response::CreateTopics(r) = c.call(create, 7).await else {
+        panic!("not a CreateTopics response");
+    };
+    let topic = r.topics[0].topic_id;
+
+    let id = Uuid::random().expect("random");
+    let mut member = broker.client().await;
+    member.instance_id = Some(id);
+    let join = ShareGroupHeartbeatRequest {
+        group_id: "crew".into(),
+        member_id: id.to_string().into(),
+        member_epoch: 0,
+        subscribed_topic_names: Some(vec!["jobs".into()]),
+        ..Default::default()
+    };
+    let Response::ShareGroupHeartbeat(r) = member.call(join, 1).await else {
+        panic!("not a ShareGroupHeartbeat response");
+    };
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    for i in 0..5 {
+        let value = format!("r{i}");
+        c.call(
+            common::produce_request("jobs", 0, -1, common::batch(&[value.as_bytes()])),
+            9,
+        )
+        .await;
+    }
+    let fetch = |epoch: i32, acks: Vec<AcknowledgementBatch>, max_records: i32| ShareFetchRequest {
+        group_id: Some("crew".into()),
+        member_id: Some(id.to_string().into()),
+        share_session_epoch: epoch,
+        max_bytes: 1 << 20,
+        min_bytes: 1,
+        max_records,
+        batch_size: 500,
+        topics: vec![ShareTopic {
+            topic_id: topic,
+            partitions: vec![SharePartition {
+                partition_index: 0,
+                acknowledgement_batches: acks,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let Response::ShareFetch(r) = member.call(fetch(0, vec![], 3), 2).await else {
+        panic!("not a ShareFetch response");
+    };
+    let acquired: Vec<(i64, i64)> = r.responses[0].partitions[0]
+        .acquired_records
+        .iter()
+        .map(|a| (a.first_offset, a.last_offset))
+        .collect();
+    assert_eq!(acquired, vec![(0, 2)]);
+
+    let share_membership = |view: &serde_json::Value| -> serde_json::Value {
+        view["memberships"]
+            .as_array()
+            .expect("memberships")
+            .iter()
+            .find(|m| m["protocol"] == "share")
+            .cloned()
+            .unwrap_or_else(|| panic!("no share membership in {view}"))
+    };
+    let (status, body) = http_get(admin, &format!("/clients/{id}")).await;
+    assert_eq!(status, 200, "{body}");
+    let view: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let m = share_membership(&view);
+    assert_eq!(m["group"], "crew");
+    assert_eq!(m["member_id"], id.to_string());
+    assert_eq!(m["member_id_differs"], false);
+    assert!(m["member_epoch"].as_i64().is_some_and(|e| e > 0), "{m}");
+    assert_eq!(m["acquired_records"], 3);
+
+    // `GET /groups/crew` says the same, by member.
+    let (status, body) = http_get(admin, "/groups/crew").await;
+    assert_eq!(status, 200, "{body}");
+    let group: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(
+        (&group["type"], &group["state"]),
+        (&"share".into(), &"Stable".into())
+    );
+    let members = group["members"].as_array().expect("members");
+    assert_eq!(members.len(), 1, "{group}");
+    assert_eq!(members[0]["client_instance_id"], id.to_string());
+    assert_eq!(members[0]["acquired_records"], 3);
+
+    // Two accepted: one left held. The heartbeat's assignment shows up too.
+    let ack = AcknowledgementBatch {
+        first_offset: 0,
+        last_offset: 1,
+        acknowledge_types: vec![1],
+        ..Default::default()
+    };
+    let Response::ShareFetch(r) = member.call(fetch(1, vec![ack], 0), 2).await else {
+        panic!("not a ShareFetch response");
+    };
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    let heartbeat = ShareGroupHeartbeatRequest {
+        group_id: "crew".into(),
+        member_id: id.to_string().into(),
+        member_epoch: m["member_epoch"]
+            .as_i64()
+            .and_then(|e| i32::try_from(e).ok())
+            .expect("epoch"),
+        ..Default::default()
+    };
+    let Response::ShareGroupHeartbeat(r) = member.call(heartbeat, 1).await else {
+        panic!("not a ShareGroupHeartbeat response");
+    };
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    let (_, body) = http_get(admin, &format!("/clients/{id}")).await;
+    let view: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let m = share_membership(&view);
+    assert_eq!(m["acquired_records"], 1);
+    assert_eq!(m["assigned"], serde_json::json!({"jobs": [0]}));
+    let (_, page) = http_get(admin, "/ui/clients").await;
+    assert!(page.contains("<th>acquired</th>"), "{page}");
+
+    // Unknown groups are 404; a group ID is percent-decoded.
+    let (status, _) = http_get(admin, "/groups/nobody").await;
+    assert_eq!(status, 404);
+    let (status, _) = http_get(admin, "/groups/cr%65w").await;
+    assert_eq!(status, 200);
+    broker.stop().await;
+}

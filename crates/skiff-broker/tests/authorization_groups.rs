@@ -1400,3 +1400,131 @@ async fn share_fetch_and_acknowledge_need_read_on_the_group_then_each_topic() {
         error_codes::INVALID_RECORD_STATE
     );
 }
+
+/// The share group offset APIs, as Kafka's `KafkaApis`: describing needs DESCRIBE on the group
+/// and on each topic (an undescribable named topic is TOPIC_AUTHORIZATION_FAILED per partition,
+/// and left out of an all-topics answer); altering needs READ on the group and each topic;
+/// deleting DELETE on the group and READ on each topic.
+#[tokio::test]
+async fn share_group_offsets_need_kafkas_acls() {
+    use skiff_protocol::generated::alter_share_group_offsets_request::{
+        AlterShareGroupOffsetsRequestPartition, AlterShareGroupOffsetsRequestTopic,
+    };
+    use skiff_protocol::generated::delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic;
+    use skiff_protocol::generated::describe_share_group_offsets_request::{
+        DescribeShareGroupOffsetsRequestGroup, DescribeShareGroupOffsetsRequestTopic,
+    };
+    use skiff_protocol::generated::{
+        AlterShareGroupOffsetsRequest, DeleteShareGroupOffsetsRequest,
+        DescribeShareGroupOffsetsRequest,
+    };
+
+    let mut s = Secured::start().await;
+    let request = CreateTopicsRequest {
+        topics: vec![CreatableTopic {
+            name: "jobs".into(),
+            num_partitions: 1,
+            replication_factor: 1,
+            ..Default::default()
+        }],
+        timeout_ms: 5000,
+        ..Default::default()
+    };
+    call!(s.admin, CreateTopics, request, 7);
+    let mut alice = s.login("alice").await;
+    let alter = AlterShareGroupOffsetsRequest {
+        group_id: "sg".into(),
+        topics: vec![AlterShareGroupOffsetsRequestTopic {
+            topic_name: "jobs".into(),
+            partitions: vec![AlterShareGroupOffsetsRequestPartition {
+                partition_index: 0,
+                start_offset: 0,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let describe = |topics: Option<Vec<DescribeShareGroupOffsetsRequestTopic>>| {
+        DescribeShareGroupOffsetsRequest {
+            groups: vec![DescribeShareGroupOffsetsRequestGroup {
+                group_id: "sg".into(),
+                topics,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    };
+    let jobs = || {
+        Some(vec![DescribeShareGroupOffsetsRequestTopic {
+            topic_name: "jobs".into(),
+            partitions: vec![0],
+            ..Default::default()
+        }])
+    };
+    let delete = DeleteShareGroupOffsetsRequest {
+        group_id: "sg".into(),
+        topics: vec![DeleteShareGroupOffsetsRequestTopic {
+            topic_name: "jobs".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+
+    // Nothing granted: each refused for the group.
+    let r = call!(alice, AlterShareGroupOffsets, alter.clone(), 0);
+    assert_eq!(r.error_code, error_codes::GROUP_AUTHORIZATION_FAILED);
+    let r = call!(alice, DescribeShareGroupOffsets, describe(None), 1);
+    assert_eq!(
+        r.groups[0].error_code,
+        error_codes::GROUP_AUTHORIZATION_FAILED
+    );
+    let r = call!(alice, DeleteShareGroupOffsets, delete.clone(), 0);
+    assert_eq!(r.error_code, error_codes::GROUP_AUTHORIZATION_FAILED);
+
+    // The group, not the topic: refused per topic.
+    s.grant(vec![
+        allow("alice", AclOperation::Read, ResourceType::Group, "sg"),
+        allow("alice", AclOperation::Describe, ResourceType::Group, "sg"),
+        allow("alice", AclOperation::Delete, ResourceType::Group, "sg"),
+    ])
+    .await;
+    let r = call!(alice, AlterShareGroupOffsets, alter.clone(), 0);
+    assert_eq!(r.error_code, error_codes::NONE);
+    assert_eq!(
+        r.responses[0].partitions[0].error_code,
+        error_codes::TOPIC_AUTHORIZATION_FAILED
+    );
+    // The admin (a super user) sets the offset, so that there is something to describe.
+    let r = call!(s.admin, AlterShareGroupOffsets, alter.clone(), 0);
+    assert_eq!(r.responses[0].partitions[0].error_code, error_codes::NONE);
+    let r = call!(alice, DescribeShareGroupOffsets, describe(jobs()), 1);
+    let p = &r.groups[0].topics[0].partitions[0];
+    assert_eq!(
+        (p.error_code, p.start_offset),
+        (error_codes::TOPIC_AUTHORIZATION_FAILED, -1)
+    );
+    let r = call!(alice, DescribeShareGroupOffsets, describe(None), 1);
+    assert_eq!(r.groups[0].error_code, error_codes::NONE);
+    assert!(r.groups[0].topics.is_empty());
+    let r = call!(alice, DeleteShareGroupOffsets, delete.clone(), 0);
+    assert_eq!(r.error_code, error_codes::NONE);
+    assert_eq!(
+        r.responses[0].error_code,
+        error_codes::TOPIC_AUTHORIZATION_FAILED
+    );
+
+    // And the topic: allowed.
+    s.grant(vec![
+        allow("alice", AclOperation::Read, ResourceType::Topic, "jobs"),
+        allow("alice", AclOperation::Describe, ResourceType::Topic, "jobs"),
+    ])
+    .await;
+    let r = call!(alice, DescribeShareGroupOffsets, describe(None), 1);
+    assert_eq!(r.groups[0].topics[0].partitions[0].start_offset, 0);
+    let r = call!(alice, AlterShareGroupOffsets, alter, 0);
+    assert_eq!(r.responses[0].partitions[0].error_code, error_codes::NONE);
+    let r = call!(alice, DeleteShareGroupOffsets, delete, 0);
+    assert_eq!(r.responses[0].error_code, error_codes::NONE);
+    s.tb.stop().await;
+}

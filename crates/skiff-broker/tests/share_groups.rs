@@ -441,8 +441,8 @@ async fn group_configs_choose_the_start_offset_and_types_do_not_mix() {
     broker.stop().await;
 }
 
-/// Off: ApiVersions does not list the share group APIs and they are refused; on,
-/// it lists them all.
+/// Off: ApiVersions does not list the share group APIs (membership, fetch and the offset admin
+/// APIs) and they are refused; on, it lists them all.
 #[tokio::test]
 async fn share_group_apis_are_not_advertised_unless_enabled() {
     let broker = TestBroker::start_with(|config| config.share_groups_enabled = false).await;
@@ -456,6 +456,9 @@ async fn share_group_apis_are_not_advertised_unless_enabled() {
     assert!(!keys.contains(&ApiKey::ShareGroupDescribe.key()));
     assert!(!keys.contains(&ApiKey::ShareFetch.key()));
     assert!(!keys.contains(&ApiKey::ShareAcknowledge.key()));
+    assert!(!keys.contains(&ApiKey::DescribeShareGroupOffsets.key()));
+    assert!(!keys.contains(&ApiKey::AlterShareGroupOffsets.key()));
+    assert!(!keys.contains(&ApiKey::DeleteShareGroupOffsets.key()));
     // KIP-584 features (v3): share.version is supported but not finalized.
     assert!(
         r.supported_features
@@ -487,6 +490,18 @@ async fn share_group_apis_are_not_advertised_unless_enabled() {
     );
     assert_eq!(versions.get(&ApiKey::ShareFetch.key()), Some(&(1, 2)));
     assert_eq!(versions.get(&ApiKey::ShareAcknowledge.key()), Some(&(1, 2)));
+    assert_eq!(
+        versions.get(&ApiKey::DescribeShareGroupOffsets.key()),
+        Some(&(0, 1))
+    );
+    assert_eq!(
+        versions.get(&ApiKey::AlterShareGroupOffsets.key()),
+        Some(&(0, 0))
+    );
+    assert_eq!(
+        versions.get(&ApiKey::DeleteShareGroupOffsets.key()),
+        Some(&(0, 0))
+    );
     assert_eq!(
         finalized(&r),
         vec![

@@ -317,7 +317,8 @@ impl Admin {
         Ok(groups)
     }
 
-    /// Describes a group: KIP-848 groups through ConsumerGroupDescribe, classic ones through
+    /// Describes a group: KIP-848 groups through ConsumerGroupDescribe, share groups through
+    /// ShareGroupDescribe (`group_type` "share", no committed offsets), classic ones through
     /// DescribeGroups; plus its committed offsets.
     pub async fn describe_group(&self, group: &str) -> Result<GroupDescription> {
         let response = self
@@ -358,7 +359,15 @@ impl Admin {
                     offsets: Vec::new(),
                 },
                 Some(g) if g.error_code == error_codes::GROUP_ID_NOT_FOUND => {
-                    self.describe_classic(group).await?
+                    match self.describe_share_group(group).await {
+                        // A share group has no committed offsets (see
+                        // `describe_share_group_offsets`).
+                        Ok(Some(share)) => return Ok(share),
+                        Ok(None) | Err(Error::UnsupportedVersion { .. }) => {
+                            self.describe_classic(group).await?
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 Some(g) => {
                     return Err(Error::broker_for(

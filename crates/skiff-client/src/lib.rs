@@ -31,6 +31,7 @@
 
 mod admin;
 mod admin_security;
+mod admin_share;
 mod client;
 pub mod connection;
 mod consumer;
@@ -49,6 +50,7 @@ pub use admin::{
     GroupMember, NewTopic, TopicDescription,
 };
 pub use admin_security::ScramUser;
+pub use admin_share::SharePartitionOffset;
 pub use client::{BrokerInfo, Client, ClientConfig, Metadata, PartitionMetadata, TopicMetadata};
 pub use connection::{Connection, client_versions};
 pub use consumer::GroupMetadata;

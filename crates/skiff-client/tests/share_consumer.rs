@@ -649,3 +649,168 @@ async fn a_shrinking_assignment_forgets_partitions_in_the_session() {
     c2.close().await.expect("close");
     broker.stop().await;
 }
+
+/// The share group offset admin calls: describe after a member's acknowledgements (start offset
+/// and lag), alter refused while the group has a member, then a new share consumer starts at
+/// the altered offset; delete leaves no offsets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_alters_where_the_next_share_consumer_starts() {
+    use skiff_client::{SharePartitionOffset, TopicPartition};
+
+    let broker = share_broker().await;
+    let admin_client = client(&broker.bootstrap());
+    let admin = Admin::new(admin_client.clone());
+    create_topic(&admin_client, "work", 1).await;
+    from_earliest(&admin_client, "crew").await;
+    produce(&admin_client, "work", 10, 5).await;
+    let work0 = TopicPartition::new("work", 0);
+
+    // A member accepts the records of its first poll (implicitly, at close).
+    let c1 = share_consumer(&broker, "crew", AcknowledgementMode::Implicit);
+    c1.subscribe(&["work"]).expect("subscribe");
+    let first = poll_some(&c1).await;
+    assert_eq!(first.first().map(|r| r.offset), Some(0));
+    let refused = admin
+        .alter_share_group_offsets("crew", &[(work0.clone(), 7)])
+        .await
+        .expect_err("a member");
+    assert!(refused.to_string().contains("NON_EMPTY_GROUP"), "{refused}");
+    c1.close().await.expect("close");
+    until_members(&admin_client, "crew", &[]).await;
+    let done = i64::try_from(first.len()).expect("count");
+    assert_eq!(
+        admin
+            .describe_share_group_offsets("crew", None)
+            .await
+            .expect("described"),
+        vec![SharePartitionOffset {
+            partition: work0.clone(),
+            start_offset: Some(done),
+            leader_epoch: 0,
+            lag: Some(10 - done),
+        }]
+    );
+
+    // Altered to 7: a new member gets 7-9 only.
+    admin
+        .alter_share_group_offsets("crew", &[(work0.clone(), 7)])
+        .await
+        .expect("altered");
+    let c2 = share_consumer(&broker, "crew", AcknowledgementMode::Implicit);
+    c2.subscribe(&["work"]).expect("subscribe");
+    let records = poll_some(&c2).await;
+    assert_eq!(offsets(&records), vec![7, 8, 9]);
+    c2.close().await.expect("close");
+    until_members(&admin_client, "crew", &[]).await;
+    let described = admin
+        .describe_share_group_offsets("crew", Some(std::slice::from_ref(&work0)))
+        .await
+        .expect("described");
+    assert_eq!(described[0].start_offset, Some(10));
+    assert_eq!(described[0].lag, Some(0));
+
+    // Deleted: no offsets; a second delete finds nothing.
+    admin
+        .delete_share_group_offsets("crew", &["work"])
+        .await
+        .expect("deleted");
+    let described = admin
+        .describe_share_group_offsets("crew", Some(&[work0]))
+        .await
+        .expect("described");
+    assert_eq!((described[0].start_offset, described[0].lag), (None, None));
+    assert!(
+        admin
+            .delete_share_group_offsets("crew", &["work"])
+            .await
+            .is_err()
+    );
+    // Describing the group through the admin client shows a share group.
+    let group = admin.describe_group("crew").await.expect("described");
+    assert_eq!(
+        (group.group_type.as_str(), group.state.as_str()),
+        ("share", "Empty")
+    );
+    broker.stop().await;
+}
+
+/// One GET to the broker's admin HTTP listener: (status, body).
+async fn admin_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut raw = Vec::new();
+    timeout(TIMEOUT, stream.read_to_end(&mut raw))
+        .await
+        .expect("in time")
+        .expect("read");
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// A share consumer holding records it has not acknowledged yet (explicit mode) shows up in the
+/// client-instance view under its instance ID with its share membership and exactly that many
+/// acquired records; once it acknowledges them, none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_instance_view_shows_what_a_share_consumer_holds() {
+    let broker = TestBroker::start_with(|config| {
+        share_config(config);
+        config.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    })
+    .await;
+    let admin_addr = broker
+        .running
+        .as_ref()
+        .and_then(|r| r.admin_addr)
+        .expect("admin listener");
+    let admin = client(&broker.bootstrap());
+    create_topic(&admin, "work", 1).await;
+    from_earliest(&admin, "crew").await;
+    produce(&admin, "work", 6, 6).await;
+
+    let c = share_consumer(&broker, "crew", AcknowledgementMode::Explicit);
+    c.subscribe(&["work"]).expect("subscribe");
+    let held = poll_some(&c).await;
+    let id = c.member_id();
+    let (status, body) = admin_get(admin_addr, &format!("/clients/{id}")).await;
+    assert_eq!(status, 200, "{body}");
+    let view: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let share = view["memberships"]
+        .as_array()
+        .expect("memberships")
+        .iter()
+        .find(|m| m["protocol"] == "share" && m["group"] == "crew")
+        .cloned()
+        .unwrap_or_else(|| panic!("no share membership: {view}"));
+    assert_eq!(share["member_id"], id);
+    assert_eq!(share["acquired_records"], held.len());
+    let (_, body) = admin_get(admin_addr, "/groups/crew").await;
+    let group: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(
+        group["members"][0]["acquired_records"],
+        held.len(),
+        "{group}"
+    );
+
+    // Acknowledged (committed): nothing held.
+    for record in &held {
+        c.acknowledge(record, AcknowledgeType::Accept)
+            .expect("acknowledge");
+    }
+    c.commit_sync().await.expect("commit");
+    let (_, body) = admin_get(admin_addr, "/groups/crew").await;
+    let group: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(group["members"][0]["acquired_records"], 0, "{group}");
+    c.close().await.expect("close");
+    broker.stop().await;
+}

@@ -77,7 +77,7 @@ enum Command {
         #[command(flatten)]
         args: cli::consume::ConsumeArgs,
     },
-    /// List, describe and delete consumer groups.
+    /// List, describe and delete groups; set and delete share groups' offsets.
     Group {
         #[command(flatten)]
         conn: cli::Conn,

@@ -559,3 +559,249 @@ fn a_share_group_hands_records_out_acknowledges_and_redelivers_released_ones() {
     );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+#[test]
+fn share_group_offsets_are_described_set_and_deleted() {
+    let broker = start_broker_with(&[
+        "--set",
+        "admin.listen=none",
+        "--set",
+        "group.share.enable=true",
+        "--set",
+        "group.share.heartbeat.interval.ms=200",
+    ]);
+    let out = skiff(&broker, &["topic", "create", "jobs", "--partitions", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = skiff_stdin(&broker, &["produce", "jobs"], Some("a\nb\nc\nd\ne\n"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let share_offsets = |broker: &Broker| -> Vec<serde_json::Value> {
+        let out = skiff(broker, &["group", "describe", "crew", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("json");
+        assert_eq!(v["type"], "share", "{v}");
+        v["share_offsets"]
+            .as_array()
+            .expect("share offsets")
+            .clone()
+    };
+
+    // A new share group would start at the end: set it to the earliest offset first (which
+    // creates it), then a member takes two records.
+    let out = skiff(
+        &broker,
+        &[
+            "group",
+            "share-offsets",
+            "set",
+            "crew",
+            "--topic",
+            "jobs",
+            "--to-earliest",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("START-OFFSET"), "{}", stdout(&out));
+    let out = skiff(
+        &broker,
+        &[
+            "consume",
+            "jobs",
+            "--share-group",
+            "crew",
+            "--max",
+            "2",
+            "--quiet",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let offsets = share_offsets(&broker);
+    assert_eq!(offsets.len(), 1, "{offsets:?}");
+    assert_eq!(
+        (&offsets[0]["start_offset"], &offsets[0]["lag"]),
+        (&serde_json::json!(2), &serde_json::json!(3)),
+        "{offsets:?}"
+    );
+    let out = skiff(&broker, &["group", "describe", "crew"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("START-OFFSET") && text.contains("LAG"),
+        "{text}"
+    );
+
+    // Moved to 4; then forgotten.
+    let out = skiff(
+        &broker,
+        &[
+            "group",
+            "share-offsets",
+            "set",
+            "crew",
+            "--topic",
+            "jobs",
+            "--partition",
+            "0",
+            "--to-offset",
+            "4",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let offsets = share_offsets(&broker);
+    assert_eq!(
+        (&offsets[0]["start_offset"], &offsets[0]["lag"]),
+        (&serde_json::json!(4), &serde_json::json!(1)),
+        "{offsets:?}"
+    );
+    let out = skiff(
+        &broker,
+        &[
+            "group",
+            "share-offsets",
+            "delete",
+            "crew",
+            "--topic",
+            "jobs",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(share_offsets(&broker).is_empty());
+    // Deleting again: nothing to delete (a failure with the broker's reason).
+    let out = skiff(
+        &broker,
+        &[
+            "group",
+            "share-offsets",
+            "delete",
+            "crew",
+            "--topic",
+            "jobs",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("UNKNOWN_TOPIC_OR_PARTITION"),
+        "{}",
+        stderr(&out)
+    );
+    // A target is required, and only one.
+    let out = skiff(
+        &broker,
+        &["group", "share-offsets", "set", "crew", "--topic", "jobs"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = skiff(
+        &broker,
+        &[
+            "group",
+            "share-offsets",
+            "set",
+            "crew",
+            "--topic",
+            "jobs",
+            "--to-latest",
+            "--to-offset",
+            "1",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+/// `skiff group describe` of a share group: each member with the records it holds acquired (a
+/// Skiff client `ShareConsumer` in explicit mode holds what it polled), read from the admin
+/// listener; without a reachable admin listener a note says why they are not shown.
+#[test]
+fn share_group_describe_shows_what_each_member_holds() {
+    use skiff_client::{AcknowledgementMode, ClientConfig, ShareConsumer, ShareConsumerConfig};
+
+    let port = free_port();
+    let admin = format!("http://127.0.0.1:{port}");
+    let broker = start_broker_with(&[
+        "--set",
+        &format!("admin.listen=127.0.0.1:{port}"),
+        "--set",
+        "group.share.enable=true",
+        "--set",
+        "group.share.heartbeat.interval.ms=200",
+    ]);
+    let out = skiff(&broker, &["topic", "create", "jobs", "--partitions", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The group starts at the log start, then four records wait.
+    let out = skiff(
+        &broker,
+        &[
+            "group",
+            "share-offsets",
+            "set",
+            "crew",
+            "--topic",
+            "jobs",
+            "--to-earliest",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = skiff_stdin(&broker, &["produce", "jobs"], Some("a\nb\nc\nd\n"));
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (consumer, held) = runtime.block_on(async {
+        let client = skiff_client::Client::new(ClientConfig::new(&broker.addr)).expect("client");
+        let mut config = ShareConsumerConfig::new("crew");
+        config.acknowledgement_mode = AcknowledgementMode::Explicit;
+        config.fetch_max_wait = Duration::from_millis(100);
+        let consumer = ShareConsumer::new(client, config).expect("share consumer");
+        consumer.subscribe(&["jobs"]).expect("subscribe");
+        let mut held = Vec::new();
+        for _ in 0..100 {
+            held = consumer
+                .poll(Duration::from_millis(200))
+                .await
+                .expect("poll");
+            if !held.is_empty() {
+                break;
+            }
+        }
+        assert!(!held.is_empty(), "no records polled");
+        (consumer, held.len())
+    });
+    let member = consumer.member_id();
+
+    let out = skiff(
+        &broker,
+        &["group", "describe", "crew", "--admin", &admin, "--json"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("json");
+    let members = v["members"].as_array().expect("members");
+    assert_eq!(members.len(), 1, "{v}");
+    assert_eq!(members[0]["member_id"], member);
+    assert_eq!(members[0]["acquired_records"], held, "{v}");
+    assert_eq!(
+        members[0]["assignment"],
+        serde_json::json!(["jobs-0"]),
+        "{v}"
+    );
+    let out = skiff(&broker, &["group", "describe", "crew", "--admin", &admin]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("ACQUIRED"), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(&member))
+        .unwrap_or_else(|| panic!("no row for {member}: {text}"));
+    assert!(row.trim_end().ends_with(&held.to_string()), "{row}");
+
+    // No admin listener there: the members without counts, and a note.
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    let out = skiff(&broker, &["group", "describe", "crew", "--admin", &nowhere]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("note: acquired records not shown"),
+        "{}",
+        stderr(&out)
+    );
+    runtime.block_on(async { consumer.close().await.expect("close") });
+}

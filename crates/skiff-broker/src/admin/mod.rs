@@ -1,6 +1,7 @@
 //! The admin HTTP listener (`admin.listen`, default 127.0.0.1:9644): `/health`, Prometheus
-//! `/metrics`, and the client-instance view `/clients`, `/clients/{id}` (JSON) and `/ui/clients`
-//! (a small HTML page, no scripts from anywhere else).
+//! `/metrics`, the client-instance view `/clients`, `/clients/{id}` (JSON) and `/ui/clients`
+//! (a small HTML page, no scripts from anywhere else), and `/groups/{id}` (a group's members
+//! with, for share groups, the records each holds acquired).
 //!
 //! Off loopback the listener must be protected, or the broker does not start: TLS
 //! (`admin.ssl.*`, the listener TLS keys) and a bearer token (`admin.token.file`) that every
@@ -43,7 +44,7 @@ use crate::state::Broker;
 use access::{BearerToken, TlsListener, reload_files, require_token};
 use metrics::metrics;
 pub(crate) use views::publish_clients;
-use views::{client, clients, ui};
+use views::{client, clients, group, ui};
 
 /// Binds the admin listener; returns its address and the serving task. Off loopback the
 /// listener needs TLS and a token (see [`check_exposure`]); a certificate or token file that
@@ -122,6 +123,7 @@ fn router(broker: Arc<Broker>, token: Option<Arc<BearerToken>>) -> Router {
         .route("/metrics", get(metrics))
         .route("/clients", get(clients))
         .route("/clients/{id}", get(client))
+        .route("/groups/{id}", get(group))
         .route("/ui/clients", get(ui));
     if let Some(token) = token {
         app = app.route_layer(middleware::from_fn_with_state(token, require_token));

@@ -1,4 +1,5 @@
-//! The client-instance view: `/clients`, `/clients/{id}` (JSON) and the `/ui/clients` page.
+//! The client-instance view: `/clients`, `/clients/{id}` (JSON) and the `/ui/clients` page; and
+//! one group's members, `/groups/{id}`, with the records each share member holds acquired.
 //!
 //! In cluster mode the view is cluster-wide: every broker publishes a summary of its own client
 //! instances (this view, serialized: [`client_summary`], [`publish_clients`]) and the view
@@ -35,6 +36,10 @@ struct Membership {
     assigned: BTreeMap<String, Vec<i32>>,
     /// The member ID is not the client instance ID (KIP-1082 recommends they be equal).
     member_id_differs: bool,
+    /// KIP-932 share members: the records the member holds acquired now (the share-partition
+    /// leader's count, over the share partitions loaded on this broker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    acquired_records: Option<u64>,
 }
 
 /// A producer ID the client instance was given, with its transaction if it is transactional.
@@ -98,7 +103,27 @@ fn member_uuid(member_id: &str) -> Option<Uuid> {
         .or_else(|| member_id.replace('+', "-").replace('/', "_").parse().ok())
 }
 
+/// Topic ID -> partitions as topic name -> partitions (an ID the image does not know as
+/// itself).
+fn by_name(
+    topics: &skiff_group::TopicsImage,
+    assignment: &skiff_group::consumer::Assignment,
+) -> BTreeMap<String, Vec<i32>> {
+    assignment
+        .iter()
+        .map(|(topic, parts)| {
+            let name = topics
+                .by_id(*topic)
+                .map_or_else(|| topic.to_string(), |(n, _)| n.to_string());
+            (name, parts.iter().copied().collect())
+        })
+        .collect()
+}
+
 fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
+    // Counted before the coordinator's lock is taken: the share-partition leader writes through
+    // the coordinator while it holds a share partition's lock.
+    let acquired = broker.share.acquired_by_member();
     let inner = broker.groups.lock(broker, now_ms());
     let mut out = Vec::new();
     for (group_id, group) in &inner.groups {
@@ -110,17 +135,7 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                         .clients
                         .member_instance(group_id, &id)
                         .or_else(|| member_uuid(&id));
-                    let assigned = member
-                        .assigned_partitions()
-                        .iter()
-                        .map(|(topic, parts)| {
-                            let name = inner
-                                .topics
-                                .by_id(*topic)
-                                .map_or_else(|| topic.to_string(), |(n, _)| n.to_string());
-                            (name, parts.iter().copied().collect())
-                        })
-                        .collect();
+                    let assigned = by_name(&inner.topics, member.assigned_partitions());
                     out.push((
                         instance,
                         Membership {
@@ -130,12 +145,38 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                             assigned,
                             member_id_differs: instance.is_none_or(|i| member_uuid(&id) != Some(i)),
                             member_id: id,
+                            acquired_records: None,
                         },
                     ));
                 }
             }
-            // Share group members have no client-instance view yet.
-            Group::Share(_) => {}
+            // KIP-932: the member ID is the share consumer's instance ID (Kafka's clients and
+            // Skiff's use it so).
+            Group::Share(g) => {
+                for member in g.members() {
+                    let id = member.member_id().to_string();
+                    let instance = broker
+                        .clients
+                        .member_instance(group_id, &id)
+                        .or_else(|| member_uuid(&id));
+                    let held = acquired
+                        .get(&(group_id.clone(), id.clone()))
+                        .copied()
+                        .unwrap_or(0);
+                    out.push((
+                        instance,
+                        Membership {
+                            group: group_id.clone(),
+                            protocol: Cow::Borrowed("share"),
+                            member_epoch: Some(member.member_epoch()),
+                            assigned: by_name(&inner.topics, member.assigned_partitions()),
+                            member_id_differs: instance.is_none_or(|i| member_uuid(&id) != Some(i)),
+                            member_id: id,
+                            acquired_records: Some(held),
+                        },
+                    ));
+                }
+            }
             Group::Classic(g) => {
                 for member in g.members() {
                     let id = member.member_id.to_string();
@@ -149,6 +190,7 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                             assigned: Default::default(),
                             member_id_differs: instance.is_none_or(|i| i.to_string() != id),
                             member_id: id,
+                            acquired_records: None,
                         },
                     ));
                 }
@@ -453,6 +495,57 @@ pub(super) async fn clients(State(broker): State<Arc<Broker>>) -> Json<Vec<Insta
     Json(views(&broker).await)
 }
 
+/// A group as `GET /groups/{id}` shows it.
+#[derive(Serialize, Debug)]
+struct GroupView {
+    group: String,
+    #[serde(rename = "type")]
+    group_type: &'static str,
+    state: &'static str,
+    members: Vec<GroupMemberView>,
+}
+
+/// A member of a group, with the client instance it belongs to.
+#[derive(Serialize, Debug)]
+struct GroupMemberView {
+    client_instance_id: Option<String>,
+    #[serde(flatten)]
+    membership: Membership,
+}
+
+/// `GET /groups/{id}` (the ID percent-encoded): one group as this broker's coordinator holds it,
+/// its members with their client instances, epochs and assignments, and for a share group's
+/// members the records each holds acquired now (the Kafka protocol's ShareGroupDescribe has no
+/// field for them; `skiff group describe` reads them here). 404 for a group this broker does
+/// not have.
+pub(super) async fn group(State(broker): State<Arc<Broker>>, Path(id): Path<String>) -> Response {
+    let members: Vec<GroupMemberView> = memberships(&broker)
+        .into_iter()
+        .filter(|(_, m)| m.group == id)
+        .map(|(instance, membership)| GroupMemberView {
+            client_instance_id: instance.map(|i| i.to_string()),
+            membership,
+        })
+        .collect();
+    let found = {
+        let inner = broker.groups.lock(&broker, now_ms());
+        inner
+            .groups
+            .get(&id)
+            .map(|g| (g.type_name(), g.state_name()))
+    };
+    match found {
+        Some((group_type, state)) => Json(GroupView {
+            group: id,
+            group_type,
+            state,
+            members,
+        })
+        .into_response(),
+        None => (StatusCode::NOT_FOUND, "unknown group").into_response(),
+    }
+}
+
 pub(super) async fn client(State(broker): State<Arc<Broker>>, Path(id): Path<String>) -> Response {
     let Ok(uuid) = id.parse::<Uuid>() else {
         return (
@@ -582,7 +675,7 @@ fn memberships_table(page: &mut String, memberships: &[Membership]) {
     if memberships.is_empty() {
         return;
     }
-    page.push_str("<table><tr><th>group</th><th>protocol</th><th>member ID</th><th>epoch</th><th>assigned</th></tr>");
+    page.push_str("<table><tr><th>group</th><th>protocol</th><th>member ID</th><th>epoch</th><th>assigned</th><th>acquired</th></tr>");
     for m in memberships {
         let assigned = m
             .assigned
@@ -592,13 +685,14 @@ fn memberships_table(page: &mut String, memberships: &[Membership]) {
             .join(" ");
         let _ = write!(
             page,
-            "<tr><td>{}</td><td>{}</td><td class=\"id{}\">{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td class=\"id{}\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(&m.group),
             escape(&m.protocol),
             if m.member_id_differs { " warn" } else { "" },
             escape(&m.member_id),
             m.member_epoch.map_or(String::new(), |e| e.to_string()),
-            escape(&assigned)
+            escape(&assigned),
+            m.acquired_records.map_or(String::new(), |n| n.to_string())
         );
     }
     page.push_str("</table>");
@@ -652,6 +746,7 @@ mod tests {
             member_epoch: Some(3),
             assigned: BTreeMap::from([("t".to_string(), vec![0, 1])]),
             member_id_differs: false,
+            acquired_records: None,
         }
     }
 

@@ -32,6 +32,7 @@ use tokio::sync::{Notify, oneshot};
 
 pub mod requests;
 pub mod share;
+pub mod share_offsets;
 
 use share::{SHARE_STATE_PREFIX, SharePartitionKey};
 
@@ -855,7 +856,7 @@ mod tests {
     /// A coordinator store in memory whose pairs outlive the coordinator (a "restart" opens a
     /// new coordinator over the same map).
     #[derive(Clone, Default)]
-    struct MemoryStore(Arc<Mutex<BTreeMap<Bytes, Bytes>>>);
+    pub(super) struct MemoryStore(pub(super) Arc<Mutex<BTreeMap<Bytes, Bytes>>>);
 
     impl CoordinatorStore for MemoryStore {
         fn append(&mut self, changes: &[(Bytes, Option<Bytes>)]) -> Result<i64> {
@@ -892,7 +893,7 @@ mod tests {
         }
     }
 
-    fn open(store: &MemoryStore) -> GroupCoordinator {
+    pub(super) fn open(store: &MemoryStore) -> GroupCoordinator {
         let pairs = store
             .0
             .lock()
@@ -956,9 +957,9 @@ mod tests {
     }
 
     /// Topics whose image a test changes (a topic deletion bumps the generation).
-    struct ChangingTopics {
-        image: Mutex<TopicsImage>,
-        generation: AtomicU64,
+    pub(super) struct ChangingTopics {
+        pub(super) image: Mutex<TopicsImage>,
+        pub(super) generation: AtomicU64,
     }
 
     impl TopicsSource for ChangingTopics {
@@ -974,7 +975,7 @@ mod tests {
         }
     }
 
-    fn share_join(
+    pub(super) fn share_join(
         group: &str,
         member: &str,
         epoch: i32,
@@ -989,10 +990,11 @@ mod tests {
         }
     }
 
-    const CLIENT: skiff_group::consumer::ClientInfo<'static> = skiff_group::consumer::ClientInfo {
-        client_id: "c",
-        client_host: "/127.0.0.1",
-    };
+    pub(super) const CLIENT: skiff_group::consumer::ClientInfo<'static> =
+        skiff_group::consumer::ClientInfo {
+            client_id: "c",
+            client_host: "/127.0.0.1",
+        };
 
     /// Share groups and their share-partition states go through the coordinator store: the
     /// initialization writes one snapshot per partition under `s\0...`, the seam reads and

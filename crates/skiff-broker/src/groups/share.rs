@@ -568,24 +568,32 @@ pub(crate) fn share_keys_of(inner: &Inner, group_id: &str) -> Vec<SharePartition
 
 /// Forgets the share-partition states of `keys` with tombstones; true when stored.
 pub(crate) fn delete_share_states(inner: &mut Inner, keys: &[SharePartitionKey]) -> bool {
-    if keys.is_empty() {
-        return true;
-    }
-    let tombstones: Vec<(Bytes, Option<Bytes>)> =
-        keys.iter().map(|key| (state_key(key), None)).collect();
-    match inner.kv.append(&tombstones) {
-        Ok(_) => {
-            for key in keys {
-                inner.share_states.remove(key);
-            }
-            push_share_event(inner, ShareEvent::StatesDeleted(keys.to_vec()));
-            true
-        }
+    match try_delete_share_states(inner, keys) {
+        Ok(_) => true,
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "cannot delete share partition states");
             false
         }
     }
+}
+
+/// Forgets the share-partition states of `keys` with tombstones and tells the share-partition
+/// leader; the group-log end offset to wait for (`None`: nothing to delete).
+pub(crate) fn try_delete_share_states(
+    inner: &mut Inner,
+    keys: &[SharePartitionKey],
+) -> anyhow::Result<Option<i64>> {
+    if keys.is_empty() {
+        return Ok(None);
+    }
+    let tombstones: Vec<(Bytes, Option<Bytes>)> =
+        keys.iter().map(|key| (state_key(key), None)).collect();
+    let end = inner.kv.append(&tombstones)?;
+    for key in keys {
+        inner.share_states.remove(key);
+    }
+    push_share_event(inner, ShareEvent::StatesDeleted(keys.to_vec()));
+    Ok(Some(end))
 }
 
 /// Drops the share-partition states of topics the image no longer has (deleted, or recreated

@@ -31,6 +31,7 @@ pub mod resources;
 pub mod scram;
 pub mod share_fetch;
 pub mod share_groups;
+pub mod share_offsets;
 pub mod telemetry;
 pub mod topics;
 pub mod txn;
@@ -117,6 +118,9 @@ pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
         Request::ShareGroupDescribe(r) => share_groups::describe(ctx, r).into(),
         Request::ShareFetch(r) => share_fetch::share_fetch(ctx, r),
         Request::ShareAcknowledge(r) => share_fetch::share_acknowledge(ctx, r),
+        Request::DescribeShareGroupOffsets(r) => share_offsets::describe(ctx, r).into(),
+        Request::AlterShareGroupOffsets(r) => share_offsets::alter(ctx, r),
+        Request::DeleteShareGroupOffsets(r) => share_offsets::delete(ctx, r),
         Request::ListGroups(r) => groups::list_groups(ctx, r).into(),
         Request::DescribeGroups(r) => groups::describe_groups(ctx, r).into(),
         Request::DeleteGroups(r) => groups::delete_groups(ctx, r),

@@ -37,7 +37,7 @@
 pub mod log_read;
 pub mod session;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -329,6 +329,36 @@ impl ShareManager {
             entry.lock().gone = true;
             entry.deadline.store(i64::MAX, Ordering::Relaxed);
         }
+    }
+
+    /// Replaces the persisted state of share partitions (AlterShareGroupOffsets,
+    /// DeleteShareGroupOffsets): `rewrite` runs while no request can load `keys` or write their
+    /// loaded copies (the map and each loaded one's lock held), and on `Ok` those copies are
+    /// dropped, so the next request loads what `rewrite` wrote. On `Err` nothing changes here.
+    pub fn rewrite_states<T, E>(
+        &self,
+        keys: &[SharePartitionKey],
+        rewrite: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        let keys: std::collections::BTreeSet<&SharePartitionKey> = keys.iter().collect();
+        let mut partitions = self.lock_partitions();
+        let entries: Vec<Arc<Entry>> = keys
+            .iter()
+            .filter_map(|key| partitions.get(*key).cloned())
+            .collect();
+        let mut slots: Vec<MutexGuard<'_, Slot>> = entries.iter().map(|e| e.lock()).collect();
+        let result = rewrite();
+        if result.is_ok() {
+            for slot in &mut slots {
+                slot.gone = true;
+            }
+            for key in keys {
+                if let Some(entry) = partitions.remove(key) {
+                    entry.deadline.store(i64::MAX, Ordering::Relaxed);
+                }
+            }
+        }
+        result
     }
 
     /// Writes what changed in `slot` since its last write; `Ok(None)` when nothing did.
@@ -731,6 +761,32 @@ impl ShareManager {
     /// How many share partitions are loaded.
     pub fn loaded(&self) -> usize {
         self.lock_partitions().len()
+    }
+
+    /// How many records each member holds acquired now, by (group, member), over the loaded
+    /// share partitions (the client-instance view and `GET /groups/{id}`).
+    pub fn acquired_by_member(&self) -> BTreeMap<(String, String), u64> {
+        let entries: Vec<(SharePartitionKey, Arc<Entry>)> = self
+            .lock_partitions()
+            .iter()
+            .map(|(key, entry)| (key.clone(), Arc::clone(entry)))
+            .collect();
+        let mut out: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for (key, entry) in entries {
+            let slot = entry.lock();
+            if slot.gone {
+                continue;
+            }
+            for (member, ranges) in slot.sp.acquired_ranges() {
+                let n = ranges
+                    .iter()
+                    .map(|r| r.len())
+                    .fold(0u64, u64::saturating_add);
+                let total = out.entry((key.group_id.clone(), member)).or_default();
+                *total = total.saturating_add(n);
+            }
+        }
+        out
     }
 
     /// Records in flight and acquired, over every loaded share partition.

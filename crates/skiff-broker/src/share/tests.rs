@@ -393,3 +393,37 @@ fn idle_share_partitions_are_unloaded() {
     assert_eq!(manager.loaded(), 0);
     assert_eq!(manager.gauges(), (0, 0));
 }
+
+/// AlterShareGroupOffsets and DeleteShareGroupOffsets rewrite persisted states around
+/// `rewrite_states`: a refused rewrite keeps the loaded copy, an accepted one drops it, so the
+/// next acquisition loads the new state; a stale copy writes nothing after it.
+#[test]
+fn rewritten_states_are_loaded_again() {
+    let store = MemoryStore::with(&key(), 0);
+    let log = Log::new(&[10]);
+    let manager = ShareManager::new(10);
+    assert_eq!(acquire(&manager, &store, &log, "m1", 2, 0), vec![(0, 1, 1)]);
+    let refused: Result<(), &str> = manager.rewrite_states(&[key(), key()], || Err("non-empty"));
+    assert_eq!(refused, Err("non-empty"));
+    // Still loaded: m1 holds 0-1, the next records are 2-3.
+    assert_eq!(acquire(&manager, &store, &log, "m2", 2, 0), vec![(2, 3, 1)]);
+    let done: Result<i32, ()> = manager.rewrite_states(&[key(), key()], || {
+        store.lock().insert(
+            key(),
+            Snapshot {
+                start_offset: 6,
+                state_epoch: 1,
+                batches: Vec::new(),
+            },
+        );
+        Ok(7)
+    });
+    assert_eq!(done, Ok(7));
+    assert_eq!(manager.gauges(), (0, 0));
+    // Loaded again from the new state: acquisition starts at 6, and the old copy's locks are
+    // gone (nothing to expire, nothing written over the new state).
+    assert_eq!(manager.next_deadline(), None);
+    manager.expire_locks(&store, 10_000);
+    assert_eq!(store.state(&key()).start_offset, 6);
+    assert_eq!(acquire(&manager, &store, &log, "m3", 2, 0), vec![(6, 7, 1)]);
+}

@@ -783,6 +783,21 @@ impl ShareGroup {
         changed
     }
 
+    /// The share coordinator deleted the state of these topics' share partitions
+    /// (DeleteShareGroupOffsets): they are neither initialized nor awaited any more, so a
+    /// member subscribed to them later has them initialized afresh. Returns whether anything
+    /// changed.
+    pub fn on_states_deleted(&mut self, topics: &BTreeSet<Uuid>) -> bool {
+        let before = (self.initialized.len(), self.initializing.len());
+        self.initialized.retain(|topic, _| !topics.contains(topic));
+        self.initializing.retain(|topic, _| !topics.contains(topic));
+        let changed = before != (self.initialized.len(), self.initializing.len());
+        if changed {
+            self.changed();
+        }
+        changed
+    }
+
     fn forget_initializing(&mut self, topic: Uuid, partitions: &BTreeSet<i32>) -> bool {
         let Some(init) = self.initializing.get_mut(&topic) else {
             return false;

@@ -627,6 +627,33 @@ fn deleted_topics_forget_their_share_state() {
     assert!(!asked.contains_key(&old_id));
 }
 
+/// DeleteShareGroupOffsets: the topic's partitions are no longer initialized, and a member that
+/// subscribes to it again has them initialized afresh.
+#[test]
+fn deleted_states_are_initialized_again() {
+    let mut h = Harness::new(&[("foo", 2), ("bar", 1)]);
+    h.join_ready("a", &["foo", "bar"]);
+    let foo = topic_id("foo");
+    assert!(h.group.initialized_partitions().contains_key(&foo));
+    let mut leave = heartbeat_request("a", h.group.group_epoch());
+    leave.member_epoch = -1;
+    h.send(&leave).unwrap();
+    assert!(h.group.is_empty());
+    assert!(h.group.on_states_deleted(&BTreeSet::from([foo])));
+    assert!(!h.group.on_states_deleted(&BTreeSet::from([foo])));
+    assert!(!h.group.initialized_partitions().contains_key(&foo));
+    assert!(
+        h.group
+            .initialized_partitions()
+            .contains_key(&topic_id("bar"))
+    );
+    let r = h.send_full(&join_request("b", &["foo", "bar"])).unwrap();
+    assert_eq!(
+        r.initialize.map(|i| i.partitions),
+        Some([tp("foo", &[0, 1])].into())
+    );
+}
+
 #[test]
 fn describe_output() {
     let mut h = Harness::new(&[("foo", 2), ("bar", 1)]);

@@ -2,7 +2,7 @@
 //! admin HTTP listener (`GET /clients`, `GET /clients/{id}`) over `http://` or `https://`, with
 //! the listener's bearer token when it asks for one.
 
-mod admin_http;
+pub(crate) mod admin_http;
 
 use std::path::PathBuf;
 use std::time::Duration;
