@@ -609,17 +609,6 @@ impl Broker {
         {
             return None;
         }
-        // The share group offset APIs read and write the coordinator's states: single node.
-        if self.cluster.is_some()
-            && matches!(
-                api,
-                ApiKey::DescribeShareGroupOffsets
-                    | ApiKey::AlterShareGroupOffsets
-                    | ApiKey::DeleteShareGroupOffsets
-            )
-        {
-            return None;
-        }
         crate::versions::supported_versions(api)
     }
 

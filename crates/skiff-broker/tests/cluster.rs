@@ -1863,5 +1863,54 @@ async fn share_groups_span_brokers_and_move_with_their_partitions() {
     let owners = share_owners(&cluster, "crew").await;
     assert!(owners.iter().all(|(_, o)| *o == Some(1)), "{owners:?}");
     c1.close().await.expect("close");
+
+    // The share group offset APIs read and write the leaders' states in PostgreSQL.
+    wait_for_shards(&cluster, 1).await;
+    let admin = skiff_client::Admin::new(share_consumer(&cluster, 1, "admin").client().clone());
+    let described = admin
+        .describe_share_group_offsets("crew", None)
+        .await
+        .expect("describe");
+    let starts: Vec<(i32, Option<i64>, Option<i64>)> = described
+        .iter()
+        .map(|o| (o.partition.partition, o.start_offset, o.lag))
+        .collect();
+    assert_eq!(
+        starts,
+        (0..4).map(|p| (p, Some(6), Some(0))).collect::<Vec<_>>(),
+        "everything acknowledged: {described:?}"
+    );
+    let back: Vec<(skiff_client::TopicPartition, i64)> = (0..4)
+        .map(|p| (skiff_client::TopicPartition::new(topic, p), 0))
+        .collect();
+    admin
+        .alter_share_group_offsets("crew", &back)
+        .await
+        .expect("alter");
+    let c3 = share_consumer(&cluster, 1, "crew");
+    c3.subscribe(&[topic]).expect("subscribe");
+    let again = share_poll(&[&c3], 24).await;
+    let mut again_offsets: Vec<(i32, i64)> = again.iter().map(|(p, o, _)| (*p, *o)).collect();
+    again_offsets.sort();
+    assert_eq!(
+        again_offsets,
+        (0..4)
+            .flat_map(|p| (0..6).map(move |o| (p, o)))
+            .collect::<Vec<_>>(),
+        "from the altered start: {again:?}"
+    );
+    assert!(again.iter().all(|(_, _, count)| *count == 1), "{again:?}");
+    c3.close().await.expect("close");
+    admin
+        .delete_share_group_offsets("crew", &[topic])
+        .await
+        .expect("delete");
+    assert!(share_owners(&cluster, "crew").await.is_empty());
+    let described = admin
+        .describe_share_group_offsets("crew", None)
+        .await
+        .expect("describe");
+    assert!(described.is_empty(), "{described:?}");
+    admin.client().close().await;
     cluster.stop_all().await;
 }

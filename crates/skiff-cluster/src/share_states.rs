@@ -208,3 +208,60 @@ pub async fn delete(db: &Db, group_id: &str, topic_id: Option<Uuid>) -> Result<u
     };
     Ok(n)
 }
+
+/// A share partition's state as stored (its snapshot and the deltas since, oldest first),
+/// without claiming it: for the group's coordinator describing the group's offsets.
+pub async fn read(db: &Db, key: &ShareKey<'_>) -> Result<Option<(Vec<u8>, Vec<Vec<u8>>)>, DbError> {
+    let mut client = db.client().await?;
+    let tx = client.transaction().await?;
+    let row = tx
+        .query_opt(
+            "SELECT snapshot FROM share_partitions
+              WHERE group_id = $1 AND topic_id = $2 AND partition = $3
+              FOR SHARE",
+            &[&key.group_id, &key.topic_id, &key.partition],
+        )
+        .await?;
+    let Some(row) = row else {
+        tx.commit().await?;
+        return Ok(None);
+    };
+    let snapshot: Vec<u8> = row.try_get(0)?;
+    let deltas = tx
+        .query(
+            "SELECT delta FROM share_partition_deltas
+              WHERE group_id = $1 AND topic_id = $2 AND partition = $3
+              ORDER BY seq",
+            &[&key.group_id, &key.topic_id, &key.partition],
+        )
+        .await?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<Vec<Vec<u8>>, _>>()?;
+    tx.commit().await?;
+    Ok(Some((snapshot, deltas)))
+}
+
+/// Replaces a share partition's state (AlterShareGroupOffsets by the group's coordinator): the
+/// snapshot becomes `snapshot`, the deltas go, and the epoch grows with no owner, so whichever
+/// broker held it is fenced and the next leader loads the new state. Returns whether a state
+/// was there (without one, the coordinator's record seeds it at the next claim).
+pub async fn replace(db: &Db, key: &ShareKey<'_>, snapshot: &[u8]) -> Result<bool, DbError> {
+    let mut client = db.client().await?;
+    let tx = client.transaction().await?;
+    let replaced = tx
+        .execute(
+            "UPDATE share_partitions SET snapshot = $4, owner = NULL, epoch = epoch + 1
+              WHERE group_id = $1 AND topic_id = $2 AND partition = $3",
+            &[&key.group_id, &key.topic_id, &key.partition, &snapshot],
+        )
+        .await?;
+    tx.execute(
+        "DELETE FROM share_partition_deltas
+          WHERE group_id = $1 AND topic_id = $2 AND partition = $3",
+        &[&key.group_id, &key.topic_id, &key.partition],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(replaced == 1)
+}

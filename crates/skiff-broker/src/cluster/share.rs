@@ -59,6 +59,46 @@ fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ShareStateEr
     serde_json::from_slice(bytes).map_err(storage)
 }
 
+/// The stored state of a share partition: its snapshot with the deltas since folded in.
+fn fold(snapshot: &[u8], deltas: &[Vec<u8>]) -> Result<Snapshot, ShareStateError> {
+    let mut state: Snapshot = parse(snapshot)?;
+    for delta in deltas {
+        state = apply_delta(&state, &parse(delta)?);
+    }
+    Ok(state)
+}
+
+impl Cluster {
+    /// A share partition's current state in PostgreSQL, read without claiming it (the group's
+    /// coordinator describing offsets); `None` when its leader has not stored one yet.
+    pub async fn share_state(
+        &self,
+        key: &SharePartitionKey,
+    ) -> Result<Option<Snapshot>, ShareStateError> {
+        match share_states::read(&self.db, &share_key(key))
+            .await
+            .map_err(storage)?
+        {
+            Some((snapshot, deltas)) => fold(&snapshot, &deltas).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Replaces a share partition's stored state (AlterShareGroupOffsets), fencing whichever
+    /// broker held it.
+    pub async fn replace_share_state(
+        &self,
+        key: &SharePartitionKey,
+        snapshot: &Snapshot,
+    ) -> Result<(), ShareStateError> {
+        let json = serde_json::to_vec(snapshot).map_err(storage)?;
+        share_states::replace(&self.db, &share_key(key), &json)
+            .await
+            .map_err(storage)?;
+        Ok(())
+    }
+}
+
 impl StateStore for Cluster {
     fn load(&self, key: &SharePartitionKey) -> Result<Option<Snapshot>, ShareStateError> {
         let seed_key = [&[GROUPS][..], &state_key(key)].concat();
@@ -78,10 +118,7 @@ impl StateStore for Cluster {
             self.share_epochs.set(key, None);
             return Ok(None);
         };
-        let mut snapshot: Snapshot = parse(&claimed.snapshot)?;
-        for delta in &claimed.deltas {
-            snapshot = apply_delta(&snapshot, &parse(delta)?);
-        }
+        let snapshot = fold(&claimed.snapshot, &claimed.deltas)?;
         self.share_epochs.set(key, Some(claimed.epoch));
         Ok(Some(snapshot))
     }

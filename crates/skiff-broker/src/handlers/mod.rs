@@ -118,7 +118,7 @@ pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
         Request::ShareGroupDescribe(r) => share_groups::describe(ctx, r).into(),
         Request::ShareFetch(r) => share_fetch::share_fetch(ctx, r),
         Request::ShareAcknowledge(r) => share_fetch::share_acknowledge(ctx, r),
-        Request::DescribeShareGroupOffsets(r) => share_offsets::describe(ctx, r).into(),
+        Request::DescribeShareGroupOffsets(r) => share_offsets::describe(ctx, r),
         Request::AlterShareGroupOffsets(r) => share_offsets::alter(ctx, r),
         Request::DeleteShareGroupOffsets(r) => share_offsets::delete(ctx, r),
         Request::ListGroups(r) => groups::list_groups(ctx, r).into(),

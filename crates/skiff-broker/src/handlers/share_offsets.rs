@@ -1,6 +1,10 @@
 //! The KIP-932 share group offset admin APIs: DescribeShareGroupOffsets (key 90, v0-1),
 //! AlterShareGroupOffsets (91, v0) and DeleteShareGroupOffsets (92, v0). Served like the other
-//! share group APIs: single node, `group.share.enable` (`Broker::serves`).
+//! share group APIs (`group.share.enable`, `Broker::serves`), by the group's coordinator
+//! (NOT_COORDINATOR elsewhere in cluster mode). In cluster mode each share partition's current
+//! state is its leader's, in PostgreSQL ([`crate::cluster::share`]): describe reads it there (and
+//! the high watermark), alter replaces it there (fencing the leader's copy) and delete deletes
+//! it, after the coordinator's own records are durable.
 //!
 //! Authorization is Kafka's (`KafkaApis.handleDescribeShareGroupOffsetsRequest`,
 //! `handleAlterShareGroupOffsetsRequest`, `handleDeleteShareGroupOffsetsRequest`):
@@ -40,10 +44,11 @@ use skiff_protocol::generated::{
 };
 use skiff_protocol::{ByteString, ErrorCode, Response, Uuid, error_codes};
 
-use super::groups::{GROUP_DENIED, on_group, on_topic};
+use super::groups::{GROUP_DENIED, not_coordinating, on_group, on_topic};
 use super::{Reply, RequestContext, bs};
 use crate::clock::now_ms;
-use crate::groups::share_offsets::{ShareOffsetsTopic, UNKNOWN_TOPIC_MESSAGE};
+use crate::groups::share::SharePartitionKey;
+use crate::groups::share_offsets::{ShareOffsetsTopic, ShareStateSummary, UNKNOWN_TOPIC_MESSAGE};
 use crate::partition::Isolation;
 use crate::state::Broker;
 
@@ -58,50 +63,129 @@ const NO_LAG: i64 = -1;
 // ---------------------------------------------------------------------------------------------
 // DescribeShareGroupOffsets
 
-pub fn describe(ctx: &RequestContext, request: DescribeShareGroupOffsetsRequest) -> Response {
-    let groups = request
+pub fn describe(ctx: &RequestContext, request: DescribeShareGroupOffsetsRequest) -> Reply {
+    let planned: Vec<Described> = request
         .groups
         .iter()
-        .map(|group| describe_group(ctx, group))
+        .map(|group| plan_group(ctx, group))
         .collect();
-    Response::DescribeShareGroupOffsets(DescribeShareGroupOffsetsResponse {
-        groups,
-        ..Default::default()
-    })
+    let version = ctx.version;
+    let respond = |groups| {
+        Response::DescribeShareGroupOffsets(DescribeShareGroupOffsetsResponse {
+            groups,
+            ..Default::default()
+        })
+    };
+    let broker = Arc::clone(&ctx.broker);
+    let Some(cluster) = broker.cluster().cloned() else {
+        let groups = planned
+            .into_iter()
+            .map(|d| {
+                d.answer(|topic| {
+                    let open = broker.topic_by_id(topic.topic_id);
+                    let end = |p: i32| {
+                        open.as_ref()
+                            .and_then(|t| t.partition(p))
+                            .map(|p| p.fetchable_end(Isolation::ReadUncommitted))
+                    };
+                    with_lag(version, topic, end)
+                })
+            })
+            .collect();
+        return respond(groups).into();
+    };
+    // Cluster mode: each share partition's state is its leader's, in PostgreSQL.
+    Reply::Later(Box::pin(async move {
+        let mut groups = Vec::with_capacity(planned.len());
+        for described in planned {
+            let group = match described {
+                Described::Done(group) => group,
+                Described::Topics {
+                    group_id,
+                    found,
+                    denied,
+                } => {
+                    let mut topics = Vec::with_capacity(found.len() + denied.len());
+                    for topic in found {
+                        let (topic, ends) = cluster_summaries(&cluster, &group_id, topic).await;
+                        topics.push(with_lag(version, topic, |p| ends.get(&p).copied()));
+                    }
+                    topics.extend(denied);
+                    DescribeShareGroupOffsetsResponseGroup {
+                        group_id,
+                        topics,
+                        ..Default::default()
+                    }
+                }
+            };
+            groups.push(group);
+        }
+        respond(groups)
+    }))
 }
 
-fn describe_group(
-    ctx: &RequestContext,
-    group: &DescribeShareGroupOffsetsRequestGroup,
-) -> DescribeShareGroupOffsetsResponseGroup {
-    let answer = |topics| DescribeShareGroupOffsetsResponseGroup {
-        group_id: group.group_id.clone(),
-        topics,
-        ..Default::default()
+/// One group of a DescribeShareGroupOffsets: refused, or what the coordinator has for it (the
+/// partitions' summaries) and the topics the principal may not describe.
+enum Described {
+    Done(DescribeShareGroupOffsetsResponseGroup),
+    Topics {
+        group_id: ByteString,
+        found: Vec<ShareOffsetsTopic>,
+        denied: Vec<DescribeShareGroupOffsetsResponseTopic>,
+    },
+}
+
+impl Described {
+    fn answer(
+        self,
+        with_lag: impl Fn(ShareOffsetsTopic) -> DescribeShareGroupOffsetsResponseTopic,
+    ) -> DescribeShareGroupOffsetsResponseGroup {
+        match self {
+            Described::Done(group) => group,
+            Described::Topics {
+                group_id,
+                found,
+                denied,
+            } => {
+                let mut topics: Vec<_> = found.into_iter().map(with_lag).collect();
+                topics.extend(denied);
+                DescribeShareGroupOffsetsResponseGroup {
+                    group_id,
+                    topics,
+                    ..Default::default()
+                }
+            }
+        }
+    }
+}
+
+fn plan_group(ctx: &RequestContext, group: &DescribeShareGroupOffsetsRequestGroup) -> Described {
+    let refused = |code: i16| {
+        Described::Done(DescribeShareGroupOffsetsResponseGroup {
+            group_id: group.group_id.clone(),
+            error_code: code,
+            ..Default::default()
+        })
     };
     if !on_group(ctx, AclOperation::Describe, &group.group_id) {
-        return DescribeShareGroupOffsetsResponseGroup {
-            group_id: group.group_id.clone(),
-            error_code: error_codes::GROUP_AUTHORIZATION_FAILED,
-            ..Default::default()
-        };
+        return refused(error_codes::GROUP_AUTHORIZATION_FAILED);
+    }
+    if let Some(code) = not_coordinating(ctx, &group.group_id) {
+        return refused(code.code());
     }
     let broker = &ctx.broker;
     let now = now_ms();
-    match &group.topics {
+    let (found, denied) = match &group.topics {
         None => {
             let found = broker
                 .groups
-                .describe_share_offsets(broker, &group.group_id, None, now);
-            answer(
-                found
-                    .into_iter()
-                    .filter(|topic| on_topic(ctx, AclOperation::Describe, &topic.name))
-                    .map(|topic| with_lag(broker, ctx.version, topic))
-                    .collect(),
-            )
+                .describe_share_offsets(broker, &group.group_id, None, now)
+                .into_iter()
+                .filter(|topic| on_topic(ctx, AclOperation::Describe, &topic.name))
+                .collect();
+            (found, Vec::new())
         }
-        Some(topics) if topics.is_empty() => answer(Vec::new()),
+        Some(topics) if topics.is_empty() => (Vec::new(), Vec::new()),
         Some(topics) => {
             let (allowed, denied): (Vec<&DescribeShareGroupOffsetsRequestTopic>, Vec<_>) = topics
                 .iter()
@@ -112,12 +196,9 @@ fn describe_group(
                 broker
                     .groups
                     .describe_share_offsets(broker, &group.group_id, Some(&allowed), now);
-            let mut topics: Vec<DescribeShareGroupOffsetsResponseTopic> = found
+            let denied = denied
                 .into_iter()
-                .map(|topic| with_lag(broker, ctx.version, topic))
-                .collect();
-            topics.extend(denied.into_iter().map(|topic| {
-                DescribeShareGroupOffsetsResponseTopic {
+                .map(|topic| DescribeShareGroupOffsetsResponseTopic {
                     topic_name: topic.topic_name.clone(),
                     topic_id: Uuid::ZERO,
                     partitions: topic
@@ -133,21 +214,59 @@ fn describe_group(
                         })
                         .collect(),
                     ..Default::default()
-                }
-            }));
-            answer(topics)
+                })
+                .collect();
+            (found, denied)
+        }
+    };
+    Described::Topics {
+        group_id: group.group_id.clone(),
+        found,
+        denied,
+    }
+}
+
+/// Cluster mode: the summaries of a topic's share partitions from their states in PostgreSQL
+/// (the coordinator knows only what it initialized), and the partitions' high watermarks.
+async fn cluster_summaries(
+    cluster: &crate::cluster::Cluster,
+    group_id: &str,
+    mut topic: ShareOffsetsTopic,
+) -> (ShareOffsetsTopic, std::collections::HashMap<i32, i64>) {
+    let mut ends = std::collections::HashMap::new();
+    for (partition, summary) in &mut topic.partitions {
+        if summary.is_none() {
+            continue;
+        }
+        let key = SharePartitionKey::new(group_id, topic.topic_id, *partition);
+        match cluster.share_state(&key).await {
+            Ok(Some(state)) => *summary = Some(ShareStateSummary::of(&state)),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(group = group_id, error = %e, "reading a share partition's state failed");
+            }
+        }
+        let log = crate::cluster::key(key.topic_id, key.partition);
+        match skiff_cluster::log::offsets(&cluster.db, log).await {
+            Ok(Some(offsets)) => {
+                ends.insert(*partition, offsets.high_watermark);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(group = group_id, error = %e, "reading a partition's offsets failed");
+            }
         }
     }
+    (topic, ends)
 }
 
 /// A described topic with each partition's lag (v1+): the partition's high watermark less the
 /// start offset less the records delivered for good, as Kafka computes it.
 fn with_lag(
-    broker: &Broker,
     version: i16,
     topic: ShareOffsetsTopic,
+    end_of: impl Fn(i32) -> Option<i64>,
 ) -> DescribeShareGroupOffsetsResponseTopic {
-    let open = broker.topic_by_id(topic.topic_id);
     let partitions = topic
         .partitions
         .into_iter()
@@ -160,16 +279,11 @@ fn with_lag(
                     ..Default::default()
                 };
             };
-            let end = open
-                .as_ref()
-                .and_then(|t| t.partition(partition_index))
-                .map(|p| p.fetchable_end(Isolation::ReadUncommitted));
-            match end {
+            match end_of(partition_index) {
                 Some(end) => DescribeShareGroupOffsetsResponsePartition {
                     partition_index,
                     start_offset: summary.start_offset,
-                    // A single node: every partition's leader epoch is 0.
-                    leader_epoch: 0,
+                    leader_epoch: crate::partition::LEADER_EPOCH,
                     lag: if version >= 1 {
                         summary.lag(end)
                     } else {
@@ -211,6 +325,9 @@ fn alter_refused(code: impl Into<ErrorCode>, message: &str) -> Response {
 pub fn alter(ctx: &RequestContext, mut request: AlterShareGroupOffsetsRequest) -> Reply {
     if !on_group(ctx, AclOperation::Read, &request.group_id) {
         return alter_refused(ErrorCode::GROUP_AUTHORIZATION_FAILED, GROUP_DENIED).into();
+    }
+    if let Some(code) = not_coordinating(ctx, &request.group_id) {
+        return alter_refused(code, "this broker does not coordinate the group").into();
     }
     let broker = Arc::clone(&ctx.broker);
     let mut refused = Vec::new();
@@ -261,12 +378,47 @@ pub fn alter(ctx: &RequestContext, mut request: AlterShareGroupOffsetsRequest) -
         Ok(change) => change,
         Err(e) => return refused_by_coordinator(&e, alter_refused).into(),
     };
+    // Cluster mode: the partitions' leaders keep their states in PostgreSQL; the altered ones are
+    // replaced there once the coordinator's records are durable.
+    let altered: Vec<SharePartitionKey> = change
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .filter(|p| p.error_code == error_codes::NONE)
+                .map(|p| SharePartitionKey::new(group_id.clone(), t.topic_id, p.partition_index))
+        })
+        .collect();
     let mut topics = refused;
     topics.extend(change.topics);
     let response = AlterShareGroupOffsetsResponse {
         responses: topics,
         ..Default::default()
     };
+    if let Some(cluster) = broker.cluster().cloned() {
+        return Reply::Later(Box::pin(async move {
+            if let Some(end) = change.written
+                && let Err(e) = broker.groups.wait_durable(end).await
+            {
+                tracing::warn!(error = %e, "share group offsets not durable");
+                return alter_refused(e.code(), "the share group offsets could not be stored");
+            }
+            for key in &altered {
+                let Some(state) = broker.groups.share_partition_state(key) else {
+                    continue;
+                };
+                if let Err(e) = cluster.replace_share_state(key, &state).await {
+                    tracing::warn!(group = %key.group_id, error = %e, "replacing a share partition's state failed");
+                    return alter_refused(
+                        ErrorCode::KAFKA_STORAGE_ERROR,
+                        "the share group offsets could not be stored",
+                    );
+                }
+            }
+            Response::AlterShareGroupOffsets(response)
+        }));
+    }
     durable(
         broker,
         change.written,
@@ -290,6 +442,9 @@ fn delete_refused(code: impl Into<ErrorCode>, message: &str) -> Response {
 pub fn delete(ctx: &RequestContext, mut request: DeleteShareGroupOffsetsRequest) -> Reply {
     if !on_group(ctx, AclOperation::Delete, &request.group_id) {
         return delete_refused(ErrorCode::GROUP_AUTHORIZATION_FAILED, GROUP_DENIED).into();
+    }
+    if let Some(code) = not_coordinating(ctx, &request.group_id) {
+        return delete_refused(code, "this broker does not coordinate the group").into();
     }
     let mut refused = Vec::new();
     request.topics.retain(|topic| {
@@ -326,12 +481,46 @@ pub fn delete(ctx: &RequestContext, mut request: DeleteShareGroupOffsetsRequest)
         Ok(change) => change,
         Err(e) => return refused_by_coordinator(&e, delete_refused).into(),
     };
+    let deleted: Vec<Uuid> = change
+        .topics
+        .iter()
+        .filter(|t| t.error_code == error_codes::NONE)
+        .map(|t| t.topic_id)
+        .collect();
     let mut topics = refused;
     topics.extend(change.topics);
     let response = DeleteShareGroupOffsetsResponse {
         responses: topics,
         ..Default::default()
     };
+    // Cluster mode: the partitions' states in PostgreSQL go too, once the coordinator's
+    // tombstones are durable.
+    if let Some(cluster) = broker.cluster().cloned() {
+        return Reply::Later(Box::pin(async move {
+            if let Some(end) = change.written
+                && let Err(e) = broker.groups.wait_durable(end).await
+            {
+                tracing::warn!(error = %e, "share group offsets not deleted durably");
+                return delete_refused(
+                    e.code(),
+                    "the share group offsets could not be deleted durably",
+                );
+            }
+            for topic_id in deleted {
+                let topic = uuid::Uuid::from_u128(topic_id.as_u128());
+                if let Err(e) =
+                    skiff_cluster::share_states::delete(&cluster.db, &group_id, Some(topic)).await
+                {
+                    tracing::warn!(group = %group_id, error = %e, "deleting share partition states failed");
+                    return delete_refused(
+                        ErrorCode::KAFKA_STORAGE_ERROR,
+                        "the share group offsets could not be deleted durably",
+                    );
+                }
+            }
+            Response::DeleteShareGroupOffsets(response)
+        }));
+    }
     durable(
         broker,
         change.written,
