@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -1719,12 +1720,26 @@ fn share_consumer(cluster: &TestCluster, via: i32, group: &str) -> skiff_client:
         .expect("share consumer")
 }
 
-/// Polls both consumers until `want` records arrived between them (bounded); returns
-/// (partition, offset, delivery count) of each, in arrival order.
+/// Polls both consumers until `want` records arrived between them (bounded), then commits their
+/// acknowledgements; returns (partition, offset, delivery count) of each, in arrival order.
 async fn share_poll(
     consumers: &[&skiff_client::ShareConsumer],
     want: usize,
 ) -> Vec<(i32, i64, i16)> {
+    let (got, _) = share_poll_held(consumers, want).await;
+    for c in consumers {
+        c.commit_sync().await.expect("acknowledgements committed");
+    }
+    got
+}
+
+/// [`share_poll`] without the commit: also returns how many records each consumer still holds
+/// acquired (its last poll's: a poll acknowledges the one before, implicitly).
+async fn share_poll_held(
+    consumers: &[&skiff_client::ShareConsumer],
+    want: usize,
+) -> (Vec<(i32, i64, i16)>, Vec<u64>) {
+    let mut held = vec![0u64; consumers.len()];
     let mut got = Vec::new();
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     while got.len() < want {
@@ -1733,8 +1748,9 @@ async fn share_poll(
             "{} of {want} records arrived: {got:?}",
             got.len()
         );
-        for c in consumers {
+        for (c, held) in consumers.iter().zip(&mut held) {
             let records = c.poll(Duration::from_millis(100)).await.expect("poll");
+            *held = records.len() as u64;
             got.extend(
                 records
                     .iter()
@@ -1742,10 +1758,51 @@ async fn share_poll(
             );
         }
     }
-    for c in consumers {
-        c.commit_sync().await.expect("acknowledgements committed");
+    (got, held)
+}
+
+/// The records each share member of `group` holds acquired, as broker `via`'s admin listener
+/// shows them: from `/clients` (every broker's view merged) and from `/groups/{group}` when
+/// `via` coordinates the group. By member ID.
+async fn viewed_acquired(
+    cluster: &TestCluster,
+    via: i32,
+    group: &str,
+) -> (BTreeMap<String, u64>, Option<BTreeMap<String, u64>>) {
+    let admin = cluster
+        .node(via)
+        .running
+        .as_ref()
+        .and_then(|r| r.admin_addr)
+        .expect("admin listener");
+    let (_, body) = common::http_get(admin, "/clients").await;
+    let views: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let mut clients = BTreeMap::new();
+    for view in views.as_array().expect("array") {
+        for m in view["memberships"].as_array().cloned().unwrap_or_default() {
+            if m["group"] == group && m["protocol"] == "share" {
+                let id = m["member_id"].as_str().expect("member").to_string();
+                clients.insert(id, m["acquired_records"].as_u64().unwrap_or(0));
+            }
+        }
     }
-    got
+    let (status, body) = common::http_get(admin, &format!("/groups/{group}")).await;
+    let groups = (status == 200).then(|| {
+        let view: serde_json::Value = serde_json::from_str(&body).expect("json");
+        view["members"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|m| {
+                (
+                    m["member_id"].as_str().expect("member").to_string(),
+                    m["acquired_records"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect()
+    });
+    (clients, groups)
 }
 
 /// The owner broker of each share partition of `group` in PostgreSQL, by partition.
@@ -1771,7 +1828,11 @@ async fn share_owners(cluster: &TestCluster, group: &str) -> Vec<(i32, Option<i3
 /// deletes the states.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn share_groups_span_brokers_and_move_with_their_partitions() {
-    let Some(mut cluster) = TestCluster::start("share", 2, false).await else {
+    let Some(mut cluster) = TestCluster::start_with("share", 2, false, |config| {
+        config.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    })
+    .await
+    else {
         return;
     };
     wait_for_brokers(&cluster, 1, &[1, 2]).await;
@@ -1829,7 +1890,36 @@ async fn share_groups_span_brokers_and_move_with_their_partitions() {
     let c2 = share_consumer(&cluster, 2, "crew");
     c1.subscribe(&[topic]).expect("subscribe");
     c2.subscribe(&[topic]).expect("subscribe");
-    let first = share_poll(&[&c1, &c2], 20).await;
+    let (first, held) = share_poll_held(&[&c1, &c2], 20).await;
+    // The records each member holds now, whichever broker leads them, in the client-instance
+    // view of either broker and in the coordinator's `/groups/crew` (summaries are published
+    // every second: looked at until they agree, bounded).
+    let want: BTreeMap<String, u64> = [(c1.member_id(), held[0]), (c2.member_id(), held[1])]
+        .into_iter()
+        .collect();
+    let coordinator = find_coordinator(&cluster, 1, "crew").await;
+    for via in [1, 2] {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            let (clients, groups) = viewed_acquired(&cluster, via, "crew").await;
+            let groups_agree = if via == coordinator {
+                groups.as_ref() == Some(&want)
+            } else {
+                groups.is_none()
+            };
+            if clients == want && groups_agree {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "broker {via} shows {clients:?} / {groups:?}, held {want:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    for c in [&c1, &c2] {
+        c.commit_sync().await.expect("acknowledgements committed");
+    }
     let mut seen: Vec<(i32, i64)> = first.iter().map(|(p, o, _)| (*p, *o)).collect();
     seen.sort();
     let expected: Vec<(i32, i64)> = (0..4).flat_map(|p| (0..5).map(move |o| (p, o))).collect();

@@ -197,6 +197,32 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
             }
         }
     }
+    // Cluster mode: the share partitions this broker leads hold records for members of groups
+    // coordinated elsewhere; their counts go out as partial memberships (no epoch, no
+    // assignment), summed with the coordinator's entry when views are merged.
+    if broker.cluster().is_some() {
+        for ((group_id, member_id), held) in &acquired {
+            if inner.groups.contains_key(group_id) || *held == 0 {
+                continue;
+            }
+            let instance = broker
+                .clients
+                .member_instance(group_id, member_id)
+                .or_else(|| member_uuid(member_id));
+            out.push((
+                instance,
+                Membership {
+                    group: group_id.clone(),
+                    protocol: Cow::Borrowed("share"),
+                    member_epoch: None,
+                    assigned: BTreeMap::new(),
+                    member_id_differs: instance.is_none_or(|i| member_uuid(member_id) != Some(i)),
+                    member_id: member_id.clone(),
+                    acquired_records: Some(*held),
+                },
+            ));
+        }
+    }
     out
 }
 
@@ -390,6 +416,36 @@ fn decode_summary(node_id: i32, body: serde_json::Value) -> Vec<InstanceView> {
 }
 
 /// Adds the items of `more` that `into` does not have yet.
+/// One entry per share membership (group, member ID): the records held acquired on every
+/// broker summed, the epoch and assignment from the coordinator's entry (cluster mode, where
+/// each share-partition leader reports what it holds).
+fn fold_share_memberships(memberships: &mut Vec<Membership>) {
+    let mut folded: Vec<Membership> = Vec::with_capacity(memberships.len());
+    for m in memberships.drain(..) {
+        let same = folded.iter_mut().find(|f| {
+            f.protocol == "share"
+                && m.protocol == "share"
+                && f.group == m.group
+                && f.member_id == m.member_id
+        });
+        match same {
+            Some(f) => {
+                f.acquired_records = match (f.acquired_records, m.acquired_records) {
+                    (Some(a), Some(b)) => Some(a.saturating_add(b)),
+                    (a, b) => a.or(b),
+                };
+                if f.member_epoch.is_none() {
+                    f.member_epoch = m.member_epoch;
+                    f.assigned = m.assigned;
+                    f.member_id_differs = m.member_id_differs;
+                }
+            }
+            None => folded.push(m),
+        }
+    }
+    *memberships = folded;
+}
+
 fn union<T: PartialEq>(into: &mut Vec<T>, more: Vec<T>) {
     for item in more {
         if !into.contains(&item) {
@@ -421,6 +477,7 @@ impl InstanceView {
         self.connections.extend(other.connections);
         self.connections.sort_by_key(|c| (c.node_id, c.record.id));
         union(&mut self.memberships, other.memberships);
+        fold_share_memberships(&mut self.memberships);
         union(&mut self.producers, other.producers);
         self.producers.sort_by_key(|p| (p.since_ms, p.producer_id));
         union(&mut self.kip1313_rejections, other.kip1313_rejections);
@@ -519,12 +576,36 @@ struct GroupMemberView {
 /// field for them; `skiff group describe` reads them here). 404 for a group this broker does
 /// not have.
 pub(super) async fn group(State(broker): State<Arc<Broker>>, Path(id): Path<String>) -> Response {
+    // Cluster mode: the other brokers' share-partition leaders' counts, from their summaries.
+    let mut elsewhere: HashMap<String, u64> = HashMap::new();
+    if let Some(cluster) = broker.cluster()
+        && let Ok(peers) = crate::cluster::clients::peer_summaries(cluster).await
+    {
+        for (node_id, body) in peers {
+            for view in decode_summary(node_id, body) {
+                for m in view.memberships {
+                    if m.group == id && m.protocol == "share" {
+                        let n = elsewhere.entry(m.member_id).or_default();
+                        *n = n.saturating_add(m.acquired_records.unwrap_or(0));
+                    }
+                }
+            }
+        }
+    }
     let members: Vec<GroupMemberView> = memberships(&broker)
         .into_iter()
-        .filter(|(_, m)| m.group == id)
-        .map(|(instance, membership)| GroupMemberView {
-            client_instance_id: instance.map(|i| i.to_string()),
-            membership,
+        // This broker's own partial entries (records it leads for a group coordinated
+        // elsewhere) are not this group's members here.
+        .filter(|(_, m)| m.group == id && !(m.protocol == "share" && m.member_epoch.is_none()))
+        .map(|(instance, mut membership)| {
+            if let Some(n) = elsewhere.get(&membership.member_id) {
+                membership.acquired_records =
+                    Some(membership.acquired_records.unwrap_or(0).saturating_add(*n));
+            }
+            GroupMemberView {
+                client_instance_id: instance.map(|i| i.to_string()),
+                membership,
+            }
         })
         .collect();
     let found = {
@@ -830,6 +911,38 @@ mod tests {
         assert_eq!(decode_summary(2, body), vec![full(a, 2)]);
         assert!(decode_summary(2, json!([1, 2])).is_empty());
         assert!(decode_summary(2, serde_json::Value::Null).is_empty());
+    }
+
+    #[test]
+    fn share_memberships_sum_what_every_leader_holds() {
+        let a = Uuid::from_u128(1);
+        let share = |epoch: Option<i32>, held: u64| Membership {
+            group: "sg".into(),
+            protocol: Cow::Borrowed("share"),
+            member_id: a.to_string(),
+            member_epoch: epoch,
+            assigned: if epoch.is_some() {
+                BTreeMap::from([("t".to_string(), vec![0, 1])])
+            } else {
+                BTreeMap::new()
+            },
+            member_id_differs: false,
+            acquired_records: Some(held),
+        };
+        // A leader's partial entry first, then the coordinator's, then another leader's.
+        let mut here = instance(a, Vec::new());
+        here.memberships = vec![share(None, 4)];
+        let mut coordinator = instance(a, Vec::new());
+        coordinator.memberships = vec![share(Some(7), 2), membership("g", "c")];
+        let mut other = instance(a, Vec::new());
+        other.memberships = vec![share(None, 3)];
+        let merged = merge(vec![here], [vec![coordinator], vec![other]]);
+        assert_eq!(merged.len(), 1);
+        assert_eq!(
+            merged[0].memberships,
+            vec![share(Some(7), 9), membership("g", "c")],
+            "one share membership, with the coordinator's epoch and assignment"
+        );
     }
 
     #[test]
