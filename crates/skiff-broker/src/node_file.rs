@@ -1,4 +1,4 @@
-//! Small crash-safe files in the data directory: the cluster ID.
+//! Small crash-safe files in the data directory: the cluster ID, the leader epoch.
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -8,6 +8,32 @@ use anyhow::{Context, Result, bail};
 use skiff_protocol::Uuid;
 
 const CLUSTER_ID_FILE: &str = "cluster.id";
+const LEADER_EPOCH_FILE: &str = "leader.epoch";
+
+/// The leader epoch of this start: one above the last start's (0 the first time), written
+/// before anything is served so that no two starts share an epoch.
+pub fn next_leader_epoch(data_dir: &Path) -> Result<i32> {
+    let path = data_dir.join(LEADER_EPOCH_FILE);
+    let last = match fs::read_to_string(&path) {
+        Ok(text) => Some(
+            text.trim()
+                .parse::<i32>()
+                .ok()
+                .filter(|e| *e >= 0)
+                .with_context(|| format!("{} does not hold a leader epoch", path.display()))?,
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let next = match last {
+        Some(e) => e
+            .checked_add(1)
+            .with_context(|| format!("{} is at the last leader epoch", path.display()))?,
+        None => 0,
+    };
+    write_atomically(&path, format!("{next}\n").as_bytes())?;
+    Ok(next)
+}
 
 /// Writes `contents` to `path` so that a crash leaves either the old or the new file: write a
 /// temporary file, fsync it, rename it over the target, fsync the directory.

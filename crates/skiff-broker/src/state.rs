@@ -288,6 +288,9 @@ impl Metrics {
 pub struct Broker {
     pub config: BrokerConfig,
     pub cluster_id: String,
+    /// The leader epoch of this broker's partitions: its start count on one node (every start
+    /// is a new epoch, as when a Kafka partition's only replica comes back), 0 in cluster mode.
+    leader_epoch: i32,
     /// Per listener (in `BrokerConfig::effective_listeners` order): the host and port clients
     /// connecting to it are told.
     pub advertised: Vec<(String, u16)>,
@@ -360,6 +363,10 @@ impl Broker {
             Some(c) => c.cluster_id.clone(),
             None => crate::node_file::load_or_create_cluster_id(&config.data_dir)?,
         };
+        let leader_epoch = match &cluster {
+            Some(_) => crate::partition::CLUSTER_LEADER_EPOCH,
+            None => crate::node_file::next_leader_epoch(&config.data_dir)?,
+        };
         let producer_ids = crate::producer_ids::ProducerIdAllocator::open(&config.data_dir)?;
         let advertised = config
             .effective_listeners()
@@ -421,6 +428,7 @@ impl Broker {
         let broker = Arc::new(Broker {
             config,
             cluster_id,
+            leader_epoch,
             advertised,
             meta: RwLock::new(meta),
             topics: RwLock::new(HashMap::new()),
@@ -614,6 +622,11 @@ impl Broker {
 
     /// Acts on what the group coordinator queued for the share-partition leader (members gone,
     /// states deleted). Returns the last group-log offset written.
+    /// The leader epoch of this broker's partitions (see the field).
+    pub fn leader_epoch(&self) -> i32 {
+        self.leader_epoch
+    }
+
     pub(crate) fn share_events(&self) -> Option<i64> {
         self.share
             .take_and_handle_events(self.share_store(), || self.groups.take_share_events())
@@ -910,8 +923,11 @@ impl Broker {
             PartitionLog::open(&dir, config)
         }
         .with_context(|| format!("opening partition {}-{index}", info.name))?;
-        log.set_leader_epoch(Some(crate::partition::LEADER_EPOCH));
-        let partition = Partition::open(info, index, Box::new(log), always, now_ms());
+        let epoch = self.leader_epoch();
+        log.set_leader_epoch(Some(epoch));
+        let end = log.log_end_offset();
+        let epochs = crate::partition::epochs::EpochHistory::open(&dir, epoch, end);
+        let partition = Partition::open(info, index, Box::new(log), epochs, always, now_ms());
         Ok(Arc::new(partition))
     }
 

@@ -821,30 +821,19 @@ async fn epoch_end(
     }
 }
 
-/// KIP-320: every batch is stamped with leader epoch 0, and OffsetForLeaderEpoch answers where
-/// epoch 0 ends (the log end), that later epochs are unknown, and Kafka's errors for a fenced or
-/// unknown current epoch and an unknown topic or partition; after a restart epoch 0 still ends
-/// at the log end, so a consumer's position validates.
+/// KIP-320: a partition's leader epoch is the broker's start count; every batch is stamped with
+/// it, and OffsetForLeaderEpoch answers where an epoch ended from the partition's history, with
+/// Kafka's errors for a fenced or unknown current epoch and an unknown topic or partition. After
+/// a restart (epoch 1) epoch 0 ended where the log ended, so a consumer's position validates;
+/// after a stop that cut the log's tail, epoch 1 ends before a position read in it.
 #[tokio::test]
-async fn offset_for_leader_epoch_answers_where_epoch_0_ends() {
+async fn offset_for_leader_epoch_answers_from_each_partitions_epochs() {
     let broker = TestBroker::start().await;
     let mut c = broker.client().await;
     let id = create_topic(&mut c, "epochs").await;
     produce(&mut c, "epochs", -1, batch(&[b"a", b"b"]), 9).await;
     produce(&mut c, "epochs", -1, batch(&[b"c"]), 9).await;
-    match c.call(fetch_request("epochs", id, 0, 0, 0), 13).await {
-        Response::Fetch(f) => {
-            let records = f.responses[0].partitions[0]
-                .records
-                .clone()
-                .expect("records");
-            let epochs: Vec<i32> = RecordBatches::new(records)
-                .map(|b| b.expect("batch").partition_leader_epoch())
-                .collect();
-            assert_eq!(epochs, vec![0, 0], "stamped with the leader epoch");
-        }
-        other => panic!("unexpected {other:?}"),
-    }
+    assert_eq!(fetched_epochs(&mut c, id, 0).await, vec![0, 0]);
     for version in [2, 3, 4] {
         assert_eq!(
             epoch_end(&mut c, "epochs", 0, -1, 0, version).await,
@@ -869,12 +858,102 @@ async fn offset_for_leader_epoch_answers_where_epoch_0_ends() {
         error_codes::UNKNOWN_TOPIC_OR_PARTITION
     );
     assert_eq!(
+        epoch_end(&mut c, "epochs", 0, -1, 0, 4).await.0,
+        error_codes::NONE
+    );
+    assert_eq!(
         epoch_end(&mut c, "nope", 0, -1, 0, 4).await.0,
         error_codes::UNKNOWN_TOPIC_OR_PARTITION
     );
     drop(c);
+
+    // A restart is epoch 1: Metadata says so, an epoch-0 fetch is fenced, epoch 0 ended at 3.
     let broker = broker.restart().await;
     let mut c = broker.client().await;
-    assert_eq!(epoch_end(&mut c, "epochs", 0, 0, 0, 4).await, (0, 0, 3));
+    let all = MetadataRequest {
+        topics: None,
+        ..Default::default()
+    };
+    match c.call(all, 12).await {
+        Response::Metadata(m) => {
+            let t = m.topics.iter().find(|t| t.topic_id == id).expect("topic");
+            assert_eq!(t.partitions[0].leader_epoch, 1);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let mut stale = fetch_request("epochs", id, 0, 0, 0);
+    stale.topics[0].partitions[0].current_leader_epoch = 0;
+    match c.call(stale, 13).await {
+        Response::Fetch(f) => assert_eq!(
+            f.responses[0].partitions[0].error_code,
+            error_codes::FENCED_LEADER_EPOCH
+        ),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(epoch_end(&mut c, "epochs", 0, 1, 0, 4).await, (0, 0, 3));
+    assert_eq!(epoch_end(&mut c, "epochs", 0, 1, 1, 4).await, (0, 1, 3));
+    produce(&mut c, "epochs", -1, batch(&[b"d"]), 9).await;
+    produce(&mut c, "epochs", -1, batch(&[b"e", b"f"]), 9).await;
+    assert_eq!(fetched_epochs(&mut c, id, 3).await, vec![1, 1]);
+    assert_eq!(epoch_end(&mut c, "epochs", 0, 1, 1, 4).await, (0, 1, 6));
+    drop(c);
+
+    // A stop that loses the last batch (offsets 4-5, read by a consumer in epoch 1): epoch 1
+    // now ends at 4, before that consumer's position of 6.
+    let dir = broker.data_dir();
+    let broker = broker
+        .restart_with(|_| {
+            let segment = std::fs::read_dir(dir.join("epochs-0"))
+                .expect("partition dir")
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "log"))
+                .max()
+                .expect("last segment");
+            let len = std::fs::metadata(&segment).expect("segment").len();
+            let last = last_batch_len(&std::fs::read(&segment).expect("read"));
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&segment)
+                .expect("open")
+                .set_len(len - last)
+                .expect("cut");
+        })
+        .await;
+    let mut c = broker.client().await;
+    assert_eq!(epoch_end(&mut c, "epochs", 0, 2, 1, 4).await, (0, 1, 4));
+    assert_eq!(epoch_end(&mut c, "epochs", 0, 2, 0, 4).await, (0, 0, 3));
+    assert_eq!(epoch_end(&mut c, "epochs", 0, 2, 2, 4).await, (0, 2, 4));
     broker.stop().await;
+}
+
+/// The leader epochs of the batches of partition 0 of topic `id`, from offset `from` (one
+/// segment's worth).
+async fn fetched_epochs(c: &mut Client, id: Uuid, from: i64) -> Vec<i32> {
+    match c.call(fetch_request("epochs", id, from, 0, 0), 13).await {
+        Response::Fetch(f) => {
+            let p = &f.responses[0].partitions[0];
+            assert_eq!(p.error_code, 0, "{p:?}");
+            let records = p.records.clone().expect("records");
+            RecordBatches::new(records)
+                .map(|b| b.expect("batch").partition_leader_epoch())
+                .collect()
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// The size of the last whole batch in a segment file's bytes.
+fn last_batch_len(bytes: &[u8]) -> u64 {
+    let mut at = 0usize;
+    let mut last = 0usize;
+    while let Some(header) = bytes.get(at..at + 12) {
+        let len = i32::from_be_bytes(header[8..12].try_into().expect("4 bytes")) as usize + 12;
+        if at + len > bytes.len() {
+            break;
+        }
+        last = len;
+        at += len;
+    }
+    last as u64
 }

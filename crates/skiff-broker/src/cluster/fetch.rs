@@ -410,7 +410,7 @@ pub async fn load(
             storage_error(format!("object {} holds a bad batch: {e}", b.object_key))
         })?;
         batch.set_base_offset(b.base_offset);
-        batch.set_partition_leader_epoch(crate::partition::LEADER_EPOCH);
+        batch.set_partition_leader_epoch(crate::partition::CLUSTER_LEADER_EPOCH);
         if log_append_time && b.log_append_time >= 0 {
             batch.set_log_append_time(b.log_append_time);
         }

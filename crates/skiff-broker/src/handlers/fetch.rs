@@ -54,6 +54,8 @@ struct Plan {
     read_committed: bool,
     /// How the fetch session (if any) serves this request.
     session: FetchContext,
+    /// The partitions' leader epoch (each target's `CurrentLeaderEpoch` is checked against it).
+    leader_epoch: i32,
 }
 
 /// A random session ID (0, meaning none, if the system has no randomness to give).
@@ -258,6 +260,7 @@ fn plan(
         }
     }
     Plan {
+        leader_epoch: broker.leader_epoch(),
         topics,
         targets,
         // The broker's `fetch.max.bytes` caps every response, whatever the client asks (before
@@ -288,6 +291,12 @@ fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
         // Cluster partitions are read by `cluster_fetch`, never here.
         Source::Cluster(..) => failed_read(ErrorCode::NOT_LEADER_OR_FOLLOWER),
     })
+}
+
+/// Kafka's current-leader-epoch check of a partition of the fetch: FENCED_LEADER_EPOCH below
+/// the partition's epoch, UNKNOWN_LEADER_EPOCH above it (-1 is not checked).
+fn epoch_error(target: &Target, plan: &Plan) -> Option<ErrorCode> {
+    super::leader_epoch::current_epoch_error(target.leader_epoch, plan.leader_epoch)
 }
 
 /// A read that answers `code` for its partition.
@@ -335,9 +344,8 @@ fn assemble(
                 data.error_code = code.code();
                 any_error = true;
             }
-            Ok(_) if target.leader_epoch > 0 => {
-                // Skiff always leads with epoch 0.
-                data.error_code = error_codes::UNKNOWN_LEADER_EPOCH;
+            Ok(_) if epoch_error(target, plan).is_some() => {
+                data.error_code = epoch_error(target, plan).map_or(error_codes::NONE, |c| c.code());
                 any_error = true;
             }
             Ok(source) => {
@@ -404,7 +412,7 @@ async fn cluster_read(
         Vec::with_capacity(plan.targets.len());
     for target in &plan.targets {
         let read = match &target.partition {
-            Ok(Source::Cluster(key, log_append_time)) if target.leader_epoch <= 0 => {
+            Ok(Source::Cluster(key, log_append_time)) if epoch_error(target, plan).is_none() => {
                 let want = target.max_bytes.min(plan.max_bytes).max(1);
                 Some(
                     crate::cluster::fetch::read(

@@ -3,12 +3,12 @@
 //! past that end means the log lost records it had read (an unclean restart, a truncation), and
 //! the consumer resets rather than skipping silently.
 //!
-//! Skiff's leader epoch is 0 for every partition, on one node and in cluster mode (leadership
-//! moves between stateless brokers there, but the log is one, so nothing is ever truncated by a
-//! change of leader): Metadata, Fetch and ListOffsets say 0, and every batch is stamped 0. The
-//! epoch history of a partition is therefore the one entry (epoch 0, from the log start offset),
-//! and Kafka's `LeaderEpochFileCache.endOffsetFor` over it gives the answers: epoch 0 ends at the
-//! log end offset; a later epoch is unknown (-1, -1); an earlier one ends where epoch 0 starts.
+//! On one node a partition's leader epoch is the broker's start count, and each partition keeps
+//! the history of its epochs ([`crate::partition::epochs`]): Metadata, Fetch and ListOffsets say
+//! the current epoch, every batch is stamped with it, and Kafka's
+//! `LeaderEpochFileCache.endOffsetFor` over the history answers. In cluster mode leadership moves
+//! between stateless brokers over one shared log that no move truncates: the epoch is 0 and the
+//! history its one entry (epoch 0 ends at the high watermark; later ones are unknown).
 //!
 //! Checks are Kafka's: DESCRIBE on the topic (TOPIC_AUTHORIZATION_FAILED), CLUSTER_ACTION for a
 //! request from a replica (`ReplicaId` >= 0; Skiff has none, so only an authorized tool gets
@@ -24,47 +24,21 @@ use skiff_protocol::generated::offset_for_leader_epoch_response::{
 use skiff_protocol::{ErrorCode, Response};
 
 use super::{Reply, RequestContext};
-use crate::partition::LEADER_EPOCH;
+use crate::partition::epochs::{UNDEFINED_EPOCH, UNDEFINED_OFFSET, end_offset_for};
 
-/// Kafka's `UNDEFINED_EPOCH` and `UNDEFINED_EPOCH_OFFSET`.
-const UNDEFINED_EPOCH: i32 = -1;
-const UNDEFINED_OFFSET: i64 = -1;
-
-/// Kafka's `LeaderEpochFileCache.endOffsetFor`: the epoch at or below `requested` and where it
-/// ended, over `epochs` (epoch, start offset), ascending, the last one current until
-/// `log_end_offset`.
-pub fn end_offset_for(epochs: &[(i32, i64)], requested: i32, log_end_offset: i64) -> (i32, i64) {
-    if requested == UNDEFINED_EPOCH {
-        return (UNDEFINED_EPOCH, UNDEFINED_OFFSET);
-    }
-    if epochs.last().is_some_and(|(epoch, _)| *epoch == requested) {
-        return (requested, log_end_offset);
-    }
-    let Some(&(_, higher_start)) = epochs.iter().find(|(epoch, _)| *epoch > requested) else {
-        // Later than any epoch known.
-        return (UNDEFINED_EPOCH, UNDEFINED_OFFSET);
-    };
-    match epochs.iter().rev().find(|(epoch, _)| *epoch <= requested) {
-        Some(&(floor, _)) => (floor, higher_start),
-        // Earlier than any epoch known.
-        None => (requested, higher_start),
-    }
-}
-
-/// Kafka's `Partition.checkCurrentLeaderEpoch`.
-fn current_epoch_error(current: i32) -> Option<ErrorCode> {
+/// Kafka's `Partition.checkCurrentLeaderEpoch`: a request's `current` epoch (-1: not checked)
+/// against the partition's `leader` epoch.
+pub fn current_epoch_error(current: i32, leader: i32) -> Option<ErrorCode> {
     match current {
         UNDEFINED_EPOCH => None,
-        e if e > LEADER_EPOCH => Some(ErrorCode::UNKNOWN_LEADER_EPOCH),
-        e if e < LEADER_EPOCH => Some(ErrorCode::FENCED_LEADER_EPOCH),
+        e if e > leader => Some(ErrorCode::UNKNOWN_LEADER_EPOCH),
+        e if e < leader => Some(ErrorCode::FENCED_LEADER_EPOCH),
         _ => None,
     }
 }
 
-/// One partition's answer from its log start and end offsets.
-fn answer(partition: i32, requested: i32, log_start: i64, log_end: i64) -> EpochEndOffset {
-    let (leader_epoch, end_offset) =
-        end_offset_for(&[(LEADER_EPOCH, log_start)], requested, log_end);
+/// One partition's answer: the epoch at or below `requested` and where it ended.
+fn answer(partition: i32, (leader_epoch, end_offset): (i32, i64)) -> EpochEndOffset {
     EpochEndOffset {
         partition,
         leader_epoch,
@@ -122,7 +96,9 @@ pub fn handle(ctx: &RequestContext, request: OffsetForLeaderEpochRequest) -> Rep
                 if !(0..found.info.partitions).contains(&index) {
                     return Plan::Done(failed(index, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION));
                 }
-                if let Some(code) = current_epoch_error(p.current_leader_epoch) {
+                if let Some(code) =
+                    current_epoch_error(p.current_leader_epoch, ctx.broker.leader_epoch())
+                {
                     return Plan::Done(failed(index, code));
                 }
                 match &cluster {
@@ -138,12 +114,9 @@ pub fn handle(ctx: &RequestContext, request: OffsetForLeaderEpochRequest) -> Rep
                         Some(log) if log.is_offline() => {
                             Plan::Done(failed(index, ErrorCode::KAFKA_STORAGE_ERROR))
                         }
-                        Some(log) => Plan::Done(answer(
-                            index,
-                            p.leader_epoch,
-                            log.log_start_offset(),
-                            log.log_end_offset(),
-                        )),
+                        Some(log) => {
+                            Plan::Done(answer(index, log.epoch_end_offset(p.leader_epoch)))
+                        }
                         None => Plan::Done(failed(index, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)),
                     },
                 }
@@ -188,7 +161,15 @@ pub fn handle(ctx: &RequestContext, request: OffsetForLeaderEpochRequest) -> Rep
                         requested,
                         key,
                     } => match skiff_cluster::log::offsets(&cluster.db, key).await {
-                        Ok(Some(o)) => answer(partition, requested, o.log_start, o.high_watermark),
+                        // One shared log, never truncated by a change of leader: one epoch.
+                        Ok(Some(o)) => answer(
+                            partition,
+                            end_offset_for(
+                                &[(crate::partition::CLUSTER_LEADER_EPOCH, o.log_start)],
+                                requested,
+                                o.high_watermark,
+                            ),
+                        ),
                         Ok(None) => failed(partition, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
                         Err(e) => {
                             tracing::warn!(error = %e, "an epoch end offset lookup failed");
@@ -212,34 +193,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn end_offsets_follow_kafkas_epoch_cache() {
-        // One epoch (Skiff's): it ends at the log end; later ones are unknown.
-        let one = [(0, 5)];
-        assert_eq!(end_offset_for(&one, 0, 42), (0, 42));
-        assert_eq!(end_offset_for(&one, 1, 42), (-1, -1));
-        assert_eq!(end_offset_for(&one, -1, 42), (-1, -1));
-        assert_eq!(end_offset_for(&one, -5, 42), (-5, 5));
-        assert_eq!(end_offset_for(&[], 0, 42), (-1, -1));
-        // Several epochs, as a Kafka log with leader changes has them.
-        let many = [(1, 0), (3, 10), (6, 25)];
-        assert_eq!(end_offset_for(&many, 6, 40), (6, 40));
-        assert_eq!(end_offset_for(&many, 1, 40), (1, 10));
-        assert_eq!(end_offset_for(&many, 2, 40), (1, 10));
-        assert_eq!(end_offset_for(&many, 4, 40), (3, 25));
-        assert_eq!(end_offset_for(&many, 0, 40), (0, 0));
-        assert_eq!(end_offset_for(&many, 7, 40), (-1, -1));
-    }
-
-    #[test]
     fn the_current_epoch_is_checked_as_kafka_checks_it() {
-        assert_eq!(current_epoch_error(-1), None);
-        assert_eq!(current_epoch_error(0), None);
+        assert_eq!(current_epoch_error(-1, 3), None);
+        assert_eq!(current_epoch_error(3, 3), None);
         assert_eq!(
-            current_epoch_error(1),
+            current_epoch_error(4, 3),
             Some(ErrorCode::UNKNOWN_LEADER_EPOCH)
         );
         assert_eq!(
-            current_epoch_error(-2),
+            current_epoch_error(2, 3),
+            Some(ErrorCode::FENCED_LEADER_EPOCH)
+        );
+        assert_eq!(
+            current_epoch_error(-2, 0),
             Some(ErrorCode::FENCED_LEADER_EPOCH)
         );
     }

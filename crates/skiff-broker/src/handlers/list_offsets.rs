@@ -28,6 +28,9 @@ pub fn handle(ctx: &RequestContext, request: ListOffsetsRequest) -> Reply {
 fn handle_local(ctx: &RequestContext, request: ListOffsetsRequest) -> Response {
     // v2+: read_committed answers stop at the last stable offset, as its fetches do.
     let read_committed = request.isolation_level == 1;
+    let epoch = ctx.broker.leader_epoch();
+    let epoch_error =
+        |current: i32| super::leader_epoch::current_epoch_error(current, ctx.broker.leader_epoch());
     let topics = request
         .topics
         .into_iter()
@@ -51,14 +54,15 @@ fn handle_local(ctx: &RequestContext, request: ListOffsetsRequest) -> Response {
                             response.error_code = error_codes::TOPIC_AUTHORIZATION_FAILED;
                         }
                         None => response.error_code = error_codes::UNKNOWN_TOPIC_OR_PARTITION,
-                        Some(_) if p.current_leader_epoch > 0 => {
-                            response.error_code = error_codes::UNKNOWN_LEADER_EPOCH;
+                        Some(_) if epoch_error(p.current_leader_epoch).is_some() => {
+                            response.error_code = epoch_error(p.current_leader_epoch)
+                                .map_or(error_codes::NONE, |c| c.code());
                         }
                         Some(partition) => match lookup(partition, p.timestamp, read_committed) {
                             Ok((timestamp, offset)) => {
                                 response.timestamp = timestamp;
                                 response.offset = offset;
-                                response.leader_epoch = if offset >= 0 { 0 } else { -1 };
+                                response.leader_epoch = if offset >= 0 { epoch } else { -1 };
                             }
                             Err(code) => response.error_code = code.code(),
                         },

@@ -245,7 +245,7 @@ fn describe(ctx: &RequestContext, topic: &Topic, include_ops: bool) -> MetadataR
                     error_code: error_codes::NONE,
                     partition_index: index,
                     leader_id: node,
-                    leader_epoch: 0,
+                    leader_epoch: ctx.broker.leader_epoch(),
                     replica_nodes: vec![node],
                     isr_nodes: vec![node],
                     offline_replicas: Vec::new(),
@@ -255,7 +255,7 @@ fn describe(ctx: &RequestContext, topic: &Topic, include_ops: bool) -> MetadataR
                     error_code: error_codes::LEADER_NOT_AVAILABLE,
                     partition_index: index,
                     leader_id: -1,
-                    leader_epoch: 0,
+                    leader_epoch: ctx.broker.leader_epoch(),
                     ..Default::default()
                 },
             })

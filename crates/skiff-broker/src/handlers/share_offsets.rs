@@ -88,7 +88,7 @@ pub fn describe(ctx: &RequestContext, request: DescribeShareGroupOffsetsRequest)
                             .and_then(|t| t.partition(p))
                             .map(|p| p.fetchable_end(Isolation::ReadUncommitted))
                     };
-                    with_lag(version, topic, end)
+                    with_lag(version, broker.leader_epoch(), topic, end)
                 })
             })
             .collect();
@@ -108,7 +108,9 @@ pub fn describe(ctx: &RequestContext, request: DescribeShareGroupOffsetsRequest)
                     let mut topics = Vec::with_capacity(found.len() + denied.len());
                     for topic in found {
                         let (topic, ends) = cluster_summaries(&cluster, &group_id, topic).await;
-                        topics.push(with_lag(version, topic, |p| ends.get(&p).copied()));
+                        topics.push(with_lag(version, broker.leader_epoch(), topic, |p| {
+                            ends.get(&p).copied()
+                        }));
                     }
                     topics.extend(denied);
                     DescribeShareGroupOffsetsResponseGroup {
@@ -264,6 +266,7 @@ async fn cluster_summaries(
 /// start offset less the records delivered for good, as Kafka computes it.
 fn with_lag(
     version: i16,
+    epoch: i32,
     topic: ShareOffsetsTopic,
     end_of: impl Fn(i32) -> Option<i64>,
 ) -> DescribeShareGroupOffsetsResponseTopic {
@@ -283,7 +286,7 @@ fn with_lag(
                 Some(end) => DescribeShareGroupOffsetsResponsePartition {
                     partition_index,
                     start_offset: summary.start_offset,
-                    leader_epoch: crate::partition::LEADER_EPOCH,
+                    leader_epoch: epoch,
                     lag: if version >= 1 {
                         summary.lag(end)
                     } else {

@@ -10,6 +10,7 @@
 //! is held (the verifier takes the coordinator's lock inside it), so no marker can come between
 //! the check and the append.
 
+pub mod epochs;
 #[cfg(test)]
 mod memory;
 mod producer;
@@ -105,12 +106,14 @@ pub struct Partition {
     /// Set (under the log lock) when the partition's topic is deleted: an append that looked
     /// the partition up before the deletion must not be acknowledged into files being removed.
     removed: AtomicBool,
+    /// The leader epochs and where each started (KIP-320).
+    epochs: Mutex<epochs::EpochHistory>,
 }
 
-/// The leader epoch of every partition (Skiff's logs never change leaders in a way that truncates
-/// them): stamped into every appended batch, as Kafka stamps its leader epoch, and answered by
-/// Metadata, ListOffsets and OffsetForLeaderEpoch.
-pub const LEADER_EPOCH: i32 = 0;
+/// The leader epoch of every partition in cluster mode, where leadership moves between stateless
+/// brokers over one shared log that no move truncates (on one node it is the broker's start
+/// count, see [`epochs`]).
+pub const CLUSTER_LEADER_EPOCH: i32 = 0;
 
 impl Partition {
     /// Opens partition `index` of `info` over `log`: restores its producers from their
@@ -119,6 +122,7 @@ impl Partition {
         info: &TopicInfo,
         index: i32,
         store: Box<dyn PartitionStore>,
+        epochs: epochs::EpochHistory,
         always_sync: bool,
         now_ms: i64,
     ) -> Partition {
@@ -137,6 +141,7 @@ impl Partition {
             has_aborted: AtomicBool::new(false),
             removed: AtomicBool::new(false),
             producers: Mutex::new(producers),
+            epochs: Mutex::new(epochs),
         };
         partition.publish_txn_state(&partition.lock_producers());
         partition
@@ -144,6 +149,23 @@ impl Partition {
 
     fn lock_log(&self) -> MutexGuard<'_, Box<dyn PartitionStore>> {
         self.store.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Taken after the log's lock when both are held.
+    fn lock_epochs(&self) -> MutexGuard<'_, epochs::EpochHistory> {
+        self.epochs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The partition's leader epoch now.
+    pub fn leader_epoch(&self) -> i32 {
+        self.lock_epochs().current()
+    }
+
+    /// Where leader epoch `requested` ended (Kafka's `endOffsetFor`): the epoch at or below it
+    /// and the first offset after it.
+    pub fn epoch_end_offset(&self, requested: i32) -> (i32, i64) {
+        let (start, end) = self.lock_log().offsets();
+        self.lock_epochs().end_offset_for(requested, start, end)
     }
 
     fn lock_producers(&self) -> MutexGuard<'_, ProducerStates> {
@@ -271,6 +293,7 @@ impl Partition {
             // records them as an open transaction (after the append): hold them back from here.
             self.first_unstable.fetch_min(log_end, Ordering::AcqRel);
         }
+        self.lock_epochs().before_append();
         let info = match log.append(records, now) {
             Ok(info) => info,
             Err(e) => {
@@ -342,6 +365,7 @@ impl Partition {
         let marker = skiff_records::end_txn_marker(producer_id, epoch, kind, 0, now)
             .context("building a transaction marker")?;
         let mut log = self.lock_log();
+        self.lock_epochs().before_append();
         let info = log
             .append(marker.into_bytes(), now)
             .with_context(|| format!("appending a marker to {}-{}", self.topic, self.index))?;
@@ -770,7 +794,14 @@ mod tests {
             configs: Default::default(),
         };
         let log = skiff_log::PartitionLog::open(dir, LogConfig::default()).expect("log");
-        Partition::open(&info, 0, Box::new(log), false, 1_700_000_000_000)
+        Partition::open(
+            &info,
+            0,
+            Box::new(log),
+            epochs::EpochHistory::in_memory(0, 0),
+            false,
+            1_700_000_000_000,
+        )
     }
 
     /// Issue #13, finding 9: a produce that looked the partition up before its topic was
@@ -807,7 +838,14 @@ mod tests {
             partitions: 1,
             configs: Default::default(),
         };
-        Partition::open(&info, 0, Box::new(memory::MemoryStore::new()), false, 0)
+        Partition::open(
+            &info,
+            0,
+            Box::new(memory::MemoryStore::new()),
+            epochs::EpochHistory::in_memory(0, 0),
+            false,
+            0,
+        )
     }
 
     fn producer_batch(pid: i64, seq: i32, count: usize, transactional: bool) -> Bytes {
