@@ -364,7 +364,11 @@ async fn describe_alter_and_delete_share_group_offsets() {
     let broker = broker.restart_with(share_config).await;
     let mut admin = broker.client().await;
     let all = describe(&mut admin, GROUP, None, 1).await;
-    assert_eq!(described(&all), vec![(TOPIC.into(), topic, 0, 8, 0, 2, 0)]);
+    assert_eq!(
+        described(&all),
+        vec![(TOPIC.into(), topic, 0, 8, 1, 2, 0)],
+        "epoch 1 after the restart"
+    );
     let r = alter(&mut admin, GROUP, &[(TOPIC, &[(0, 3)])]).await;
     assert_eq!(altered(&r), vec![(TOPIC.into(), 0, 0)]);
     let mut member = broker.client().await;
