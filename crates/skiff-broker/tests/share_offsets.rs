@@ -411,14 +411,14 @@ async fn describe_alter_and_delete_share_group_offsets() {
     let named = describe(&mut admin, GROUP, Some(&[(TOPIC, &[0])]), 1).await;
     assert_eq!(
         described(&named),
-        vec![(TOPIC.into(), topic, 0, 10, 0, 0, 0)]
+        vec![(TOPIC.into(), topic, 0, 10, 1, 0, 0)]
     );
     // After a restart it is still the fresh state.
     drop((member, admin));
     let broker = broker.restart_with(share_config).await;
     let mut admin = broker.client().await;
     let all = describe(&mut admin, GROUP, None, 1).await;
-    assert_eq!(described(&all), vec![(TOPIC.into(), topic, 0, 10, 0, 0, 0)]);
+    assert_eq!(described(&all), vec![(TOPIC.into(), topic, 0, 10, 2, 0, 0)]);
     broker.stop().await;
 }
 
