@@ -258,6 +258,35 @@ def test_admin_describe_and_incremental_alter_configs(b3, admin):
         _result(f)
 
 
+def test_admin_legacy_alter_configs_replaces_the_set(b3, admin):
+    """confluent-kafka's ``alter_configs`` is the legacy AlterConfigs API: the resource's whole
+    set of overrides becomes what is given."""
+    topic = topic_name("legacycfg")
+    produce_all(producer(b3.bootstrap, acks="all"), topic, {0: make_records(1, "l")})
+
+    def describe() -> dict[str, ConfigEntry]:
+        (f,) = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)], request_timeout=15).values()
+        return _result(f)
+
+    default_retention = describe()["retention.ms"].value
+    res = ConfigResource(ResourceType.TOPIC, topic, set_config={"retention.ms": "7200000"})
+    (f,) = admin.alter_configs([res], request_timeout=15).values()
+    _result(f)
+    assert describe()["retention.ms"].value == "7200000"
+    res = ConfigResource(ResourceType.TOPIC, topic, set_config={"cleanup.policy": "compact"})
+    (f,) = admin.alter_configs([res], request_timeout=15).values()
+    _result(f)
+    cfg = describe()
+    assert cfg["cleanup.policy"].value == "compact" and not cfg["cleanup.policy"].is_default
+    assert cfg["retention.ms"].value == default_retention, "an override not given is removed"
+    bad = ConfigResource(ResourceType.TOPIC, topic, set_config={"retention.ms": "soon"})
+    (f,) = admin.alter_configs([bad], request_timeout=15).values()
+    with pytest.raises(KafkaException) as ei:
+        _result(f)
+    assert ei.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert describe()["cleanup.policy"].value == "compact"
+
+
 def test_admin_delete_records(b3, admin):
     from confluent_util import consumer
 

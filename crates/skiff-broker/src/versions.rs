@@ -44,6 +44,7 @@ pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::InitProducerId => (0, 5),
         ApiKey::DescribeConfigs => (1, 4),
         ApiKey::CreatePartitions => (0, 3),
+        ApiKey::AlterConfigs => (0, 2),
         ApiKey::IncrementalAlterConfigs => (0, 1),
         ApiKey::DescribeCluster => (0, 2),
         ApiKey::DescribeLogDirs => (1, 4),

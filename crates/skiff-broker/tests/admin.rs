@@ -391,6 +391,8 @@ async fn api_versions_advertises_the_admin_apis() {
         (ApiKey::DescribeConfigs, 1, 4),
         (ApiKey::CreatePartitions, 0, 3),
         (ApiKey::IncrementalAlterConfigs, 0, 1),
+        (ApiKey::AlterConfigs, 0, 2),
+        (ApiKey::OffsetForLeaderEpoch, 2, 4),
         (ApiKey::DescribeCluster, 0, 2),
         (ApiKey::DescribeLogDirs, 1, 4),
     ];
@@ -1315,5 +1317,170 @@ async fn topics_ids_and_configs_survive_a_restart() {
     // Producer IDs are not reused across the restart either.
     let r = init_pid(&mut c, 4, None, -1, -1).await;
     assert_eq!(r.error_code, 0);
+    tb.stop().await;
+}
+
+/// Legacy AlterConfigs (v0-2): one resource's result per resource.
+async fn legacy_alter(
+    c: &mut Client,
+    version: i16,
+    resource_type: i8,
+    name: &str,
+    configs: &[(&str, Option<&str>)],
+    validate_only: bool,
+) -> (i16, Option<String>) {
+    use skiff_protocol::generated::AlterConfigsRequest;
+    use skiff_protocol::generated::alter_configs_request::{
+        AlterConfigsResource as LegacyResource, AlterableConfig as LegacyConfig,
+    };
+    let request = AlterConfigsRequest {
+        resources: vec![LegacyResource {
+            resource_type,
+            resource_name: name.into(),
+            configs: configs
+                .iter()
+                .map(|(key, value)| LegacyConfig {
+                    name: (*key).into(),
+                    value: value.map(Into::into),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        validate_only,
+        ..Default::default()
+    };
+    match c.call(request, version).await {
+        Response::AlterConfigs(r) => {
+            assert_eq!(r.responses.len(), 1);
+            let p = &r.responses[0];
+            (
+                p.error_code,
+                p.error_message.as_ref().map(|m| m.to_string()),
+            )
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Legacy AlterConfigs replaces a topic's (or a broker's) whole set of dynamic configs: the keys
+/// given are set and every other override goes; validate-only changes nothing; bad values,
+/// duplicates, nulls, unknown topics and other resource types get Kafka's errors.
+#[tokio::test]
+async fn legacy_alter_configs_replaces_the_whole_set() {
+    let tb = TestBroker::start().await;
+    let mut c = tb.client().await;
+    let created = create(
+        &mut c,
+        7,
+        with_config(new_topic("legacy", 1, -1), "retention.ms", Some("1000")),
+    )
+    .await;
+    assert_eq!(created.error_code, 0);
+    for version in [0, 1, 2] {
+        let value = format!("{}", 10_000 + i64::from(version));
+        let (code, _) = legacy_alter(
+            &mut c,
+            version,
+            2,
+            "legacy",
+            &[
+                ("cleanup.policy", Some("compact")),
+                ("max.message.bytes", Some(&value)),
+            ],
+            false,
+        )
+        .await;
+        assert_eq!(code, 0, "v{version}");
+        // retention.ms was not given: it is back to the default.
+        assert_eq!(
+            config_value(&mut c, 2, "legacy", "retention.ms").await.1,
+            5,
+            "DEFAULT_CONFIG"
+        );
+        assert_eq!(
+            config_value(&mut c, 2, "legacy", "max.message.bytes").await,
+            (Some(value.clone()), 1)
+        );
+    }
+    // Validate-only checks and changes nothing.
+    let (code, _) = legacy_alter(&mut c, 2, 2, "legacy", &[], true).await;
+    assert_eq!(code, 0);
+    assert_eq!(
+        config_value(&mut c, 2, "legacy", "cleanup.policy").await,
+        (Some("compact".into()), 1)
+    );
+    // An empty set clears every override.
+    assert_eq!(legacy_alter(&mut c, 2, 2, "legacy", &[], false).await.0, 0);
+    assert_eq!(
+        config_value(&mut c, 2, "legacy", "cleanup.policy").await.1,
+        5
+    );
+    let bad = [
+        (
+            2,
+            "legacy",
+            vec![("retention.ms", Some("soon"))],
+            error_codes::INVALID_CONFIG,
+        ),
+        (
+            2,
+            "legacy",
+            vec![("retention.ms", Some("1")), ("retention.ms", Some("2"))],
+            error_codes::INVALID_REQUEST,
+        ),
+        (
+            2,
+            "legacy",
+            vec![("retention.ms", None)],
+            error_codes::INVALID_REQUEST,
+        ),
+        (
+            2,
+            "nope",
+            vec![("retention.ms", Some("1"))],
+            error_codes::UNKNOWN_TOPIC_OR_PARTITION,
+        ),
+        (
+            8,
+            "1",
+            vec![("kafka", Some("DEBUG"))],
+            error_codes::INVALID_REQUEST,
+        ),
+        (
+            16,
+            "sub",
+            vec![("metrics", Some("x"))],
+            error_codes::INVALID_REQUEST,
+        ),
+    ];
+    for (resource_type, name, configs, want) in bad {
+        let (code, message) = legacy_alter(&mut c, 2, resource_type, name, &configs, false).await;
+        assert_eq!(
+            code, want,
+            "{resource_type} {name} {configs:?}: {message:?}"
+        );
+    }
+    // The broker resource: a dynamic key set, then replaced by nothing.
+    assert_eq!(
+        legacy_alter(
+            &mut c,
+            2,
+            4,
+            "",
+            &[("log.retention.ms", Some("123456"))],
+            false
+        )
+        .await
+        .0,
+        0
+    );
+    assert_eq!(
+        config_value(&mut c, 4, "1", "log.retention.ms").await,
+        (Some("123456".into()), 3),
+        "DYNAMIC_DEFAULT_BROKER_CONFIG"
+    );
+    assert_eq!(legacy_alter(&mut c, 2, 4, "", &[], false).await.0, 0);
+    assert_ne!(config_value(&mut c, 4, "1", "log.retention.ms").await.1, 3);
     tb.stop().await;
 }

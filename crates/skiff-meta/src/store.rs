@@ -581,6 +581,14 @@ impl MetadataStore {
         resolve::describe_broker(self.tiers(), scope)
     }
 
+    /// The dynamic broker configs set at `scope` (the keys legacy AlterConfigs replaces).
+    pub fn dynamic_broker_configs(&self, scope: BrokerConfigScope) -> BTreeMap<String, String> {
+        match scope {
+            BrokerConfigScope::ThisBroker => self.state.broker.clone(),
+            BrokerConfigScope::ClusterDefault => self.state.cluster_default.clone(),
+        }
+    }
+
     /// IncrementalAlterConfigs for a broker resource: only dynamic keys may change (INVALID_CONFIG
     /// for read-only or unknown keys).
     pub fn incremental_alter_broker_configs(

@@ -1,6 +1,10 @@
-//! DescribeConfigs v1-4 and IncrementalAlterConfigs v0-1 for TOPIC and BROKER resources,
-//! following Kafka's `ConfigHelper.describeConfigs` and `ConfigAdminManager.preprocess` plus the
-//! controller's config validation (which `skiff-meta` implements).
+//! DescribeConfigs v1-4, IncrementalAlterConfigs v0-1 and the legacy AlterConfigs v0-2 for TOPIC
+//! and BROKER resources, following Kafka's `ConfigHelper.describeConfigs` and
+//! `ConfigAdminManager.preprocess` plus the controller's config validation (which `skiff-meta`
+//! implements). Legacy AlterConfigs (kafkajs `admin.alterConfigs`, Sarama, confluent-kafka's
+//! `alter_configs`) replaces a resource's whole set of dynamic configs, as Kafka's
+//! `legacyAlterConfigs` does: the keys given are set, every other dynamic key of the resource is
+//! deleted (turned into the same checks and writes as IncrementalAlterConfigs SET and DELETE).
 //!
 //! A BROKER resource is named with this node's ID (its full config) or is empty (the cluster-wide
 //! dynamic defaults). Skiff has no Log4j loggers, so a BROKER_LOGGER resource of this node
@@ -15,6 +19,9 @@ use std::collections::{HashMap, HashSet};
 
 use skiff_auth::acl::{AclOperation, ResourceType};
 use skiff_meta::{AlterConfigOp, AlterConfigOpType, BrokerConfigScope, ConfigEntry};
+use skiff_protocol::generated::alter_configs_response::{
+    AlterConfigsResourceResponse as LegacyResourceResponse, AlterConfigsResponse,
+};
 use skiff_protocol::generated::describe_configs_request::DescribeConfigsResource;
 use skiff_protocol::generated::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResponse, DescribeConfigsResult,
@@ -24,7 +31,9 @@ use skiff_protocol::generated::incremental_alter_configs_request::AlterConfigsRe
 use skiff_protocol::generated::incremental_alter_configs_response::{
     AlterConfigsResourceResponse, IncrementalAlterConfigsResponse,
 };
-use skiff_protocol::generated::{DescribeConfigsRequest, IncrementalAlterConfigsRequest};
+use skiff_protocol::generated::{
+    AlterConfigsRequest, DescribeConfigsRequest, IncrementalAlterConfigsRequest,
+};
 use skiff_protocol::{ByteString, ErrorCode, KafkaError, Response, error_codes};
 
 use super::topics::admin_lock;
@@ -364,12 +373,28 @@ fn alter_resource(
         );
     }
     let ops = operations(resource)?;
-    let name: &str = &resource.resource_name;
-    match resource.resource_type {
+    apply_ops(
+        broker,
+        resource.resource_type,
+        &resource.resource_name,
+        &ops,
+        validate_only,
+    )
+}
+
+/// Applies checked operations to a resource's dynamic configs.
+fn apply_ops(
+    broker: &Broker,
+    resource_type: i8,
+    name: &str,
+    ops: &[AlterConfigOp],
+    validate_only: bool,
+) -> Result<(), KafkaError> {
+    match resource_type {
         RESOURCE_TOPIC => {
             let _admin = admin_lock();
             if broker.cluster().is_some() {
-                let configs = broker.meta().plan_topic_configs(name, &ops)?;
+                let configs = broker.meta().plan_topic_configs(name, ops)?;
                 let current = broker.meta().topic(name).map(|t| t.configs.clone());
                 if !validate_only && current.as_ref() != Some(&configs) {
                     broker.cluster_set_topic_configs(name, &configs)?;
@@ -378,7 +403,7 @@ fn alter_resource(
             }
             broker
                 .meta_mut()
-                .incremental_alter_topic_configs(name, &ops, validate_only)?;
+                .incremental_alter_topic_configs(name, ops, validate_only)?;
             if !validate_only && let Err(e) = broker.reconfigure_topic(name) {
                 tracing::error!(topic = %name, error = %format!("{e:#}"), "applying topic config failed");
                 return Err(KafkaError {
@@ -398,7 +423,7 @@ fn alter_resource(
             let _admin = admin_lock();
             broker
                 .meta_mut()
-                .incremental_alter_broker_configs(scope, &ops, validate_only)?;
+                .incremental_alter_broker_configs(scope, ops, validate_only)?;
             if !validate_only && let Err(e) = broker.reconfigure_all_topics() {
                 tracing::error!(error = %format!("{e:#}"), "applying broker config failed");
                 return Err(KafkaError {
@@ -425,7 +450,151 @@ fn alter_resource(
                 None => Ok(()),
             }
         }
-        RESOURCE_GROUP => super::group_configs::alter(broker, name, &ops, validate_only),
+        RESOURCE_GROUP => super::group_configs::alter(broker, name, ops, validate_only),
         other => Err(invalid_request(format!("Unknown resource type {other}"))),
     }
+}
+
+// ----- AlterConfigs (legacy) -----------------------------------------------------------------
+
+pub fn handle_legacy_alter(ctx: &RequestContext, request: AlterConfigsRequest) -> Response {
+    let mut counts: HashMap<(i8, ByteString), usize> = HashMap::new();
+    for resource in &request.resources {
+        *counts
+            .entry((resource.resource_type, resource.resource_name.clone()))
+            .or_default() += 1;
+    }
+    let responses = request
+        .resources
+        .into_iter()
+        .map(|resource| {
+            let key = (resource.resource_type, resource.resource_name.clone());
+            let outcome = if counts.get(&key).copied().unwrap_or(0) > 1 {
+                Err(invalid_request("Each resource must appear at most once."))
+            } else {
+                authorize_resource(
+                    ctx,
+                    resource.resource_type,
+                    &resource.resource_name,
+                    AclOperation::AlterConfigs,
+                )
+                .and_then(|()| {
+                    let given: Vec<(String, Option<String>)> = resource
+                        .configs
+                        .iter()
+                        .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                        .collect();
+                    legacy_alter(
+                        &ctx.broker,
+                        resource.resource_type,
+                        &resource.resource_name,
+                        &given,
+                        request.validate_only,
+                    )
+                })
+            };
+            let (error_code, error_message) = match outcome {
+                Ok(()) => (error_codes::NONE, None),
+                Err(e) => (e.error_code(), e.message.map(bs)),
+            };
+            LegacyResourceResponse {
+                error_code,
+                error_message,
+                resource_type: resource.resource_type,
+                resource_name: resource.resource_name,
+                ..Default::default()
+            }
+        })
+        .collect();
+    Response::AlterConfigs(AlterConfigsResponse {
+        responses,
+        ..Default::default()
+    })
+}
+
+/// The operations that make `current` (a resource's dynamic configs) exactly `given`: SET each
+/// key given, DELETE every other key. Duplicate keys and null values are INVALID_REQUEST.
+pub fn replacing_ops(
+    current: impl IntoIterator<Item = String>,
+    given: &[(String, Option<String>)],
+) -> Result<Vec<AlterConfigOp>, KafkaError> {
+    let mut names = HashSet::new();
+    if !given.iter().all(|(name, _)| names.insert(name.as_str())) {
+        return Err(invalid_request("Error due to duplicate config keys"));
+    }
+    let nulls: Vec<&str> = given
+        .iter()
+        .filter(|(_, v)| v.is_none())
+        .map(|(n, _)| n.as_str())
+        .collect();
+    if !nulls.is_empty() {
+        return Err(invalid_request(format!(
+            "Null value not supported for : {}",
+            nulls.join(", ")
+        )));
+    }
+    let mut ops: Vec<AlterConfigOp> = given
+        .iter()
+        .map(|(name, value)| AlterConfigOp {
+            name: name.clone(),
+            op: AlterConfigOpType::Set,
+            value: value.clone(),
+        })
+        .collect();
+    ops.extend(
+        current
+            .into_iter()
+            .filter(|name| !names.contains(name.as_str()))
+            .map(|name| AlterConfigOp {
+                name,
+                op: AlterConfigOpType::Delete,
+                value: None,
+            }),
+    );
+    Ok(ops)
+}
+
+fn legacy_alter(
+    broker: &Broker,
+    resource_type: i8,
+    name: &str,
+    given: &[(String, Option<String>)],
+    validate_only: bool,
+) -> Result<(), KafkaError> {
+    let current: Vec<String> = match resource_type {
+        RESOURCE_TOPIC => match broker.meta().topic(name) {
+            Some(topic) => topic.configs.keys().cloned().collect(),
+            None => {
+                return Err(KafkaError {
+                    code: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                    message: Some(format!("Topic {name} does not exist.")),
+                });
+            }
+        },
+        RESOURCE_BROKER => {
+            let scope = if name.is_empty() {
+                BrokerConfigScope::ClusterDefault
+            } else {
+                check_node_id(broker, name, false)?;
+                BrokerConfigScope::ThisBroker
+            };
+            broker
+                .meta()
+                .dynamic_broker_configs(scope)
+                .into_keys()
+                .collect()
+        }
+        RESOURCE_BROKER_LOGGER => {
+            return Err(invalid_request(
+                "AlterConfigs is deprecated and does not support the resource type BROKER_LOGGER",
+            ));
+        }
+        other => {
+            return Err(invalid_request(format!(
+                "AlterConfigs does not support resource type {other}; use IncrementalAlterConfigs"
+            )));
+        }
+    };
+    let ops = replacing_ops(current, given)?;
+    apply_ops(broker, resource_type, name, &ops, validate_only)
 }

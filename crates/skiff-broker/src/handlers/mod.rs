@@ -133,6 +133,7 @@ pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
         Request::CreatePartitions(r) => topics::handle_create_partitions(ctx, r).into(),
         Request::DescribeConfigs(r) => configs::handle_describe(ctx, r).into(),
         Request::IncrementalAlterConfigs(r) => configs::handle_incremental_alter(ctx, r).into(),
+        Request::AlterConfigs(r) => configs::handle_legacy_alter(ctx, r).into(),
         Request::DeleteRecords(r) => records_admin::handle(ctx, r),
         Request::InitProducerId(r) => producer_id::handle(ctx, r),
         Request::DescribeCluster(r) => cluster::handle(ctx, r).into(),
