@@ -287,6 +287,21 @@ def test_admin_legacy_alter_configs_replaces_the_set(b3, admin):
     assert describe()["cleanup.policy"].value == "compact"
 
 
+def test_admin_describe_topics(b3, admin):
+    from confluent_kafka import TopicCollection
+
+    topic = topic_name("desc")
+    produce_all(producer(b3.bootstrap, acks="all"), topic, {0: make_records(1, "d")})
+    futures = admin.describe_topics(TopicCollection([topic]), request_timeout=15,
+                                    include_authorized_operations=True)
+    described = _result(futures[topic])
+    assert described.name == topic and not described.is_internal
+    assert [p.id for p in described.partitions] == list(range(PARTS))
+    for p in described.partitions:
+        assert p.leader.id == 1 and [r.id for r in p.replicas] == [1] and [r.id for r in p.isr] == [1]
+    assert described.authorized_operations
+
+
 def test_admin_delete_records(b3, admin):
     from confluent_util import consumer
 

@@ -14,6 +14,7 @@ pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::ListOffsets => (1, 10),
         ApiKey::OffsetForLeaderEpoch => (2, 4),
         ApiKey::Metadata => (0, 13),
+        ApiKey::DescribeTopicPartitions => (0, 0),
         ApiKey::OffsetCommit => (2, 10),
         ApiKey::OffsetFetch => (1, 10),
         ApiKey::FindCoordinator => (0, 6),

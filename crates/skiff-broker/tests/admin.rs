@@ -393,6 +393,7 @@ async fn api_versions_advertises_the_admin_apis() {
         (ApiKey::IncrementalAlterConfigs, 0, 1),
         (ApiKey::AlterConfigs, 0, 2),
         (ApiKey::OffsetForLeaderEpoch, 2, 4),
+        (ApiKey::DescribeTopicPartitions, 0, 0),
         (ApiKey::DescribeCluster, 0, 2),
         (ApiKey::DescribeLogDirs, 1, 4),
     ];
@@ -1482,5 +1483,117 @@ async fn legacy_alter_configs_replaces_the_whole_set() {
     );
     assert_eq!(legacy_alter(&mut c, 2, 4, "", &[], false).await.0, 0);
     assert_ne!(config_value(&mut c, 4, "1", "log.retention.ms").await.1, 3);
+    tb.stop().await;
+}
+
+/// DescribeTopicPartitions v0: one page, as (topic, error, partitions) and the next cursor.
+async fn describe_page(
+    c: &mut Client,
+    topics: &[&str],
+    limit: i32,
+    cursor: Option<(&str, i32)>,
+) -> (Vec<(String, i16, Vec<i32>)>, Option<(String, i32)>) {
+    use skiff_protocol::generated::DescribeTopicPartitionsRequest;
+    use skiff_protocol::generated::describe_topic_partitions_request::{Cursor, TopicRequest};
+    let request = DescribeTopicPartitionsRequest {
+        topics: topics
+            .iter()
+            .map(|t| TopicRequest {
+                name: (*t).into(),
+                ..Default::default()
+            })
+            .collect(),
+        response_partition_limit: limit,
+        cursor: cursor.map(|(t, p)| Cursor {
+            topic_name: t.into(),
+            partition_index: p,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    match c.call(request, 0).await {
+        Response::DescribeTopicPartitions(r) => (
+            r.topics
+                .iter()
+                .map(|t| {
+                    for p in &t.partitions {
+                        assert_eq!((p.leader_id, &p.replica_nodes), (1, &vec![1]), "{p:?}");
+                    }
+                    (
+                        t.name.as_deref().unwrap_or_default().to_string(),
+                        t.error_code,
+                        t.partitions.iter().map(|p| p.partition_index).collect(),
+                    )
+                })
+                .collect(),
+            r.next_cursor
+                .map(|c| (c.topic_name.to_string(), c.partition_index)),
+        ),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// DescribeTopicPartitions pages through every topic's partitions by cursor, in name order; named
+/// topics that are unknown are UNKNOWN_TOPIC_OR_PARTITION; a cursor outside the named topics or
+/// with a negative partition is INVALID_REQUEST.
+#[tokio::test]
+async fn describe_topic_partitions_pages_by_cursor() {
+    let tb = TestBroker::start().await;
+    let mut c = tb.client().await;
+    for (name, n) in [("dtp-c", 1), ("dtp-a", 3), ("dtp-b", 2)] {
+        assert_eq!(
+            create(&mut c, 7, new_topic(name, n, -1)).await.error_code,
+            0
+        );
+    }
+    let s = |t: &str| t.to_string();
+    assert_eq!(
+        describe_page(&mut c, &[], 2, None).await,
+        (vec![(s("dtp-a"), 0, vec![0, 1])], Some((s("dtp-a"), 2)))
+    );
+    assert_eq!(
+        describe_page(&mut c, &[], 2, Some(("dtp-a", 2))).await,
+        (
+            vec![(s("dtp-a"), 0, vec![2]), (s("dtp-b"), 0, vec![0])],
+            Some((s("dtp-b"), 1))
+        )
+    );
+    assert_eq!(
+        describe_page(&mut c, &[], 2, Some(("dtp-b", 1))).await,
+        (
+            vec![(s("dtp-b"), 0, vec![1]), (s("dtp-c"), 0, vec![0])],
+            None
+        )
+    );
+    // A page that ends with a topic, more to come: the cursor is the next topic's start.
+    assert_eq!(
+        describe_page(&mut c, &[], 3, None).await,
+        (vec![(s("dtp-a"), 0, vec![0, 1, 2])], Some((s("dtp-b"), 0)))
+    );
+    // Named topics, in name order, an unknown one answered as such.
+    assert_eq!(
+        describe_page(&mut c, &["dtp-c", "nope", "dtp-b"], 2000, None).await,
+        (
+            vec![
+                (s("dtp-b"), 0, vec![0, 1]),
+                (s("dtp-c"), 0, vec![0]),
+                (s("nope"), error_codes::UNKNOWN_TOPIC_OR_PARTITION, vec![]),
+            ],
+            None
+        )
+    );
+    for (topics, cursor) in [
+        (&["dtp-a"][..], ("dtp-b", 0)),
+        (&["dtp-a"][..], ("dtp-a", -1)),
+    ] {
+        let (answered, _) = describe_page(&mut c, topics, 10, Some(cursor)).await;
+        assert!(
+            answered
+                .iter()
+                .all(|(_, code, _)| *code == error_codes::INVALID_REQUEST),
+            "{answered:?}"
+        );
+        assert!(!answered.is_empty());
+    }
     tb.stop().await;
 }

@@ -17,6 +17,7 @@ pub mod acls;
 pub mod api_versions;
 pub mod cluster;
 pub mod configs;
+pub mod describe_topics;
 pub mod fetch;
 pub mod group_configs;
 pub mod groups;
@@ -99,6 +100,7 @@ pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
     match request {
         Request::ApiVersions(r) => api_versions::handle(ctx, r).into(),
         Request::Metadata(r) => metadata::handle(ctx, r).into(),
+        Request::DescribeTopicPartitions(r) => describe_topics::handle(ctx, r).into(),
         Request::Produce(r) if produce::records_bytes(&r) >= LARGE_WRITE => {
             off_worker(|| produce::handle(ctx, r))
         }
