@@ -589,7 +589,10 @@ impl Broker {
         if self.cluster.is_some()
             && matches!(
                 api,
-                ApiKey::WriteTxnMarkers | ApiKey::DescribeProducers | ApiKey::DescribeLogDirs
+                ApiKey::WriteTxnMarkers
+                    | ApiKey::DescribeProducers
+                    | ApiKey::DescribeLogDirs
+                    | ApiKey::AlterPartitionReassignments
             )
         {
             return None;

@@ -394,6 +394,10 @@ async fn api_versions_advertises_the_admin_apis() {
         (ApiKey::AlterConfigs, 0, 2),
         (ApiKey::OffsetForLeaderEpoch, 2, 4),
         (ApiKey::DescribeTopicPartitions, 0, 0),
+        (ApiKey::ElectLeaders, 0, 2),
+        (ApiKey::AlterPartitionReassignments, 0, 1),
+        (ApiKey::ListPartitionReassignments, 0, 0),
+        (ApiKey::UpdateFeatures, 0, 2),
         (ApiKey::DescribeCluster, 0, 2),
         (ApiKey::DescribeLogDirs, 1, 4),
     ];
@@ -1594,6 +1598,140 @@ async fn describe_topic_partitions_pages_by_cursor() {
             "{answered:?}"
         );
         assert!(!answered.is_empty());
+    }
+    tb.stop().await;
+}
+
+/// ElectLeaders, the partition reassignment APIs and UpdateFeatures answer honestly for a node
+/// that is every partition's only replica: no election is needed, no reassignment is ever in
+/// progress, a reassignment to this node alone is done at once and any other is invalid, and the
+/// feature levels are fixed.
+#[tokio::test]
+async fn replica_and_feature_apis_answer_for_a_single_node() {
+    use skiff_protocol::generated::alter_partition_reassignments_request::{
+        ReassignablePartition, ReassignableTopic,
+    };
+    use skiff_protocol::generated::elect_leaders_request::TopicPartitions;
+    use skiff_protocol::generated::update_features_request::FeatureUpdateKey;
+    use skiff_protocol::generated::{
+        AlterPartitionReassignmentsRequest, ElectLeadersRequest, ListPartitionReassignmentsRequest,
+        UpdateFeaturesRequest,
+    };
+    let tb = TestBroker::start().await;
+    let mut c = tb.client().await;
+    assert_eq!(
+        create(&mut c, 7, new_topic("rep", 2, -1)).await.error_code,
+        0
+    );
+    for version in [0, 1, 2] {
+        let request = ElectLeadersRequest {
+            election_type: 0,
+            topic_partitions: Some(vec![
+                TopicPartitions {
+                    topic: "rep".into(),
+                    partitions: vec![0, 1, 5],
+                    ..Default::default()
+                },
+                TopicPartitions {
+                    topic: "nope".into(),
+                    partitions: vec![0],
+                    ..Default::default()
+                },
+            ]),
+            timeout_ms: 1000,
+            ..Default::default()
+        };
+        match c.call(request, version).await {
+            Response::ElectLeaders(r) => {
+                assert_eq!(r.error_code, 0);
+                let codes: Vec<(String, i32, i16)> = r
+                    .replica_election_results
+                    .iter()
+                    .flat_map(|t| {
+                        t.partition_result
+                            .iter()
+                            .map(move |p| (t.topic.to_string(), p.partition_id, p.error_code))
+                    })
+                    .collect();
+                assert_eq!(
+                    codes,
+                    vec![
+                        ("rep".into(), 0, error_codes::ELECTION_NOT_NEEDED),
+                        ("rep".into(), 1, error_codes::ELECTION_NOT_NEEDED),
+                        ("rep".into(), 5, error_codes::UNKNOWN_TOPIC_OR_PARTITION),
+                        ("nope".into(), 0, error_codes::UNKNOWN_TOPIC_OR_PARTITION),
+                    ]
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    match c
+        .call(ListPartitionReassignmentsRequest::default(), 0)
+        .await
+    {
+        Response::ListPartitionReassignments(r) => {
+            assert_eq!((r.error_code, r.topics.len()), (0, 0))
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let reassign = |replicas: Option<Vec<i32>>| AlterPartitionReassignmentsRequest {
+        timeout_ms: 1000,
+        topics: vec![ReassignableTopic {
+            name: "rep".into(),
+            partitions: vec![ReassignablePartition {
+                partition_index: 0,
+                replicas,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    for (replicas, want) in [
+        (Some(vec![1]), error_codes::NONE),
+        (Some(vec![1, 2]), error_codes::INVALID_REPLICA_ASSIGNMENT),
+        (Some(vec![2]), error_codes::INVALID_REPLICA_ASSIGNMENT),
+        (None, error_codes::NO_REASSIGNMENT_IN_PROGRESS),
+    ] {
+        match c.call(reassign(replicas.clone()), 1).await {
+            Response::AlterPartitionReassignments(r) => {
+                assert_eq!(r.error_code, 0);
+                assert_eq!(
+                    r.responses[0].partitions[0].error_code, want,
+                    "{replicas:?}"
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let update = |feature: &str, level: i16| UpdateFeaturesRequest {
+        timeout_ms: 1000,
+        feature_updates: vec![FeatureUpdateKey {
+            feature: feature.into(),
+            max_version_level: level,
+            upgrade_type: 1,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    for (feature, level, want) in [
+        ("group.version", 1, error_codes::NONE),
+        ("group.version", 0, error_codes::INVALID_UPDATE_VERSION),
+        ("share.version", 1, error_codes::NONE),
+        ("metadata.version", 21, error_codes::INVALID_UPDATE_VERSION),
+    ] {
+        match c.call(update(feature, level), 1).await {
+            Response::UpdateFeatures(r) => {
+                assert_eq!(r.error_code, 0);
+                assert_eq!(r.results[0].error_code, want, "{feature} {level}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        match c.call(update(feature, level), 2).await {
+            Response::UpdateFeatures(r) => assert_eq!(r.error_code, want, "{feature} {level}"),
+            other => panic!("unexpected {other:?}"),
+        }
     }
     tb.stop().await;
 }

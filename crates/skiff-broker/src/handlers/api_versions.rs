@@ -28,12 +28,12 @@ pub fn advertised(broker: &Broker) -> Vec<ApiVersion> {
 
 /// The features (KIP-584) Skiff supports, with their version ranges: `group.version` 1 is the
 /// KIP-848 consumer group protocol, `share.version` 1 KIP-932 share groups.
-const SUPPORTED_FEATURES: [(&str, i16, i16); 2] =
+pub const SUPPORTED_FEATURES: [(&str, i16, i16); 2] =
     [("group.version", 0, 1), ("share.version", 0, 1)];
 
 /// The finalized level of each feature on this broker (a level-0 feature is not listed, as
 /// Kafka does not list it).
-fn finalized_features(broker: &Broker) -> Vec<(&'static str, i16)> {
+pub fn finalized_features(broker: &Broker) -> Vec<(&'static str, i16)> {
     let mut finalized = vec![("group.version", 1)];
     if broker.serves(ApiKey::ShareGroupHeartbeat).is_some() {
         finalized.push(("share.version", 1));

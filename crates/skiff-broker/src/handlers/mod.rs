@@ -28,6 +28,7 @@ pub mod metadata;
 pub mod produce;
 pub mod producer_id;
 pub mod records_admin;
+pub mod replicas;
 pub mod resources;
 pub mod scram;
 pub mod share_fetch;
@@ -140,6 +141,10 @@ pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
         Request::InitProducerId(r) => producer_id::handle(ctx, r),
         Request::DescribeCluster(r) => cluster::handle(ctx, r).into(),
         Request::DescribeLogDirs(r) => log_dirs::handle(ctx, r).into(),
+        Request::ElectLeaders(r) => replicas::elect_leaders(ctx, r).into(),
+        Request::ListPartitionReassignments(r) => replicas::list_reassignments(ctx, r).into(),
+        Request::AlterPartitionReassignments(r) => replicas::alter_reassignments(ctx, r).into(),
+        Request::UpdateFeatures(r) => replicas::update_features(ctx, r).into(),
         Request::OffsetForLeaderEpoch(r) => leader_epoch::handle(ctx, r),
         Request::AddPartitionsToTxn(r) => txn::add_partitions_to_txn(ctx, r),
         Request::AddOffsetsToTxn(r) => txn::add_offsets_to_txn(ctx, r),
