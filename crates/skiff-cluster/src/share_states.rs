@@ -48,6 +48,25 @@ pub enum Write<'a> {
     Delta(&'a [u8]),
 }
 
+/// A share partition's deltas since its snapshot, oldest first.
+async fn deltas(
+    tx: &tokio_postgres::Transaction<'_>,
+    key: &ShareKey<'_>,
+) -> Result<Vec<Vec<u8>>, DbError> {
+    let rows = tx
+        .query(
+            "SELECT delta FROM share_partition_deltas
+              WHERE group_id = $1 AND topic_id = $2 AND partition = $3
+              ORDER BY seq",
+            &[&key.group_id, &key.topic_id, &key.partition],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<Vec<Vec<u8>>, _>>()?)
+}
+
 /// Claims a share partition for broker `node`: bumps its epoch and reads its state. A share
 /// partition without a row is created from `seed` (the coordinator's initial state) when that
 /// record exists; `None` when neither does (the share partition has no state).
@@ -72,17 +91,7 @@ pub async fn claim(
         if let Some(row) = row {
             let epoch: i64 = row.try_get(0)?;
             let snapshot: Vec<u8> = row.try_get(1)?;
-            let deltas = tx
-                .query(
-                    "SELECT delta FROM share_partition_deltas
-                      WHERE group_id = $1 AND topic_id = $2 AND partition = $3
-                      ORDER BY seq",
-                    &[&key.group_id, &key.topic_id, &key.partition],
-                )
-                .await?
-                .iter()
-                .map(|r| r.try_get(0))
-                .collect::<Result<Vec<Vec<u8>>, _>>()?;
+            let deltas = deltas(&tx, key).await?;
             tx.commit().await?;
             return Ok(Some(Claimed {
                 epoch,
@@ -227,17 +236,7 @@ pub async fn read(db: &Db, key: &ShareKey<'_>) -> Result<Option<(Vec<u8>, Vec<Ve
         return Ok(None);
     };
     let snapshot: Vec<u8> = row.try_get(0)?;
-    let deltas = tx
-        .query(
-            "SELECT delta FROM share_partition_deltas
-              WHERE group_id = $1 AND topic_id = $2 AND partition = $3
-              ORDER BY seq",
-            &[&key.group_id, &key.topic_id, &key.partition],
-        )
-        .await?
-        .iter()
-        .map(|r| r.try_get(0))
-        .collect::<Result<Vec<Vec<u8>>, _>>()?;
+    let deltas = deltas(&tx, key).await?;
     tx.commit().await?;
     Ok(Some((snapshot, deltas)))
 }

@@ -254,6 +254,21 @@ pub struct Read {
     pub aborted: Option<Vec<(i64, i64)>>,
 }
 
+impl Read {
+    /// The aborted transactions as partition reads give them (read_committed; `None` otherwise).
+    pub fn aborted_transactions(&mut self) -> Option<Vec<crate::partition::Aborted>> {
+        self.aborted.take().map(|aborted| {
+            aborted
+                .into_iter()
+                .map(|(producer_id, first_offset)| crate::partition::Aborted {
+                    producer_id,
+                    first_offset,
+                })
+                .collect()
+        })
+    }
+}
+
 fn storage_error(e: impl std::fmt::Display) -> (ErrorCode, String) {
     (ErrorCode::KAFKA_STORAGE_ERROR, e.to_string())
 }

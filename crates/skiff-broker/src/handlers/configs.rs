@@ -270,44 +270,60 @@ fn described(entry: &ConfigEntry, include_synonyms: bool) -> DescribeConfigsReso
 
 // ----- IncrementalAlterConfigs ---------------------------------------------------------------
 
+/// Each resource's outcome (error code, message), in order, as Kafka's alter handlers give
+/// them: a resource named twice is INVALID_REQUEST, one the principal may not ALTER_CONFIGS is
+/// refused, and the others are `alter`ed.
+fn alter_each<R>(
+    ctx: &RequestContext,
+    resources: &[R],
+    key: impl Fn(&R) -> (i8, &ByteString),
+    alter: impl Fn(&R) -> Result<(), KafkaError>,
+) -> Vec<(i16, Option<ByteString>)> {
+    let mut counts: HashMap<(i8, &ByteString), usize> = HashMap::new();
+    for resource in resources {
+        *counts.entry(key(resource)).or_default() += 1;
+    }
+    resources
+        .iter()
+        .map(|resource| {
+            let (resource_type, name) = key(resource);
+            let outcome = if counts.get(&(resource_type, name)).copied().unwrap_or(0) > 1 {
+                Err(invalid_request("Each resource must appear at most once."))
+            } else {
+                authorize_resource(ctx, resource_type, name, AclOperation::AlterConfigs)
+                    .and_then(|()| alter(resource))
+            };
+            match outcome {
+                Ok(()) => (error_codes::NONE, None),
+                Err(e) => (e.error_code(), e.message.map(bs)),
+            }
+        })
+        .collect()
+}
+
 pub fn handle_incremental_alter(
     ctx: &RequestContext,
     request: IncrementalAlterConfigsRequest,
 ) -> Response {
-    let mut counts: HashMap<(i8, ByteString), usize> = HashMap::new();
-    for resource in &request.resources {
-        *counts
-            .entry((resource.resource_type, resource.resource_name.clone()))
-            .or_default() += 1;
-    }
+    let outcomes = alter_each(
+        ctx,
+        &request.resources,
+        |r| (r.resource_type, &r.resource_name),
+        |r| alter_resource(&ctx.broker, r, request.validate_only),
+    );
     let responses = request
         .resources
         .into_iter()
-        .map(|resource| {
-            let key = (resource.resource_type, resource.resource_name.clone());
-            let outcome = if counts.get(&key).copied().unwrap_or(0) > 1 {
-                Err(invalid_request("Each resource must appear at most once."))
-            } else {
-                authorize_resource(
-                    ctx,
-                    resource.resource_type,
-                    &resource.resource_name,
-                    AclOperation::AlterConfigs,
-                )
-                .and_then(|()| alter_resource(&ctx.broker, &resource, request.validate_only))
-            };
-            let (error_code, error_message) = match outcome {
-                Ok(()) => (error_codes::NONE, None),
-                Err(e) => (e.error_code(), e.message.map(bs)),
-            };
-            AlterConfigsResourceResponse {
+        .zip(outcomes)
+        .map(
+            |(resource, (error_code, error_message))| AlterConfigsResourceResponse {
                 error_code,
                 error_message,
                 resource_type: resource.resource_type,
                 resource_name: resource.resource_name,
                 ..Default::default()
-            }
-        })
+            },
+        )
         .collect();
     Response::IncrementalAlterConfigs(IncrementalAlterConfigsResponse {
         responses,
@@ -458,53 +474,38 @@ fn apply_ops(
 // ----- AlterConfigs (legacy) -----------------------------------------------------------------
 
 pub fn handle_legacy_alter(ctx: &RequestContext, request: AlterConfigsRequest) -> Response {
-    let mut counts: HashMap<(i8, ByteString), usize> = HashMap::new();
-    for resource in &request.resources {
-        *counts
-            .entry((resource.resource_type, resource.resource_name.clone()))
-            .or_default() += 1;
-    }
+    let outcomes = alter_each(
+        ctx,
+        &request.resources,
+        |r| (r.resource_type, &r.resource_name),
+        |r| {
+            let given: Vec<(String, Option<String>)> = r
+                .configs
+                .iter()
+                .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                .collect();
+            legacy_alter(
+                &ctx.broker,
+                r.resource_type,
+                &r.resource_name,
+                &given,
+                request.validate_only,
+            )
+        },
+    );
     let responses = request
         .resources
         .into_iter()
-        .map(|resource| {
-            let key = (resource.resource_type, resource.resource_name.clone());
-            let outcome = if counts.get(&key).copied().unwrap_or(0) > 1 {
-                Err(invalid_request("Each resource must appear at most once."))
-            } else {
-                authorize_resource(
-                    ctx,
-                    resource.resource_type,
-                    &resource.resource_name,
-                    AclOperation::AlterConfigs,
-                )
-                .and_then(|()| {
-                    let given: Vec<(String, Option<String>)> = resource
-                        .configs
-                        .iter()
-                        .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
-                        .collect();
-                    legacy_alter(
-                        &ctx.broker,
-                        resource.resource_type,
-                        &resource.resource_name,
-                        &given,
-                        request.validate_only,
-                    )
-                })
-            };
-            let (error_code, error_message) = match outcome {
-                Ok(()) => (error_codes::NONE, None),
-                Err(e) => (e.error_code(), e.message.map(bs)),
-            };
-            LegacyResourceResponse {
+        .zip(outcomes)
+        .map(
+            |(resource, (error_code, error_message))| LegacyResourceResponse {
                 error_code,
                 error_message,
                 resource_type: resource.resource_type,
                 resource_name: resource.resource_name,
                 ..Default::default()
-            }
-        })
+            },
+        )
         .collect();
     Response::AlterConfigs(AlterConfigsResponse {
         responses,

@@ -442,7 +442,7 @@ async fn cluster_read(
         };
         match read {
             Err(code) => failed_read(code),
-            Ok(read) => {
+            Ok(mut read) => {
                 // Whole batches within `want` (the first whole even if larger); none once the
                 // request's budget is spent (`want` 0).
                 let mut records = bytes::BytesMut::new();
@@ -457,15 +457,7 @@ async fn cluster_read(
                     last_stable_offset: read.last_stable,
                     log_start_offset: read.log_start,
                     records: Ok(records.freeze()),
-                    aborted: read.aborted.map(|aborted| {
-                        aborted
-                            .into_iter()
-                            .map(|(producer_id, first_offset)| crate::partition::Aborted {
-                                producer_id,
-                                first_offset,
-                            })
-                            .collect()
-                    }),
+                    aborted: read.aborted_transactions(),
                 }
             }
         }

@@ -330,6 +330,15 @@ impl Plan {
         SharePartitionKey::new(self.who.group_id.clone(), tp.0, tp.1)
     }
 
+    /// Where the share partition of `tp` reads next, when it could acquire anything.
+    fn next_offset(&self, broker: &Broker, tp: TopicPartition) -> Option<i64> {
+        broker
+            .share
+            .next_fetch_offset(broker.share_store(), &self.key(tp), self.who.settings.share)
+            .ok()
+            .flatten()
+    }
+
     /// Whether any partition can be read (the others are errors).
     fn has_readable(&self) -> bool {
         self.targets.iter().any(|t| t.partition.is_ok())
@@ -342,12 +351,7 @@ impl Plan {
             let Ok(source) = &target.partition else {
                 continue;
             };
-            let next = broker.share.next_fetch_offset(
-                broker.share_store(),
-                &self.key(target.tp),
-                self.who.settings.share,
-            );
-            let Ok(Some(offset)) = next else {
+            let Some(offset) = self.next_offset(broker, target.tp) else {
                 continue;
             };
             match source {
@@ -391,12 +395,7 @@ impl Plan {
             let Ok(Source::Cluster(key, log_append_time)) = &target.partition else {
                 continue;
             };
-            let next = broker.share.next_fetch_offset(
-                broker.share_store(),
-                &self.key(target.tp),
-                self.who.settings.share,
-            );
-            let Ok(Some(offset)) = next else {
+            let Some(offset) = self.next_offset(broker, target.tp) else {
                 continue;
             };
             let read = crate::cluster::fetch::read(
@@ -409,21 +408,12 @@ impl Plan {
             )
             .await;
             let (outcome, log_start) = match read {
-                Ok(read) => {
+                Ok(mut read) => {
                     let mut records = bytes::BytesMut::new();
                     for batch in &read.batches {
                         records.extend_from_slice(batch);
                     }
-                    let aborted: Option<Vec<crate::partition::Aborted>> =
-                        read.aborted.map(|aborted| {
-                            aborted
-                                .into_iter()
-                                .map(|(producer_id, first_offset)| crate::partition::Aborted {
-                                    producer_id,
-                                    first_offset,
-                                })
-                                .collect()
-                        });
+                    let aborted = read.aborted_transactions();
                     let chunk = LogChunk::parse(records.freeze(), aborted.as_deref());
                     (ReadOutcome::Chunk(chunk), read.log_start)
                 }
