@@ -641,7 +641,7 @@ impl Client {
     pub(crate) async fn named_assignment(
         &self,
         target: Vec<(Uuid, Vec<i32>)>,
-    ) -> BTreeMap<crate::consumer::TopicPartition, Uuid> {
+    ) -> BTreeMap<crate::topic_partition::TopicPartition, Uuid> {
         let mut named = BTreeMap::new();
         for (id, partitions) in target {
             let name = match self.topic_name(id).await {
@@ -652,7 +652,7 @@ impl Client {
                 }
             };
             for p in partitions {
-                named.insert(crate::consumer::TopicPartition::new(name.clone(), p), id);
+                named.insert(crate::topic_partition::TopicPartition::new(name.clone(), p), id);
             }
         }
         named

@@ -42,6 +42,7 @@ mod security;
 mod share_consumer;
 mod telemetry;
 mod tls;
+mod topic_partition;
 mod transaction;
 mod util;
 

@@ -44,27 +44,7 @@ use membership::membership_loop;
 use offsets::commit_positions;
 pub(crate) use offsets::list_offsets;
 
-/// A topic partition.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TopicPartition {
-    pub topic: String,
-    pub partition: i32,
-}
-
-impl TopicPartition {
-    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
-        TopicPartition {
-            topic: topic.into(),
-            partition,
-        }
-    }
-}
-
-impl std::fmt::Display for TopicPartition {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}-{}", self.topic, self.partition)
-    }
-}
+pub use crate::topic_partition::TopicPartition;
 
 /// Which records a consumer reads (`isolation.level`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
