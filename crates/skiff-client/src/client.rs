@@ -652,7 +652,10 @@ impl Client {
                 }
             };
             for p in partitions {
-                named.insert(crate::topic_partition::TopicPartition::new(name.clone(), p), id);
+                named.insert(
+                    crate::topic_partition::TopicPartition::new(name.clone(), p),
+                    id,
+                );
             }
         }
         named
