@@ -1067,6 +1067,38 @@ fn emit_api(messages: &[Msg]) -> Result<String> {
             writeln!(out, "{enum_name}::{0}(_) => ApiKey::{0},", a.name)?;
         }
         out.push_str("} }\n\n");
+        if !pick {
+            // Quotas (KIP-219) set the throttle time of whatever response a throttled request
+            // gets.
+            out.push_str(
+                "/// Sets the response's `ThrottleTimeMs` (responses without one are left as they are).\n\
+                 pub fn set_throttle_time_ms(&mut self, ms: i32) { match self {\n",
+            );
+            for a in &apis {
+                let throttled = a.response.structs.iter().any(|s| {
+                    s.name == a.response.raw_name
+                        && s.fields.iter().any(|f| f.schema_name == "ThrottleTimeMs")
+                });
+                if throttled {
+                    writeln!(out, "Response::{}(m) => m.throttle_time_ms = ms,", a.name)?;
+                }
+            }
+            out.push_str("_ => {} } }\n\n");
+            out.push_str(
+                "/// The response's `ThrottleTimeMs` (0 for responses without one).\n\
+                 pub fn throttle_time_ms(&self) -> i32 { match self {\n",
+            );
+            for a in &apis {
+                let throttled = a.response.structs.iter().any(|s| {
+                    s.name == a.response.raw_name
+                        && s.fields.iter().any(|f| f.schema_name == "ThrottleTimeMs")
+                });
+                if throttled {
+                    writeln!(out, "Response::{}(m) => m.throttle_time_ms,", a.name)?;
+                }
+            }
+            out.push_str("_ => 0 } }\n\n");
+        }
         writeln!(
             out,
             "/// Decodes a {} body of `api_key` at `version`.\npub fn decode(api_key: ApiKey, version: i16, buf: &mut Bytes) -> DecodeResult<Self> {{ Ok(match api_key {{",

@@ -23,6 +23,7 @@ mod owners;
 pub mod partition;
 mod partition_dirs;
 mod producer_ids;
+mod quotas;
 mod security;
 mod server;
 mod share;

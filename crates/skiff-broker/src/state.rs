@@ -166,6 +166,9 @@ impl crate::cluster::Host for Broker {
             },
             CREDENTIALS => self.security.mirror_credentials(body),
             CLIENT_METRICS => self.mirror_subscriptions(body),
+            crate::cluster::documents::CLIENT_QUOTAS => {
+                crate::quotas::decode(body).map(|q| self.quotas.set(q))
+            }
             _ => Ok(()),
         };
         if let Err(e) = mirrored {
@@ -304,6 +307,10 @@ pub struct Broker {
     pub(crate) groups: crate::groups::GroupCoordinator,
     /// KIP-932 share partitions and share sessions (ShareFetch, ShareAcknowledge).
     pub(crate) share: crate::share::ShareManager,
+    /// Client quotas: the configured ones and the meters (see [`crate::quotas`]).
+    pub(crate) quotas: crate::quotas::QuotaManager,
+    /// Held while a single node's quotas file is rewritten (one change at a time).
+    quota_writes: Mutex<()>,
     pub(crate) txns: crate::txns::TransactionCoordinator,
     pub(crate) clients: crate::clients::ClientRegistry,
     /// KIP-714 client metrics: subscriptions, instances, latest values.
@@ -425,6 +432,7 @@ impl Broker {
             .clone()
             .map(crate::otlp::Forwarder::start);
         let share = crate::share::ShareManager::new(config.share_max_sessions);
+        let quotas = crate::quotas::QuotaManager::open(&config.data_dir, cluster.is_some())?;
         let broker = Arc::new(Broker {
             config,
             cluster_id,
@@ -437,6 +445,8 @@ impl Broker {
             fetch_sessions: Mutex::default(),
             topics_generation: AtomicU64::new(0),
             share,
+            quotas,
+            quota_writes: Mutex::new(()),
             groups,
             txns,
             clients: crate::clients::ClientRegistry::default(),
@@ -571,6 +581,59 @@ impl Broker {
         stored?;
         if let Some(subs) = changed_to {
             *telemetry.subscriptions_mut() = subs;
+        }
+        Ok(Ok(()))
+    }
+
+    /// Changes the client quotas and stores them: in the data directory (crash-safe replace), or
+    /// in cluster mode in the cluster's document (the change applies to its current content,
+    /// under its lock). `Ok(Err(_))`: `change` refused, nothing changed.
+    pub fn alter_quotas<E>(
+        &self,
+        change: impl FnOnce(&mut skiff_quota::entity::Quotas) -> Result<(), E>,
+    ) -> Result<Result<(), E>> {
+        let Some(cluster) = &self.cluster else {
+            let _one_at_a_time = self
+                .quota_writes
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let mut changed = self.quotas.quotas();
+            if let Err(refusal) = change(&mut changed) {
+                return Ok(Err(refusal));
+            }
+            crate::node_file::write_atomically(
+                &self.config.data_dir.join(crate::quotas::QUOTAS_FILE),
+                &crate::quotas::encode(&changed)?,
+            )?;
+            self.quotas.set(changed);
+            return Ok(Ok(()));
+        };
+        use crate::cluster::documents::SharedDocuments;
+        let mut change = Some(change);
+        let mut refused = None;
+        let mut changed_to = None;
+        let stored = cluster.update(crate::cluster::documents::CLIENT_QUOTAS, &mut |current| {
+            let mut quotas = match current {
+                Some(body) => crate::quotas::decode(body)?,
+                None => skiff_quota::entity::Quotas::default(),
+            };
+            let change = change
+                .take()
+                .ok_or_else(|| anyhow::anyhow!("a quota change ran twice"))?;
+            if let Err(refusal) = change(&mut quotas) {
+                refused = Some(refusal);
+                anyhow::bail!("refused");
+            }
+            let body = crate::quotas::encode(&quotas)?;
+            changed_to = Some(quotas);
+            Ok(body)
+        });
+        if let Some(refusal) = refused {
+            return Ok(Err(refusal));
+        }
+        stored?;
+        if let Some(quotas) = changed_to {
+            self.quotas.set(quotas);
         }
         Ok(Ok(()))
     }

@@ -53,6 +53,8 @@ pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
         ApiKey::AlterPartitionReassignments => (0, 1),
         ApiKey::ListPartitionReassignments => (0, 0),
         ApiKey::UpdateFeatures => (0, 2),
+        ApiKey::DescribeClientQuotas => (0, 1),
+        ApiKey::AlterClientQuotas => (0, 1),
         ApiKey::AddPartitionsToTxn => (0, 3),
         ApiKey::AddOffsetsToTxn => (0, 3),
         ApiKey::EndTxn => (0, 3),

@@ -329,5 +329,6 @@ pub fn render_metrics(broker: &Broker) -> String {
             );
         }
     }
+    broker.quotas.metrics(&mut out);
     out
 }

@@ -1,5 +1,5 @@
-//! Documents every broker mirrors in cluster mode: the ACLs, the SCRAM credentials and the
-//! CLIENT_METRICS subscriptions, kept whole in PostgreSQL (`skiff_cluster::documents`) in the
+//! Documents every broker mirrors in cluster mode: the ACLs, the SCRAM credentials, the
+//! CLIENT_METRICS subscriptions and the client quotas, kept whole in PostgreSQL (`skiff_cluster::documents`) in the
 //! same encoding a single node keeps in its data directory.
 //!
 //! A change is made through [`SharedDocuments::update`] (a read-modify-write under the
@@ -17,6 +17,7 @@ use super::{Cluster, Host};
 pub const ACLS: &str = "acls";
 pub const CREDENTIALS: &str = "scram-credentials";
 pub const CLIENT_METRICS: &str = "client-metrics";
+pub const CLIENT_QUOTAS: &str = "client-quotas";
 
 /// A change of a document: its current bytes (`None`: never written) to its new bytes.
 pub type Change<'a> = dyn FnMut(Option<&[u8]>) -> Result<Vec<u8>> + 'a;

@@ -93,6 +93,9 @@ pub struct Connection {
     /// This connection sent a share-session request: its share sessions are closed with it
     /// (the others skip that work when they close).
     share_sessions: bool,
+    /// A client quota throttled a response: nothing more is read from the client before this
+    /// (KIP-219).
+    muted_until: Option<tokio::time::Instant>,
 }
 
 /// The responses queue of a connection while one request is handled: the response pushed takes
@@ -177,6 +180,7 @@ impl Connection {
             id,
             record,
             share_sessions: false,
+            muted_until: None,
         }
     }
 
@@ -226,8 +230,19 @@ impl Connection {
             if closing.is_some() && pending.is_empty() {
                 break;
             }
-            let can_read = closing.is_none() && pending.len() < max_in_flight;
+            let muted = self
+                .muted_until
+                .is_some_and(|t| t > tokio::time::Instant::now());
+            let can_read = closing.is_none() && pending.len() < max_in_flight && !muted;
+            let unmute = self.muted_until;
             tokio::select! {
+                () = async {
+                    if let Some(t) = unmute {
+                        tokio::time::sleep_until(t).await;
+                    }
+                }, if muted => {
+                    self.muted_until = None;
+                }
                 frame = self.reader.next_frame(), if can_read => {
                     match frame {
                         Ok(Some(frame)) => {
@@ -255,6 +270,12 @@ impl Connection {
                     while let Some(done) = next.take() {
                         match done {
                             Some(Outgoing::Response(version, correlation_id, response)) => {
+                                let throttle = response.throttle_time_ms();
+                                if throttle > 0 && crate::quotas::client_throttles(response.api_key(), version) {
+                                    let until = tokio::time::Instant::now()
+                                        + std::time::Duration::from_millis(u64::try_from(throttle).unwrap_or(0));
+                                    self.muted_until = Some(self.muted_until.map_or(until, |t| t.max(until)));
+                                }
                                 if let Err(e) = encode_response_frame_chunked(&mut out, &response, version, correlation_id) {
                                     tracing::error!(error = %e, api = ?response.api_key(), version, "could not encode a response; closing");
                                     return "encode error";
@@ -296,6 +317,7 @@ impl Connection {
     /// response is ready (or, for acks=0, until it is handled).
     fn on_frame(&mut self, frame: Frame, pending: &mut FuturesOrdered<Pending>) -> Next {
         let Frame { body, budget } = frame;
+        let request_bytes = body.len();
         let mut pending = Holding { pending, budget };
         let pending = &mut pending;
         if self
@@ -487,7 +509,33 @@ impl Connection {
                     .zip(record.software_version.clone())
             },
         };
-        match handlers::dispatch(&ctx, request) {
+        let started = std::time::Instant::now();
+        let reply = handlers::dispatch(&ctx, request);
+        let reply = if self.broker.quotas.any() {
+            let who = crate::quotas::Requester {
+                user: &ctx.principal.name,
+                client_id: ctx.client_id.as_deref().unwrap_or(""),
+                instance: ctx.instance_id.map(|id| id.to_string()),
+            };
+            let (reply, mute_ms) = crate::quotas::enforce(
+                &ctx.broker,
+                &who,
+                api_key,
+                version,
+                request_bytes,
+                started.elapsed(),
+                reply,
+            );
+            if mute_ms > 0 {
+                let until = tokio::time::Instant::now()
+                    + std::time::Duration::from_millis(u64::try_from(mute_ms).unwrap_or(0));
+                self.muted_until = Some(self.muted_until.map_or(until, |t| t.max(until)));
+            }
+            reply
+        } else {
+            reply
+        };
+        match reply {
             Reply::Now(response) => respond(pending, version, correlation_id, response),
             Reply::Later(future) => {
                 pending.push_back(Box::pin(async move {

@@ -27,6 +27,7 @@ pub mod log_dirs;
 pub mod metadata;
 pub mod produce;
 pub mod producer_id;
+pub mod quotas;
 pub mod records_admin;
 pub mod replicas;
 pub mod resources;
@@ -141,6 +142,8 @@ pub fn dispatch(ctx: &RequestContext, request: Request) -> Reply {
         Request::InitProducerId(r) => producer_id::handle(ctx, r),
         Request::DescribeCluster(r) => cluster::handle(ctx, r).into(),
         Request::DescribeLogDirs(r) => log_dirs::handle(ctx, r).into(),
+        Request::DescribeClientQuotas(r) => quotas::describe(ctx, r).into(),
+        Request::AlterClientQuotas(r) => quotas::alter(ctx, r).into(),
         Request::ElectLeaders(r) => replicas::elect_leaders(ctx, r).into(),
         Request::ListPartitionReassignments(r) => replicas::list_reassignments(ctx, r).into(),
         Request::AlterPartitionReassignments(r) => replicas::alter_reassignments(ctx, r).into(),

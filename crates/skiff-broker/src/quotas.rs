@@ -1,0 +1,377 @@
+//! Client quotas in the broker (Kafka's `ClientQuotaManager` and KIP-219), with the rules of
+//! [`skiff_quota`]: the configured quotas (AlterClientQuotas, kept in `data.dir/client-quotas.json`
+//! written crash-safely, or in cluster mode in the cluster's `client-quotas` document that every
+//! broker mirrors), and the meters that measure each bucket's rate.
+//!
+//! What is measured, as Kafka measures it: a Produce request's size against
+//! `producer_byte_rate`, a Fetch response's record bytes against `consumer_byte_rate` (a
+//! throttled fetch answers without its records, as Kafka's throttled response does), and the
+//! time a request's handler runs on the connection's worker against `request_percentage` (a
+//! percentage of one thread; ApiVersions and SASL are exempt). A throttled response carries its
+//! throttle time, and the connection reads nothing more from the client until it has passed
+//! (KIP-219); clients too old to throttle themselves (Produce before v6, Fetch before v8) get
+//! their response that much later instead. `controller_mutation_rate` (KIP-599) is not enforced
+//! yet, so AlterClientQuotas refuses it rather than store a quota that does nothing.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use skiff_protocol::{ApiKey, Response};
+use skiff_quota::entity::{Bucket, Key, Quotas};
+use skiff_quota::rate::{DEFAULT_SAMPLES, DEFAULT_WINDOW_MS, SampledRate};
+
+use crate::clock::now_ms;
+use crate::handlers::Reply;
+use crate::state::Broker;
+
+/// The quotas file in the data directory.
+pub const QUOTAS_FILE: &str = "client-quotas.json";
+
+/// Meters kept at most; beyond, idle ones are dropped first (a bounded memory whatever the
+/// number of client IDs seen).
+const MAX_METERS: usize = 100_000;
+
+/// Who a request is from, as quotas see it: the principal's name, the client ID and the KIP-1313
+/// instance ID.
+#[derive(Debug, Clone)]
+pub struct Requester<'a> {
+    pub user: &'a str,
+    pub client_id: &'a str,
+    pub instance: Option<String>,
+}
+
+/// Per quota key: responses throttled and the throttle time given.
+#[derive(Debug, Default)]
+pub struct Throttled {
+    pub responses: [AtomicU64; 4],
+    pub time_ms: [AtomicU64; 4],
+}
+
+fn index(key: Key) -> usize {
+    match key {
+        Key::ProducerByteRate => 0,
+        Key::ConsumerByteRate => 1,
+        Key::RequestPercentage => 2,
+        Key::ControllerMutationRate => 3,
+    }
+}
+
+struct Meter {
+    rate: SampledRate,
+    last_ms: i64,
+}
+
+/// The configured quotas and the meters of the buckets they are counted in.
+pub struct QuotaManager {
+    quotas: Mutex<Quotas>,
+    meters: Mutex<HashMap<(Key, Bucket), Meter>>,
+    pub throttled: Throttled,
+}
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Whether a client of `api` at `version` throttles itself on a response's throttle time (KIP-219):
+/// the broker then answers at once and reads nothing more from it for that long; older clients
+/// get their response that much later instead.
+pub fn client_throttles(api: ApiKey, version: i16) -> bool {
+    match api {
+        ApiKey::Produce => version >= 6,
+        ApiKey::Fetch => version >= 8,
+        _ => true,
+    }
+}
+
+/// Requests no quota counts (Kafka exempts these from the request quota).
+fn exempt(api: ApiKey) -> bool {
+    matches!(
+        api,
+        ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+    )
+}
+
+/// The record bytes of a Fetch response (what `consumer_byte_rate` counts).
+fn fetched_bytes(response: &Response) -> usize {
+    match response {
+        Response::Fetch(r) => r
+            .responses
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .map(|p| p.records.as_ref().map_or(0, |b| b.len()))
+            .sum(),
+        _ => 0,
+    }
+}
+
+/// A Fetch response without its records (a throttled fetch, as Kafka's throttled response).
+fn without_records(response: &mut Response) {
+    if let Response::Fetch(r) = response {
+        for p in r.responses.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+            p.records = Some(bytes::Bytes::new());
+            p.aborted_transactions = p.aborted_transactions.take().map(|_| Vec::new());
+        }
+    }
+}
+
+/// The response with `consumer_byte_rate` measured (Fetch) and the throttle time set; and how
+/// long an old client's response must wait.
+fn finish(
+    broker: &Broker,
+    who: &Requester<'_>,
+    api: ApiKey,
+    version: i16,
+    mut throttle: i64,
+    mut response: Response,
+) -> (Response, i64) {
+    if api == ApiKey::Fetch {
+        let bytes = fetched_bytes(&response);
+        if bytes > 0 {
+            let t = broker
+                .quotas
+                .record(Key::ConsumerByteRate, who, bytes as f64, now_ms());
+            if t > 0 {
+                without_records(&mut response);
+            }
+            throttle = throttle.max(t);
+        }
+    }
+    if throttle <= 0 {
+        return (response, 0);
+    }
+    let ms = i32::try_from(throttle).unwrap_or(i32::MAX);
+    response.set_throttle_time_ms(response.throttle_time_ms().max(ms));
+    let delay = if client_throttles(api, version) {
+        0
+    } else {
+        throttle
+    };
+    (response, delay)
+}
+
+async fn delayed(response: Response, delay_ms: i64) -> Response {
+    if delay_ms > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(
+            u64::try_from(delay_ms).unwrap_or(0),
+        ))
+        .await;
+    }
+    response
+}
+
+/// Applies the quotas to a request's reply: its size against `producer_byte_rate` (Produce),
+/// the handler's time against `request_percentage`, the response's records against
+/// `consumer_byte_rate` (Fetch). Returns the reply (its throttle time set, an old client's
+/// delayed) and, for a request without a response (acks=0), how long to mute the connection.
+pub fn enforce(
+    broker: &Arc<Broker>,
+    who: &Requester<'_>,
+    api: ApiKey,
+    version: i16,
+    request_bytes: usize,
+    handler_time: std::time::Duration,
+    reply: Reply,
+) -> (Reply, i64) {
+    if exempt(api) {
+        return (reply, 0);
+    }
+    let now = now_ms();
+    let mut throttle = 0;
+    if api == ApiKey::Produce {
+        throttle = broker
+            .quotas
+            .record(Key::ProducerByteRate, who, request_bytes as f64, now);
+    }
+    let percent = handler_time.as_nanos() as f64 * 100.0 / 1e9;
+    throttle = throttle.max(
+        broker
+            .quotas
+            .record(Key::RequestPercentage, who, percent, now),
+    );
+    match reply {
+        Reply::Nothing => (Reply::Nothing, throttle),
+        Reply::Now(response) => match finish(broker, who, api, version, throttle, response) {
+            (response, 0) => (Reply::Now(response), 0),
+            (response, delay) => (Reply::Later(Box::pin(delayed(response, delay))), 0),
+        },
+        Reply::Later(future) => {
+            let broker = Arc::clone(broker);
+            let user = who.user.to_string();
+            let client_id = who.client_id.to_string();
+            let instance = who.instance.clone();
+            (
+                Reply::Later(Box::pin(async move {
+                    let who = Requester {
+                        user: &user,
+                        client_id: &client_id,
+                        instance,
+                    };
+                    let response = future.await;
+                    let (response, delay) = finish(&broker, &who, api, version, throttle, response);
+                    delayed(response, delay).await
+                })),
+                0,
+            )
+        }
+    }
+}
+
+/// The quotas a document or file holds.
+pub fn decode(body: &[u8]) -> Result<Quotas> {
+    serde_json::from_slice(body).context("client quotas are not valid JSON")
+}
+
+pub fn encode(quotas: &Quotas) -> Result<Vec<u8>> {
+    serde_json::to_vec_pretty(quotas).context("serialising client quotas")
+}
+
+impl QuotaManager {
+    /// The quotas of `data_dir` (none in cluster mode: they are the cluster's, mirrored once
+    /// read).
+    pub fn open(data_dir: &Path, cluster: bool) -> Result<QuotaManager> {
+        let path = data_dir.join(QUOTAS_FILE);
+        let quotas = if cluster {
+            Quotas::default()
+        } else {
+            match std::fs::read(&path) {
+                Ok(bytes) => decode(&bytes).with_context(|| format!("{}", path.display()))?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Quotas::default(),
+                Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+            }
+        };
+        Ok(QuotaManager {
+            quotas: Mutex::new(quotas),
+            meters: Mutex::new(HashMap::new()),
+            throttled: Throttled::default(),
+        })
+    }
+
+    /// The configured quotas.
+    pub fn quotas(&self) -> Quotas {
+        locked(&self.quotas).clone()
+    }
+
+    /// The configured quotas are now these (stored, or mirrored from the cluster).
+    pub fn set(&self, quotas: Quotas) {
+        *locked(&self.quotas) = quotas;
+    }
+
+    /// Whether any quota is configured (the common case is none: nothing is measured then).
+    pub fn any(&self) -> bool {
+        locked(&self.quotas).entities().next().is_some()
+    }
+
+    /// Records `value` for `key` of `who` at `now_ms` and returns the throttle time its bucket
+    /// is owed (0 without a quota).
+    pub fn record(&self, key: Key, who: &Requester<'_>, value: f64, now_ms: i64) -> i64 {
+        let resolved =
+            locked(&self.quotas).resolve(key, who.user, who.client_id, who.instance.as_deref());
+        let Some((quota, bucket)) = resolved else {
+            return 0;
+        };
+        let mut meters = locked(&self.meters);
+        if meters.len() >= MAX_METERS && !meters.contains_key(&(key, bucket.clone())) {
+            let span = DEFAULT_WINDOW_MS * DEFAULT_SAMPLES as i64;
+            meters.retain(|_, m| now_ms - m.last_ms < span);
+            if meters.len() >= MAX_METERS {
+                return 0;
+            }
+        }
+        let meter = meters.entry((key, bucket)).or_insert_with(|| Meter {
+            rate: SampledRate::new(DEFAULT_SAMPLES, DEFAULT_WINDOW_MS),
+            last_ms: now_ms,
+        });
+        meter.rate.record(value, now_ms);
+        meter.last_ms = now_ms;
+        let throttle = meter.rate.throttle_ms(quota, now_ms);
+        if throttle > 0 {
+            let i = index(key);
+            self.throttled.responses[i].fetch_add(1, Ordering::Relaxed);
+            self.throttled.time_ms[i].fetch_add(throttle.unsigned_abs(), Ordering::Relaxed);
+        }
+        throttle
+    }
+
+    /// `/metrics` lines: throttled responses and throttle time per quota key.
+    pub fn metrics(&self, out: &mut String) {
+        use std::fmt::Write;
+        out.push_str("# HELP skiff_quota_throttled_responses_total Responses throttled by a client quota, by quota key.\n# TYPE skiff_quota_throttled_responses_total counter\n");
+        for key in Key::ALL {
+            let _ = writeln!(
+                out,
+                "skiff_quota_throttled_responses_total{{quota=\"{}\"}} {}",
+                key.name(),
+                self.throttled.responses[index(key)].load(Ordering::Relaxed)
+            );
+        }
+        out.push_str("# HELP skiff_quota_throttle_time_ms_total Throttle time given by client quotas, by quota key.\n# TYPE skiff_quota_throttle_time_ms_total counter\n");
+        for key in Key::ALL {
+            let _ = writeln!(
+                out,
+                "skiff_quota_throttle_time_ms_total{{quota=\"{}\"}} {}",
+                key.name(),
+                self.throttled.time_ms[index(key)].load(Ordering::Relaxed)
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use skiff_quota::entity::{CLIENT_ID, CLIENT_INSTANCE_ID, Entity, Op};
+
+    fn who<'a>(client_id: &'a str, instance: Option<&'a str>) -> Requester<'a> {
+        Requester {
+            user: "ANONYMOUS",
+            client_id,
+            instance: instance.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn a_bucket_over_its_quota_is_throttled_and_others_are_not() {
+        let dir = std::path::Path::new("/nonexistent-skiff-quota-test");
+        let m = QuotaManager::open(dir, true).expect("open");
+        assert!(!m.any());
+        assert_eq!(
+            m.record(Key::ProducerByteRate, &who("app", None), 1e9, 0),
+            0
+        );
+        let mut q = Quotas::default();
+        let op = |v: f64| Op {
+            key: "producer_byte_rate".into(),
+            value: v,
+            remove: false,
+        };
+        q.alter(
+            &Entity::from_parts(&[(CLIENT_INSTANCE_ID, Some("i1"))]).expect("entity"),
+            &[op(1_000.0)],
+        )
+        .expect("alter");
+        q.alter(
+            &Entity::from_parts(&[(CLIENT_ID, Some("app"))]).expect("entity"),
+            &[op(1_000_000.0)],
+        )
+        .expect("alter");
+        m.set(q);
+        // 100 KB at once: ten times what a 1 KB/s instance may do over ten seconds.
+        let t = m.record(Key::ProducerByteRate, &who("app", Some("i1")), 100_000.0, 0);
+        assert!(t > 0);
+        // Its sibling (same client ID, another instance) is measured against the client ID's.
+        assert_eq!(
+            m.record(Key::ProducerByteRate, &who("app", Some("i2")), 100_000.0, 0),
+            0
+        );
+        let mut text = String::new();
+        m.metrics(&mut text);
+        assert!(
+            text.contains("skiff_quota_throttled_responses_total{quota=\"producer_byte_rate\"} 1")
+        );
+    }
+}
