@@ -157,7 +157,9 @@ async fn quotas_are_configured_and_persisted() {
         .0,
         0
     );
-    let bad: [(&[(&str, Option<&str>)], &[(&str, f64, bool)]); 6] = [
+    type Parts<'a> = &'a [(&'a str, Option<&'a str>)];
+    type Ops<'a> = &'a [(&'a str, f64, bool)];
+    let bad: [(Parts<'_>, Ops<'_>); 6] = [
         (
             &[("client-id", Some("x"))],
             &[("no_such_quota", 1.0, false)],
