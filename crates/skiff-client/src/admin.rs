@@ -1,16 +1,22 @@
-//! Admin operations: topics (create, delete, list, describe), groups (list, describe, delete) and
+//! Admin operations: topics (create, delete, list, describe, configs, partitions, offsets), groups
+//! (list, describe, delete, admin offset commits) and
 //! KIP-714 client-metrics subscriptions (alter, describe, list: config resources of type 16).
 
+use skiff_protocol::generated::create_partitions_request::CreatePartitionsTopic;
 use skiff_protocol::generated::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use skiff_protocol::generated::delete_topics_request::DeleteTopicState;
 use skiff_protocol::generated::describe_configs_request::DescribeConfigsResource;
 use skiff_protocol::generated::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
+use skiff_protocol::generated::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
 use skiff_protocol::generated::{
-    ConsumerGroupDescribeRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest,
-    DescribeConfigsRequest, DescribeGroupsRequest, IncrementalAlterConfigsRequest,
-    ListConfigResourcesRequest, ListGroupsRequest,
+    ConsumerGroupDescribeRequest, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteGroupsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    IncrementalAlterConfigsRequest, ListConfigResourcesRequest, ListGroupsRequest,
+    OffsetCommitRequest,
 };
 use skiff_protocol::{Uuid, error_codes};
 
@@ -83,6 +89,9 @@ pub struct GroupDescription {
 
 /// Config resource type of KIP-714 client-metrics subscriptions.
 pub const CLIENT_METRICS_RESOURCE: i8 = 16;
+
+/// Config resource type of a topic.
+const TOPIC_RESOURCE: i8 = 2;
 
 /// The operation of one IncrementalAlterConfigs change (Kafka's `AlterConfigOp.OpType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -540,85 +549,15 @@ impl Admin {
         name: &str,
         changes: &[(&str, AlterConfigOp, &str)],
     ) -> Result<()> {
-        let request = IncrementalAlterConfigsRequest {
-            resources: vec![AlterConfigsResource {
-                resource_type: CLIENT_METRICS_RESOURCE,
-                resource_name: name.into(),
-                configs: changes
-                    .iter()
-                    .map(|(key, op, value)| AlterableConfig {
-                        name: (*key).into(),
-                        config_operation: op.code(),
-                        value: (*op != AlterConfigOp::Delete).then(|| (*value).into()),
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            }],
-            validate_only: false,
-            ..Default::default()
-        };
-        let r = self.client.request_any(|_| request).await?;
-        let mut answered = false;
-        for resource in r.responses {
-            answered = true;
-            if resource.error_code != error_codes::NONE {
-                return Err(Error::broker_for(
-                    "IncrementalAlterConfigs",
-                    resource.error_code,
-                    format!("client metrics {}", resource.resource_name),
-                    resource.error_message.map(|m| m.to_string()),
-                ));
-            }
-        }
-        if !answered {
-            return Err(Error::protocol(
-                "IncrementalAlterConfigs",
-                "no result for the resource",
-            ));
-        }
-        Ok(())
+        self.alter_configs(CLIENT_METRICS_RESOURCE, name, "client metrics", changes)
+            .await
     }
 
     /// The configs of the client-metrics subscription `name` (DescribeConfigs on resource type
     /// 16). An unknown subscription is the broker's RESOURCE_NOT_FOUND error.
     pub async fn describe_client_metrics(&self, name: &str) -> Result<Vec<ConfigEntry>> {
-        let request = DescribeConfigsRequest {
-            resources: vec![DescribeConfigsResource {
-                resource_type: CLIENT_METRICS_RESOURCE,
-                resource_name: name.into(),
-                configuration_keys: None,
-                ..Default::default()
-            }],
-            include_synonyms: false,
-            include_documentation: false,
-            ..Default::default()
-        };
-        let r = self.client.request_any(|_| request).await?;
-        let result = r
-            .results
-            .into_iter()
-            .find(|res| res.resource_type == CLIENT_METRICS_RESOURCE && &*res.resource_name == name)
-            .ok_or_else(|| Error::protocol("DescribeConfigs", "no result for the resource"))?;
-        if result.error_code != error_codes::NONE {
-            return Err(Error::broker_for(
-                "DescribeConfigs",
-                result.error_code,
-                format!("client metrics {name}"),
-                result.error_message.map(|m| m.to_string()),
-            ));
-        }
-        Ok(result
-            .configs
-            .into_iter()
-            .map(|c| ConfigEntry {
-                name: c.name.to_string(),
-                value: c.value.map(|v| v.to_string()),
-                source: c.config_source,
-                read_only: c.read_only,
-                is_sensitive: c.is_sensitive,
-            })
-            .collect())
+        self.describe_configs(CLIENT_METRICS_RESOURCE, name, "client metrics")
+            .await
     }
 
     /// Names of the client-metrics subscriptions, sorted (ListConfigResources filtered to type
@@ -643,5 +582,247 @@ impl Admin {
         names.sort();
         names.dedup();
         Ok(names)
+    }
+    /// Changes the topic `name`'s configs (IncrementalAlterConfigs on resource type 2): each
+    /// change is (key, operation, value); the value of a [`AlterConfigOp::Delete`] is not sent.
+    pub async fn alter_topic_configs(
+        &self,
+        name: &str,
+        changes: &[(&str, AlterConfigOp, &str)],
+    ) -> Result<()> {
+        self.alter_configs(TOPIC_RESOURCE, name, "topic", changes)
+            .await
+    }
+
+    /// The configs of the topic `name` (DescribeConfigs on resource type 2); the ones set on the
+    /// topic itself have source 1 (`DYNAMIC_TOPIC_CONFIG`).
+    pub async fn describe_topic_configs(&self, name: &str) -> Result<Vec<ConfigEntry>> {
+        self.describe_configs(TOPIC_RESOURCE, name, "topic").await
+    }
+
+    /// Grows the topic `name` to `total` partitions (CreatePartitions, the broker places them).
+    pub async fn create_partitions(&self, name: &str, total: i32) -> Result<()> {
+        let node = self.controller().await?;
+        let timeout_ms = self
+            .client
+            .config()
+            .request_timeout
+            .as_millis()
+            .min(i32::MAX as u128) as i32;
+        let r = self
+            .client
+            .request(node, |_| CreatePartitionsRequest {
+                topics: vec![CreatePartitionsTopic {
+                    name: name.into(),
+                    count: total,
+                    assignments: None,
+                    ..Default::default()
+                }],
+                timeout_ms,
+                validate_only: false,
+                ..Default::default()
+            })
+            .await?;
+        let mut answered = false;
+        for t in r.results {
+            answered = true;
+            if t.error_code != error_codes::NONE {
+                return Err(Error::broker_for(
+                    "CreatePartitions",
+                    t.error_code,
+                    format!("topic {}", t.name),
+                    t.error_message.map(|m| m.to_string()),
+                ));
+            }
+        }
+        if !answered {
+            return Err(Error::protocol(
+                "CreatePartitions",
+                "no result for the topic",
+            ));
+        }
+        let generation = self.client.cached_metadata().generation;
+        self.client.invalidate_metadata(generation);
+        Ok(())
+    }
+
+    /// ListOffsets (read_uncommitted) for `partitions` at `timestamp`: -2 the log start, -1 the
+    /// log end, otherwise the first offset whose timestamp is at or after it (-1: none).
+    pub async fn list_offsets(
+        &self,
+        partitions: &[TopicPartition],
+        timestamp: i64,
+    ) -> Result<Vec<(TopicPartition, i64)>> {
+        list_offsets(&self.client, partitions, timestamp, 0).await
+    }
+
+    /// Commits `offsets` for `group` as an admin (OffsetCommit with generation -1 and no member,
+    /// as Kafka's tools do): the broker accepts it only while the group has no members.
+    pub async fn commit_group_offsets(
+        &self,
+        group: &str,
+        offsets: &[(TopicPartition, i64)],
+    ) -> Result<()> {
+        use std::collections::BTreeMap;
+        let mut by_topic: BTreeMap<&str, Vec<(i32, i64)>> = BTreeMap::new();
+        for (tp, offset) in offsets {
+            by_topic
+                .entry(tp.topic.as_str())
+                .or_default()
+                .push((tp.partition, *offset));
+        }
+        let mut ids = BTreeMap::new();
+        for name in by_topic.keys() {
+            ids.insert(*name, self.client.topic(name).await?.id);
+        }
+        let r = self
+            .client
+            .request_coordinator(group, |_| OffsetCommitRequest {
+                group_id: group.into(),
+                generation_id_or_member_epoch: -1,
+                member_id: "".into(),
+                group_instance_id: None,
+                retention_time_ms: -1,
+                topics: by_topic
+                    .iter()
+                    .map(|(name, parts)| OffsetCommitRequestTopic {
+                        name: (*name).into(),
+                        topic_id: ids.get(name).copied().unwrap_or_default(),
+                        partitions: parts
+                            .iter()
+                            .map(|(p, o)| OffsetCommitRequestPartition {
+                                partition_index: *p,
+                                committed_offset: *o,
+                                committed_leader_epoch: -1,
+                                committed_metadata: Some("".into()),
+                                ..Default::default()
+                            })
+                            .collect(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .await?;
+        for t in &r.topics {
+            let name = if t.name.is_empty() {
+                ids.iter()
+                    .find(|(_, id)| **id == t.topic_id)
+                    .map(|(n, _)| (*n).to_string())
+                    .unwrap_or_else(|| t.topic_id.to_string())
+            } else {
+                t.name.to_string()
+            };
+            for p in &t.partitions {
+                if p.error_code != error_codes::NONE {
+                    if matches!(
+                        p.error_code,
+                        error_codes::NOT_COORDINATOR | error_codes::COORDINATOR_NOT_AVAILABLE
+                    ) {
+                        self.client.invalidate_coordinator(group);
+                    }
+                    return Err(Error::broker_for(
+                        "OffsetCommit",
+                        p.error_code,
+                        format!("group {group}, {name}-{}", p.partition_index),
+                        None,
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// IncrementalAlterConfigs of one resource; `what` names it in errors.
+    async fn alter_configs(
+        &self,
+        resource_type: i8,
+        name: &str,
+        what: &str,
+        changes: &[(&str, AlterConfigOp, &str)],
+    ) -> Result<()> {
+        let request = IncrementalAlterConfigsRequest {
+            resources: vec![AlterConfigsResource {
+                resource_type,
+                resource_name: name.into(),
+                configs: changes
+                    .iter()
+                    .map(|(key, op, value)| AlterableConfig {
+                        name: (*key).into(),
+                        config_operation: op.code(),
+                        value: (*op != AlterConfigOp::Delete).then(|| (*value).into()),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            validate_only: false,
+            ..Default::default()
+        };
+        let r = self.client.request_any(|_| request).await?;
+        let mut answered = false;
+        for resource in r.responses {
+            answered = true;
+            if resource.error_code != error_codes::NONE {
+                return Err(Error::broker_for(
+                    "IncrementalAlterConfigs",
+                    resource.error_code,
+                    format!("{what} {}", resource.resource_name),
+                    resource.error_message.map(|m| m.to_string()),
+                ));
+            }
+        }
+        if !answered {
+            return Err(Error::protocol(
+                "IncrementalAlterConfigs",
+                "no result for the resource",
+            ));
+        }
+        Ok(())
+    }
+
+    /// DescribeConfigs of one resource (every key); `what` names it in errors.
+    async fn describe_configs(
+        &self,
+        resource_type: i8,
+        name: &str,
+        what: &str,
+    ) -> Result<Vec<ConfigEntry>> {
+        let request = DescribeConfigsRequest {
+            resources: vec![DescribeConfigsResource {
+                resource_type,
+                resource_name: name.into(),
+                configuration_keys: None,
+                ..Default::default()
+            }],
+            include_synonyms: false,
+            include_documentation: false,
+            ..Default::default()
+        };
+        let r = self.client.request_any(|_| request).await?;
+        let result = r
+            .results
+            .into_iter()
+            .find(|res| res.resource_type == resource_type && &*res.resource_name == name)
+            .ok_or_else(|| Error::protocol("DescribeConfigs", "no result for the resource"))?;
+        if result.error_code != error_codes::NONE {
+            return Err(Error::broker_for(
+                "DescribeConfigs",
+                result.error_code,
+                format!("{what} {name}"),
+                result.error_message.map(|m| m.to_string()),
+            ));
+        }
+        Ok(result
+            .configs
+            .into_iter()
+            .map(|c| ConfigEntry {
+                name: c.name.to_string(),
+                value: c.value.map(|v| v.to_string()),
+                source: c.config_source,
+                read_only: c.read_only,
+                is_sensitive: c.is_sensitive,
+            })
+            .collect())
     }
 }

@@ -2,10 +2,12 @@
 
 mod cli;
 
+use std::ffi::OsString;
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use skiff_broker::{BrokerConfig, Overrides};
 
 /// mimalloc keeps freed pages for reuse: the broker allocates and frees a megabyte-sized buffer
@@ -19,7 +21,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     name = "skiff",
     version,
     about = "A Kafka-compatible broker where a client instance has one identity everywhere",
-    after_help = "Examples:\n  skiff broker --data-dir ./data\n  skiff topic create orders --partitions 3\n  seq 1 1000 | skiff produce orders\n  skiff consume orders --group billing --from-beginning --max 1000\n  skiff consume jobs --share-group workers --ack accept --max 10\n  skiff group describe billing --json\n  skiff topic list --bootstrap broker:9093 --command-config client.properties\n  skiff user set alice --mechanism SCRAM-SHA-512 --password-file alice.pw\n  skiff acl add --allow-principal User:alice --operation READ --topic orders\n\nA --command-config file holds Kafka's client properties for TLS and SASL, for example:\n  security.protocol=SASL_SSL\n  sasl.mechanism=SCRAM-SHA-512\n  sasl.username=alice\n  sasl.password=alice-secret\n  ssl.ca.location=/etc/skiff/ca.pem\n\nExit codes (client commands):\n  0 success, 1 failure, 2 bad usage, 3 broker unreachable, 4 topic/group/user not found,\n  5 topic already exists, 6 request rejected by the broker, 7 authentication failed"
+    after_help = "Examples:\n  skiff broker --data-dir ./data\n  skiff topic create orders --partitions 3\n  skiff topic --create --topic orders --partitions 3 --bootstrap-server localhost:9092   # Kafka's flags work too\n  seq 1 1000 | skiff produce orders\n  skiff consume orders --group billing --from-beginning --max 1000\n  skiff consume jobs --share-group workers --ack accept --max 10\n  skiff group describe billing --json\n  skiff topic list --bootstrap broker:9093 --command-config client.properties\n  skiff user set alice --mechanism SCRAM-SHA-512 --password-file alice.pw\n  skiff acl add --allow-principal User:alice --operation READ --topic orders\n\nA --command-config file holds Kafka's client properties for TLS and SASL, for example:\n  security.protocol=SASL_SSL\n  sasl.mechanism=SCRAM-SHA-512\n  sasl.username=alice\n  sasl.password=alice-secret\n  ssl.ca.location=/etc/skiff/ca.pem\n\nExit codes (client commands):\n  0 success, 1 failure, 2 bad usage, 3 broker unreachable, 4 topic/group/user not found,\n  5 topic already exists, 6 request rejected by the broker, 7 authentication failed"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -56,7 +58,12 @@ enum Command {
         #[arg(long)]
         rebuild_metadata: bool,
     },
-    /// Create, list, describe and delete topics.
+    /// Create, list, describe, alter and delete topics.
+    #[command(
+        after_help = "Kafka's kafka-topics forms are accepted: --create, --list, --describe, --alter and --delete\n\
+                      stand for the subcommands, and --topic T for the positional name, e.g.\n  \
+                      skiff topic --describe --topic orders --bootstrap-server localhost:9092"
+    )]
     Topic {
         #[command(flatten)]
         conn: cli::Conn,
@@ -77,7 +84,13 @@ enum Command {
         #[command(flatten)]
         args: cli::consume::ConsumeArgs,
     },
-    /// List, describe and delete groups; set and delete share groups' offsets.
+    /// List, describe and delete groups; reset consumer groups' offsets; set and delete share
+    /// groups' offsets.
+    #[command(
+        after_help = "Kafka's kafka-consumer-groups forms are accepted: --list, --describe, --delete and\n\
+                      --reset-offsets stand for the subcommands, and --group G for the positional name, e.g.\n  \
+                      skiff group --reset-offsets --group billing --topic orders --to-earliest --execute"
+    )]
     Group {
         #[command(flatten)]
         conn: cli::Conn,
@@ -107,6 +120,15 @@ enum Command {
         #[command(subcommand)]
         command: cli::cluster::ClusterCommand,
     },
+    /// Print a shell completion script on stdout.
+    #[command(
+        after_help = "Examples:\n  skiff completions bash > /etc/bash_completion.d/skiff\n  skiff completions zsh > \"${fpath[1]}/_skiff\"\n  skiff completions fish > ~/.config/fish/completions/skiff.fish"
+    )]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Client instances the broker knows (from its admin HTTP listener): IDs, connections,
     /// groups, telemetry and KIP-1313 rejections.
     #[command(
@@ -131,7 +153,7 @@ fn main() -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(kafka_action_forms(std::env::args_os().collect()));
     match cli.command {
         Command::Broker {
             listen,
@@ -183,6 +205,17 @@ fn main() -> Result<()> {
         Command::Cluster { args, command } => {
             std::process::exit(cli::run(cli::cluster::run(args, command)))
         }
+        Command::Completions { shell } => {
+            // Into a buffer first: clap_complete panics when its writer fails (a closed pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "skiff", &mut script);
+            let mut out = std::io::stdout().lock();
+            match out.write_all(&script).and_then(|()| out.flush()) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                Err(e) => Err(e).context("writing the completion script"),
+            }
+        }
         Command::Clients {
             conn,
             args,
@@ -194,6 +227,44 @@ fn main() -> Result<()> {
             command,
         ))),
     }
+}
+
+/// Kafka's tools name the action with a flag (`kafka-topics --create --topic T`,
+/// `kafka-consumer-groups --reset-offsets --group G ...`). Under `skiff topic` and `skiff group`,
+/// when no subcommand is named, a single such flag becomes the subcommand, so
+/// `skiff topic --describe --topic T` is `skiff topic describe --topic T`; anything else is left
+/// for clap to judge.
+fn kafka_action_forms(mut args: Vec<OsString>) -> Vec<OsString> {
+    let actions: &[&str] = match args.get(1).and_then(|a| a.to_str()) {
+        Some("topic") => &["create", "list", "describe", "alter", "delete"],
+        Some("group") => &["list", "describe", "delete", "reset-offsets"],
+        _ => return args,
+    };
+    let rest = args.get(2..).unwrap_or_default();
+    let named = |a: &OsString| {
+        a.to_str()
+            .is_some_and(|a| actions.contains(&a) || a == "share-offsets" || a == "help")
+    };
+    if rest.iter().any(named) {
+        return args;
+    }
+    let flags: Vec<(usize, &str)> = rest
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| {
+            let action = a.to_str()?.strip_prefix("--")?;
+            let action = actions.iter().find(|known| **known == action)?;
+            Some((i + 2, *action))
+        })
+        .collect();
+    if let [(at, action)] = flags.as_slice() {
+        let (at, action) = (*at, OsString::from(*action));
+        if at < args.len() {
+            args.remove(at);
+            args.insert(2, action);
+        }
+    }
+    args
 }
 
 fn run_broker(config: BrokerConfig) -> Result<()> {

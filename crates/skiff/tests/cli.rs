@@ -805,3 +805,405 @@ fn share_group_describe_shows_what_each_member_holds() {
     );
     runtime.block_on(async { consumer.close().await.expect("close") });
 }
+
+/// JSON on stdout of a successful command.
+fn json_of(out: &std::process::Output) -> serde_json::Value {
+    assert!(out.status.success(), "{}", stderr(out));
+    serde_json::from_str(stdout(out).trim()).expect("json")
+}
+
+/// The committed offsets of `group` as (topic, partition) -> offset, from `group describe --json`.
+fn committed(broker: &Broker, group: &str) -> std::collections::BTreeMap<(String, i64), i64> {
+    let g = json_of(&skiff(broker, &["group", "describe", group, "--json"]));
+    g["offsets"]
+        .as_array()
+        .expect("offsets")
+        .iter()
+        .map(|o| {
+            (
+                (
+                    o["topic"].as_str().unwrap_or_default().to_string(),
+                    o["partition"].as_i64().unwrap_or(-1),
+                ),
+                o["committed"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn kafka_flags_are_accepted() {
+    let broker = start_broker();
+
+    // --bootstrap-server and kafka-topics' action flags.
+    let out = Command::new(BIN)
+        .args([
+            "topic",
+            "--create",
+            "--topic",
+            "kt",
+            "--partitions",
+            "2",
+            "--replication-factor",
+            "1",
+            "--bootstrap-server",
+            &broker.addr,
+        ])
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("created topic kt"),
+        "{}",
+        stdout(&out)
+    );
+    let out = skiff(&broker, &["topic", "--list"]);
+    assert!(stdout(&out).contains("kt"), "{}", stdout(&out));
+    let d = json_of(&skiff(
+        &broker,
+        &["topic", "--describe", "--topic", "kt", "--json"],
+    ));
+    assert_eq!(d["partitions"].as_array().map(Vec::len), Some(2), "{d}");
+    // A replication factor a single node cannot honour is the broker's refusal.
+    let out = skiff(
+        &broker,
+        &[
+            "topic",
+            "create",
+            "--topic",
+            "kt3",
+            "--replication-factor",
+            "3",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+
+    // The topic positionally or with --topic, exactly one.
+    let out = skiff(&broker, &["consume", "kt", "--topic", "kt"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = skiff(&broker, &["consume"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+
+    // kafka-console-producer's and kafka-console-consumer's properties, --max-messages.
+    let out = skiff_stdin(
+        &broker,
+        &[
+            "produce",
+            "--topic",
+            "kt",
+            "--property",
+            "parse.key=true",
+            "--property",
+            "key.separator=:",
+        ],
+        Some("k1:v1\nk2:v2\nk3:v3\n"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = skiff(
+        &broker,
+        &[
+            "consume",
+            "--topic",
+            "kt",
+            "--from-beginning",
+            "--max-messages",
+            "3",
+            "--property",
+            "print.key=true",
+            "--group",
+            "kg",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: BTreeSet<String> = stdout(&out).lines().map(str::to_string).collect();
+    let tabbed: BTreeSet<String> = ["k1\tv1", "k2\tv2", "k3\tv3"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(lines, tabbed);
+    let out = skiff(
+        &broker,
+        &[
+            "consume",
+            "kt",
+            "--from-beginning",
+            "--max-messages",
+            "3",
+            "--property",
+            "print.key=true",
+            "--property",
+            "key.separator= | ",
+        ],
+    );
+    assert!(
+        stdout(&out).lines().any(|l| l == "k2 | v2"),
+        "{}",
+        stdout(&out)
+    );
+    let out = skiff(
+        &broker,
+        &["consume", "kt", "--property", "print.timestamp=yes"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+
+    // kafka-consumer-groups' action flags and --group.
+    let out = skiff(&broker, &["group", "--list"]);
+    assert!(stdout(&out).contains("kg"), "{}", stdout(&out));
+    let g = json_of(&skiff(
+        &broker,
+        &["group", "--describe", "--group", "kg", "--json"],
+    ));
+    assert_eq!(g["group"], "kg");
+    let out = skiff(&broker, &["group", "--delete", "--group", "kg"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = skiff(&broker, &["topic", "--delete", "--topic", "kt"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn topic_alter_changes_configs_and_partitions() {
+    let broker = start_broker();
+    let out = skiff(&broker, &["topic", "create", "logs", "--partitions", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = skiff(
+        &broker,
+        &[
+            "topic",
+            "alter",
+            "logs",
+            "--config",
+            "retention.ms=123456",
+            "--config",
+            "cleanup.policy=compact",
+            "--partitions",
+            "4",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let d = json_of(&skiff(&broker, &["topic", "describe", "logs", "--json"]));
+    assert_eq!(d["configs"]["retention.ms"], "123456", "{d}");
+    assert_eq!(d["configs"]["cleanup.policy"], "compact", "{d}");
+    assert_eq!(d["partitions"].as_array().map(Vec::len), Some(4), "{d}");
+    let out = skiff(&broker, &["topic", "describe", "logs"]);
+    assert!(
+        stdout(&out).contains("retention.ms=123456"),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = skiff(
+        &broker,
+        &[
+            "topic",
+            "--alter",
+            "--topic",
+            "logs",
+            "--delete-config",
+            "retention.ms",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let d = json_of(&skiff(&broker, &["topic", "describe", "logs", "--json"]));
+    assert!(d["configs"].get("retention.ms").is_none(), "{d}");
+    assert_eq!(d["configs"]["cleanup.policy"], "compact", "{d}");
+
+    // Nothing to do, fewer partitions, an unknown topic.
+    let out = skiff(&broker, &["topic", "alter", "logs"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = skiff(&broker, &["topic", "alter", "logs", "--partitions", "2"]);
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    let out = skiff(
+        &broker,
+        &["topic", "alter", "missing", "--config", "retention.ms=1"],
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+}
+
+/// A `skiff consume` child, killed when dropped.
+struct Background(std::process::Child);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn group_reset_offsets_plans_executes_and_refuses_a_group_with_members() {
+    let broker = start_broker();
+    let out = skiff(&broker, &["topic", "create", "r", "--partitions", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for (partition, lines) in [("0", "a\nb\nc\nd\ne\nf\n"), ("1", "g\nh\ni\nj\n")] {
+        let out = skiff_stdin(
+            &broker,
+            &["produce", "r", "--partition", partition],
+            Some(lines),
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let out = skiff(
+        &broker,
+        &[
+            "consume",
+            "r",
+            "--group",
+            "billing",
+            "--from-beginning",
+            "--max",
+            "10",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let key = |p: i64| ("r".to_string(), p);
+    let at = |a: i64, b: i64| [(key(0), a), (key(1), b)].into_iter().collect();
+    assert_eq!(committed(&broker, "billing"), at(6, 4));
+
+    // The dry run (the default) prints Kafka's plan table and commits nothing.
+    let out = skiff(
+        &broker,
+        &[
+            "group",
+            "reset-offsets",
+            "--group",
+            "billing",
+            "--topic",
+            "r",
+            "--to-earliest",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            vec!["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
+            vec!["billing", "r", "0", "0"],
+            vec!["billing", "r", "1", "0"],
+        ],
+        "{text}"
+    );
+    assert_eq!(committed(&broker, "billing"), at(6, 4));
+
+    // --execute moves them; shifts and offsets stay within [log start, log end].
+    let reset = |extra: &[&str]| {
+        let mut args = vec!["group", "--reset-offsets", "--group", "billing"];
+        args.extend_from_slice(extra);
+        let out = skiff(&broker, &args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        out
+    };
+    reset(&["--topic", "r", "--to-earliest", "--execute"]);
+    assert_eq!(committed(&broker, "billing"), at(0, 0));
+    reset(&["--topic", "r:0", "--shift-by", "2", "--execute"]);
+    assert_eq!(committed(&broker, "billing"), at(2, 0));
+    reset(&["--topic", "r", "--to-latest", "--execute"]);
+    assert_eq!(committed(&broker, "billing"), at(6, 4));
+    let out = reset(&["--all-topics", "--shift-by", "-100", "--execute"]);
+    assert!(stderr(&out).contains("outside"), "{}", stderr(&out));
+    assert_eq!(committed(&broker, "billing"), at(0, 0));
+    reset(&["--topic", "r:1", "--to-offset", "3", "--execute"]);
+    assert_eq!(committed(&broker, "billing"), at(0, 3));
+    let plan = json_of(&reset(&[
+        "--topic",
+        "r",
+        "--to-datetime",
+        "2000-01-01T00:00:00Z",
+        "--json",
+    ]));
+    assert_eq!(plan["executed"], false, "{plan}");
+    let new: Vec<i64> = plan["offsets"]
+        .as_array()
+        .expect("offsets")
+        .iter()
+        .map(|o| o["new_offset"].as_i64().unwrap_or(-1))
+        .collect();
+    assert_eq!(new, vec![0, 0], "{plan}");
+    reset(&[
+        "--topic",
+        "r",
+        "--to-datetime",
+        "2999-01-01T00:00:00Z",
+        "--execute",
+    ]);
+    assert_eq!(committed(&broker, "billing"), at(6, 4));
+    let out = skiff(
+        &broker,
+        &[
+            "group",
+            "reset-offsets",
+            "--group",
+            "billing",
+            "--topic",
+            "r:7",
+            "--to-latest",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+
+    // A group with a member: the plan is shown, --execute is refused and nothing moves.
+    let member = Background(
+        Command::new(BIN)
+            .args(["consume", "r", "--group", "billing", "-q"])
+            .args(["--bootstrap", &broker.addr])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn consumer"),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let g = json_of(&skiff(&broker, &["group", "describe", "billing", "--json"]));
+        if g["members"].as_array().is_some_and(|m| !m.is_empty()) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no member joined: {g}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let args = [
+        "group",
+        "reset-offsets",
+        "--group",
+        "billing",
+        "--topic",
+        "r",
+        "--to-earliest",
+    ];
+    let out = skiff(&broker, &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = skiff(&broker, &[&args[..], &["--execute"]].concat());
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    assert!(stderr(&out).contains("member"), "{}", stderr(&out));
+    assert_eq!(committed(&broker, "billing"), at(6, 4));
+    drop(member);
+}
+
+#[test]
+fn completions_print_a_script() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = Command::new(BIN)
+            .args(["completions", shell])
+            .output()
+            .expect("run");
+        assert!(out.status.success(), "{shell}: {}", stderr(&out));
+        let script = stdout(&out);
+        assert!(
+            script.contains("skiff") && script.contains("bootstrap-server"),
+            "{shell}: {script}"
+        );
+    }
+    let out = Command::new(BIN)
+        .args(["completions", "tcsh"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}

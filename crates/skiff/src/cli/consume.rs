@@ -12,15 +12,51 @@ use skiff_client::{
     ShareConsumer, ShareConsumerConfig, TopicPartition,
 };
 
-use super::{CmdResult, Conn, print_json};
+use super::{CmdResult, Conn, TopicArg, print_json, properties, property_bool};
+
+/// How a record is printed in text mode: its value, or its key, the separator and its value.
+struct Format {
+    print_key: bool,
+    key_separator: String,
+}
+
+impl Format {
+    /// `--print-key` and the `--property` items (Kafka's print.key and key.separator).
+    fn new(args: &ConsumeArgs) -> Result<Format, super::Failure> {
+        let mut format = Format {
+            print_key: args.print_key,
+            key_separator: "\t".to_string(),
+        };
+        for (k, v) in properties(&args.properties, &["print.key", "key.separator"])? {
+            match k.as_str() {
+                "print.key" => format.print_key = property_bool(&k, &v)?,
+                _ => format.key_separator = v,
+            }
+        }
+        Ok(format)
+    }
+
+    fn line(&self, key: &Option<bytes::Bytes>, value: &Option<bytes::Bytes>) -> String {
+        let value = text(value).unwrap_or_default();
+        if self.print_key {
+            format!(
+                "{}{}{value}",
+                text(key).unwrap_or_default(),
+                self.key_separator
+            )
+        } else {
+            value
+        }
+    }
+}
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  skiff consume orders --from-beginning\n  skiff consume orders --group billing --max 100\n  skiff consume orders --from-beginning --json --idle-exit-ms 2000 | jq .value\n  skiff consume jobs --share-group workers --max 10\n  skiff consume jobs --share-group workers --ack release --json   # look, then give back\n  skiff consume orders --bootstrap broker:9093 --command-config client.properties\n\nWith --share-group (KIP-932; a single-node Skiff broker, or Kafka 4.x) the records of the\ntopic are shared out among the group's members one at a time: each printed record is\nacknowledged with --ack (accept: done; release: to be delivered again, with a higher delivery\ncount; reject: never delivered again), records fetched beyond --max are released, and the JSON\nlines carry each record's delivery_count. Where a new share group starts reading is the group\nconfig share.auto.offset.reset (Kafka's default: latest)."
+    after_help = "Examples:\n  skiff consume orders --from-beginning\n  skiff consume orders --group billing --max 100\n  skiff consume --topic orders --from-beginning --max-messages 10 --property print.key=true --property key.separator=:\n  skiff consume orders --from-beginning --json --idle-exit-ms 2000 | jq .value\n  skiff consume jobs --share-group workers --max 10\n  skiff consume jobs --share-group workers --ack release --json   # look, then give back\n  skiff consume orders --bootstrap broker:9093 --command-config client.properties\n\nWith --share-group (KIP-932; a single-node Skiff broker, or Kafka 4.x) the records of the\ntopic are shared out among the group's members one at a time: each printed record is\nacknowledged with --ack (accept: done; release: to be delivered again, with a higher delivery\ncount; reject: never delivered again), records fetched beyond --max are released, and the JSON\nlines carry each record's delivery_count. Where a new share group starts reading is the group\nconfig share.auto.offset.reset (Kafka's default: latest)."
 )]
 pub struct ConsumeArgs {
-    /// Topic to read.
-    pub topic: String,
+    #[command(flatten)]
+    pub topic: TopicArg,
     /// Join this consumer group (KIP-848); without it every partition is read directly.
     #[arg(long, short = 'g')]
     pub group: Option<String>,
@@ -35,7 +71,7 @@ pub struct ConsumeArgs {
     #[arg(long)]
     pub from_beginning: bool,
     /// Stop after this many records.
-    #[arg(long)]
+    #[arg(long, visible_alias = "max-messages")]
     pub max: Option<u64>,
     /// Stop once no record arrived for this long (ms).
     #[arg(long)]
@@ -43,6 +79,10 @@ pub struct ConsumeArgs {
     /// Print KEY<TAB>VALUE instead of VALUE.
     #[arg(long)]
     pub print_key: bool,
+    /// kafka-console-consumer's formatter properties (repeatable): print.key=true|false and
+    /// key.separator=SEP (default: a tab).
+    #[arg(long = "property", value_name = "KEY=VALUE")]
+    pub properties: Vec<String>,
     /// Hide the rate/lag line on stderr.
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -77,8 +117,10 @@ fn text(b: &Option<bytes::Bytes>) -> Option<String> {
 }
 
 pub async fn run(conn: Conn, args: ConsumeArgs) -> CmdResult {
+    let format = Format::new(&args)?;
+    let topic_name = args.topic.name().to_string();
     if let Some(group) = args.share_group.clone() {
-        return run_share(conn, args, group).await;
+        return run_share(conn, args, group, format, topic_name).await;
     }
     let client = conn.client()?;
     let consumer = Consumer::new(
@@ -101,13 +143,13 @@ pub async fn run(conn: Conn, args: ConsumeArgs) -> CmdResult {
         },
     )?;
     if args.group.is_some() {
-        consumer.subscribe(&[args.topic.as_str()])?;
+        consumer.subscribe(&[topic_name.as_str()])?;
     } else {
-        let topic = client.topic(&args.topic).await?;
+        let topic = client.topic(&topic_name).await?;
         let tps: Vec<TopicPartition> = topic
             .partitions
             .iter()
-            .map(|p| TopicPartition::new(args.topic.clone(), p.partition))
+            .map(|p| TopicPartition::new(topic_name.clone(), p.partition))
             .collect();
         consumer.assign(&tps)?;
     }
@@ -146,14 +188,8 @@ pub async fn run(conn: Conn, args: ConsumeArgs) -> CmdResult {
                         "key": text(&r.key),
                         "value": text(&r.value),
                     }));
-                } else if args.print_key {
-                    println!(
-                        "{}\t{}",
-                        text(&r.key).unwrap_or_default(),
-                        text(&r.value).unwrap_or_default()
-                    );
                 } else {
-                    println!("{}", text(&r.value).unwrap_or_default());
+                    println!("{}", format.line(&r.key, &r.value));
                 }
             }
             if !args.quiet && last_report.elapsed() >= Duration::from_secs(1) {
@@ -187,7 +223,13 @@ pub async fn run(conn: Conn, args: ConsumeArgs) -> CmdResult {
 
 /// `--share-group`: a share consumer in explicit mode; each printed record is acknowledged with
 /// `--ack`, any record fetched beyond `--max` (or after Ctrl-C) is released.
-async fn run_share(conn: Conn, args: ConsumeArgs, group: String) -> CmdResult {
+async fn run_share(
+    conn: Conn,
+    args: ConsumeArgs,
+    group: String,
+    format: Format,
+    topic_name: String,
+) -> CmdResult {
     let client = conn.client()?;
     let ack: AcknowledgeType = args.ack.unwrap_or(AckArg::Accept).into();
     let mut config = ShareConsumerConfig::new(group);
@@ -199,7 +241,7 @@ async fn run_share(conn: Conn, args: ConsumeArgs, group: String) -> CmdResult {
         config.max_poll_records = i32::try_from(max.clamp(1, 500)).unwrap_or(500);
     }
     let consumer = ShareConsumer::new(client.clone(), config)?;
-    consumer.subscribe(&[args.topic.as_str()])?;
+    consumer.subscribe(&[topic_name.as_str()])?;
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = {
         let stop = Arc::clone(&stop);
@@ -244,14 +286,8 @@ async fn run_share(conn: Conn, args: ConsumeArgs, group: String) -> CmdResult {
                         "value": text(&r.value),
                         "delivery_count": r.delivery_count,
                     }));
-                } else if args.print_key {
-                    println!(
-                        "{}\t{}",
-                        text(&r.key).unwrap_or_default(),
-                        text(&r.value).unwrap_or_default()
-                    );
                 } else {
-                    println!("{}", text(&r.value).unwrap_or_default());
+                    println!("{}", format.line(&r.key, &r.value));
                 }
                 consumer.acknowledge(&r, ack)?;
             }

@@ -1,5 +1,5 @@
-//! `skiff group list|describe|delete`, and `skiff group share-offsets set|delete` for KIP-932
-//! share groups.
+//! `skiff group list|describe|delete|reset-offsets`, and `skiff group share-offsets set|delete`
+//! for KIP-932 share groups.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -10,7 +10,8 @@ use serde_json::json;
 use skiff_client::{Admin, GroupDescription, TopicPartition};
 
 use super::clients::admin_http::AdminHttp;
-use super::{CmdResult, Conn, Failure, print_json, print_table};
+use super::reset_offsets::ResetOffsets;
+use super::{CmdResult, Conn, Failure, GroupArg, GroupsArg, print_json, print_table};
 
 #[derive(Subcommand, Debug)]
 pub enum GroupCommand {
@@ -22,20 +23,35 @@ pub enum GroupCommand {
     /// Show a group's members, assignments, committed offsets and lag (a share group: each
     /// share partition's start offset and lag).
     #[command(
-        after_help = "Examples:\n  skiff group describe billing\n  skiff group describe workers --json\n  \
+        after_help = "Examples:\n  skiff group describe billing\n  skiff group describe --group workers --json\n  \
                       skiff group describe workers --admin https://broker:9644 --admin-ca-file ca.pem"
     )]
     Describe {
-        group: String,
+        #[command(flatten)]
+        group: GroupArg,
         #[command(flatten)]
         admin: AdminView,
     },
     /// Delete empty groups.
-    #[command(after_help = "Examples:\n  skiff group delete billing")]
+    #[command(
+        after_help = "Examples:\n  skiff group delete billing\n  skiff group delete --group billing --group audit"
+    )]
     Delete {
-        #[arg(required = true)]
-        groups: Vec<String>,
+        #[command(flatten)]
+        groups: GroupsArg,
     },
+    /// Move a consumer group's committed offsets (kafka-consumer-groups --reset-offsets): the
+    /// plan is printed (--dry-run, the default) or committed (--execute, the group must have no
+    /// members).
+    #[command(
+        after_help = "Examples:\n  skiff group reset-offsets --group billing --topic orders --to-earliest\n  \
+                      skiff group reset-offsets --group billing --topic orders --to-earliest --execute\n  \
+                      skiff group reset-offsets --group billing --topic orders:0,2 --shift-by -100 --execute\n  \
+                      skiff group reset-offsets --group billing --all-topics --to-datetime 2024-05-01T00:00:00Z --execute\n\n\
+                      Offsets are kept within each partition's [log start, log end]. A --to-datetime without\n\
+                      a zone is UTC; a partition with no record at or after it goes to its log end."
+    )]
+    ResetOffsets(ResetOffsets),
     /// Set or delete a share group's share-partition start offsets (the group must have no
     /// members).
     #[command(subcommand)]
@@ -71,7 +87,8 @@ pub enum ShareOffsetsCommand {
     /// starts them by the group's `share.auto.offset.reset`.
     #[command(after_help = "Examples:\n  skiff group share-offsets delete workers --topic jobs")]
     Delete {
-        group: String,
+        #[command(flatten)]
+        group: GroupArg,
         /// A topic (repeat for several).
         #[arg(long = "topic", required = true)]
         topics: Vec<String>,
@@ -81,7 +98,8 @@ pub enum ShareOffsetsCommand {
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("to").required(true).args(["to_earliest", "to_latest", "to_offset"])))]
 pub struct ShareOffsetsSet {
-    group: String,
+    #[command(flatten)]
+    group: GroupArg,
     #[arg(long)]
     topic: String,
     /// One partition (default: every partition of the topic).
@@ -131,7 +149,7 @@ async fn execute(admin: &Admin, conn: &Conn, command: GroupCommand) -> CmdResult
             }
         }
         GroupCommand::Describe { group, admin: view } => {
-            let d = admin.describe_group(&group).await?;
+            let d = admin.describe_group(group.name()).await?;
             if d.group_type == "share" {
                 return describe_share(admin, conn, &view, &d).await;
             }
@@ -215,8 +233,9 @@ async fn execute(admin: &Admin, conn: &Conn, command: GroupCommand) -> CmdResult
             set_share_offsets(admin, conn, set).await?;
         }
         GroupCommand::ShareOffsets(ShareOffsetsCommand::Delete { group, topics }) => {
+            let group = group.name();
             let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
-            admin.delete_share_group_offsets(&group, &refs).await?;
+            admin.delete_share_group_offsets(group, &refs).await?;
             if conn.json {
                 print_json(&json!({"group": group, "deleted": topics}));
             } else {
@@ -225,7 +244,9 @@ async fn execute(admin: &Admin, conn: &Conn, command: GroupCommand) -> CmdResult
                 }
             }
         }
+        GroupCommand::ResetOffsets(reset) => super::reset_offsets::run(admin, conn, reset).await?,
         GroupCommand::Delete { groups } => {
+            let groups = groups.names();
             let refs: Vec<&str> = groups.iter().map(String::as_str).collect();
             admin.delete_groups(&refs).await?;
             if conn.json {
@@ -411,11 +432,11 @@ async fn set_share_offsets(admin: &Admin, conn: &Conn, set: ShareOffsetsSet) -> 
         return Err(Failure::usage(format!("--to-offset {n} is negative")));
     }
     admin
-        .alter_share_group_offsets(&set.group, &offsets)
+        .alter_share_group_offsets(set.group.name(), &offsets)
         .await?;
     if conn.json {
         print_json(&json!({
-            "group": set.group,
+            "group": set.group.name(),
             "share_offsets": offsets.iter().map(|(tp, o)| json!({
                 "topic": tp.topic, "partition": tp.partition, "start_offset": o,
             })).collect::<Vec<_>>(),

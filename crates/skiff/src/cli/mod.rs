@@ -8,6 +8,7 @@ pub mod command_config;
 pub mod consume;
 pub mod group;
 pub mod produce;
+pub mod reset_offsets;
 pub mod topic;
 pub mod user;
 
@@ -41,7 +42,13 @@ pub mod exit {
 #[derive(Args, Debug, Clone)]
 pub struct Conn {
     /// Bootstrap broker(s), HOST:PORT[,HOST:PORT...].
-    #[arg(long, short = 'b', default_value = "127.0.0.1:9092", global = true)]
+    #[arg(
+        long,
+        short = 'b',
+        visible_alias = "bootstrap-server",
+        default_value = "127.0.0.1:9092",
+        global = true
+    )]
     pub bootstrap: String,
     /// Print machine-readable JSON on stdout instead of tables.
     #[arg(long, global = true)]
@@ -54,6 +61,117 @@ pub struct Conn {
     /// line.
     #[arg(long, global = true, value_name = "FILE")]
     pub command_config: Option<PathBuf>,
+}
+
+/// One topic, named positionally (`skiff consume orders`) or as Kafka's tools do
+/// (`--topic orders`): exactly one of the two.
+#[derive(Args, Debug, Clone)]
+#[group(id = "topic_arg", required = true, multiple = false)]
+pub struct TopicArg {
+    /// The topic.
+    #[arg(value_name = "TOPIC", id = "topic_name")]
+    name: Option<String>,
+    /// The topic, as Kafka's tools take it (instead of the positional TOPIC).
+    #[arg(long = "topic", value_name = "TOPIC", id = "topic_flag")]
+    flag: Option<String>,
+}
+
+impl TopicArg {
+    pub fn name(&self) -> &str {
+        self.name
+            .as_deref()
+            .or(self.flag.as_deref())
+            .unwrap_or_default()
+    }
+}
+
+/// One group, named positionally or with Kafka's `--group`: exactly one of the two.
+#[derive(Args, Debug, Clone)]
+#[group(id = "group_arg", required = true, multiple = false)]
+pub struct GroupArg {
+    /// The group.
+    #[arg(value_name = "GROUP", id = "group_name")]
+    name: Option<String>,
+    /// The group, as Kafka's tools take it (instead of the positional GROUP).
+    #[arg(long = "group", short = 'g', value_name = "GROUP", id = "group_flag")]
+    flag: Option<String>,
+}
+
+impl GroupArg {
+    pub fn name(&self) -> &str {
+        self.name
+            .as_deref()
+            .or(self.flag.as_deref())
+            .unwrap_or_default()
+    }
+}
+
+/// Several names, positionally and/or with a repeated Kafka-style flag; at least one.
+#[derive(Args, Debug, Clone)]
+#[group(id = "topics_arg", required = true, multiple = true)]
+pub struct TopicsArg {
+    /// The topics.
+    #[arg(value_name = "TOPIC", id = "topic_names")]
+    names: Vec<String>,
+    /// A topic, as Kafka's tools take it (repeatable).
+    #[arg(long = "topic", value_name = "TOPIC", id = "topic_flags")]
+    flags: Vec<String>,
+}
+
+impl TopicsArg {
+    pub fn names(self) -> Vec<String> {
+        self.names.into_iter().chain(self.flags).collect()
+    }
+}
+
+/// Several groups, positionally and/or with a repeated `--group`; at least one.
+#[derive(Args, Debug, Clone)]
+#[group(id = "groups_arg", required = true, multiple = true)]
+pub struct GroupsArg {
+    /// The groups.
+    #[arg(value_name = "GROUP", id = "group_names")]
+    names: Vec<String>,
+    /// A group, as Kafka's tools take it (repeatable).
+    #[arg(long = "group", short = 'g', value_name = "GROUP", id = "group_flags")]
+    flags: Vec<String>,
+}
+
+impl GroupsArg {
+    pub fn names(self) -> Vec<String> {
+        self.names.into_iter().chain(self.flags).collect()
+    }
+}
+
+/// Kafka's `--property KEY=VALUE` items as pairs; `known` lists the keys a command honours,
+/// any other key is a usage error (rather than silently ignored).
+pub fn properties(items: &[String], known: &[&str]) -> Result<Vec<(String, String)>, Failure> {
+    items
+        .iter()
+        .map(|item| {
+            let (k, v) = item.split_once('=').ok_or_else(|| {
+                Failure::usage(format!("--property {item:?}: expected KEY=VALUE"))
+            })?;
+            let k = k.trim();
+            if !known.contains(&k) {
+                return Err(Failure::usage(format!(
+                    "--property {k}: not supported here (supported: {})",
+                    known.join(", ")
+                )));
+            }
+            Ok((k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+/// A boolean property value as Kafka reads it (`true`/`false`, any case).
+pub fn property_bool(key: &str, value: &str) -> Result<bool, Failure> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(Failure::usage(format!(
+            "--property {key}={value}: expected true or false"
+        ))),
+    }
 }
 
 impl Conn {

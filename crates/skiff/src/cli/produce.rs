@@ -8,7 +8,24 @@ use serde_json::json;
 use skiff_client::{Acks, Producer, ProducerConfig, ProducerRecord};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::{CmdResult, Conn, Failure, print_json};
+use super::{CmdResult, Conn, Failure, TopicArg, print_json, properties, property_bool};
+
+/// The key separator: `--key-separator`, or Kafka's `parse.key` / `key.separator` properties.
+fn key_separator(args: &ProduceArgs) -> Result<Option<String>, Failure> {
+    let mut parse_key = false;
+    let mut separator = "\t".to_string();
+    for (k, v) in properties(&args.properties, &["parse.key", "key.separator"])? {
+        match k.as_str() {
+            "parse.key" => parse_key = property_bool(&k, &v)?,
+            _ => separator = v,
+        }
+    }
+    Ok(if parse_key {
+        Some(separator)
+    } else {
+        args.key_separator.clone()
+    })
+}
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
 pub enum AcksArg {
@@ -22,17 +39,25 @@ pub enum AcksArg {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  echo hello | skiff produce greetings\n  skiff produce orders --file orders.txt --key-separator :\n  seq 1 100000 | skiff produce numbers --acks 1 --linger-ms 20\n  skiff produce payments --file batch.txt --transactional-id payments-loader\n  echo hello | skiff produce greetings --bootstrap broker:9093 --command-config client.properties"
+    after_help = "Examples:\n  echo hello | skiff produce greetings\n  skiff produce orders --file orders.txt --key-separator :\n  skiff produce --topic orders --property parse.key=true --property key.separator=: < orders.txt\n  seq 1 100000 | skiff produce numbers --acks 1 --linger-ms 20\n  skiff produce payments --file batch.txt --transactional-id payments-loader\n  echo hello | skiff produce greetings --bootstrap broker:9093 --command-config client.properties"
 )]
 pub struct ProduceArgs {
-    /// Topic to write to.
-    pub topic: String,
+    #[command(flatten)]
+    pub topic: TopicArg,
     /// Read lines from this file instead of stdin.
     #[arg(long)]
     pub file: Option<PathBuf>,
     /// Split each line into KEY<SEP>VALUE at the first SEP.
     #[arg(long)]
     pub key_separator: Option<String>,
+    /// kafka-console-producer's reader properties (repeatable): parse.key=true|false and
+    /// key.separator=SEP (default: a tab); parse.key=true is --key-separator SEP.
+    #[arg(
+        long = "property",
+        value_name = "KEY=VALUE",
+        conflicts_with = "key_separator"
+    )]
+    pub properties: Vec<String>,
     /// Write every record to this partition.
     #[arg(long)]
     pub partition: Option<i32>,
@@ -52,6 +77,8 @@ pub struct ProduceArgs {
 }
 
 pub async fn run(conn: Conn, args: ProduceArgs) -> CmdResult {
+    let key_separator = key_separator(&args)?;
+    let topic = args.topic.name().to_string();
     let client = conn.client()?;
     let acks = match args.acks {
         AcksArg::Zero => Acks::None,
@@ -89,7 +116,7 @@ pub async fn run(conn: Conn, args: ProduceArgs) -> CmdResult {
     let mut bytes: u64 = 0;
     let mut first_error: Option<skiff_client::Error> = None;
     while let Some(line) = lines.next_line().await? {
-        let (key, value) = match &args.key_separator {
+        let (key, value) = match &key_separator {
             Some(sep) => match line.split_once(sep.as_str()) {
                 Some((k, v)) => (Some(k.to_string()), v.to_string()),
                 None => (None, line),
@@ -97,7 +124,7 @@ pub async fn run(conn: Conn, args: ProduceArgs) -> CmdResult {
             None => (None, line),
         };
         bytes += value.len() as u64;
-        let mut record = ProducerRecord::new(args.topic.clone(), value);
+        let mut record = ProducerRecord::new(topic.clone(), value);
         if let Some(k) = key {
             record = record.key(k);
         }
@@ -155,7 +182,7 @@ pub async fn run(conn: Conn, args: ProduceArgs) -> CmdResult {
     }
     if conn.json {
         print_json(
-            &json!({"topic": args.topic, "records": sent, "acknowledged": acked, "seconds": secs}),
+            &json!({"topic": topic, "records": sent, "acknowledged": acked, "seconds": secs}),
         );
     }
     match first_error {
