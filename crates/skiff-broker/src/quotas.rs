@@ -3,6 +3,14 @@
 //! written crash-safely, or in cluster mode in the cluster's `client-quotas` document that every
 //! broker mirrors), and the meters that measure each bucket's rate.
 //!
+//! Each bucket is metered with a token bucket (KIP-599's measure, which Kafka uses for controller
+//! mutations) holding a second's worth of its quota: what runs ahead of the quota is owed, and a
+//! request that leaves the bucket in debt is throttled until the debt is paid (at most 11 s at
+//! once, Kafka's longest throttle; the rest is owed by the next request). Kafka's byte-rate
+//! quotas measure over 11 one-second samples instead, which lets a client burst up to ten
+//! seconds' worth whenever the oldest samples expire; the token bucket holds the rate to the
+//! quota within a second's worth, and clients see the same throttle times and muting.
+//!
 //! What is measured, as Kafka measures it: a Produce request's size against
 //! `producer_byte_rate`, a Fetch response's record bytes against `consumer_byte_rate` (a
 //! throttled fetch answers without its records, as Kafka's throttled response does), and the
@@ -23,7 +31,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use skiff_protocol::{ApiKey, Response};
 use skiff_quota::entity::{Bucket, Key, Quotas};
-use skiff_quota::rate::{DEFAULT_SAMPLES, DEFAULT_WINDOW_MS, SampledRate};
+use skiff_quota::rate::TokenBucket;
 
 use crate::clock::now_ms;
 use crate::handlers::Reply;
@@ -62,9 +70,19 @@ fn index(key: Key) -> usize {
 }
 
 struct Meter {
-    rate: SampledRate,
+    bucket: TokenBucket,
     last_ms: i64,
 }
+
+/// A bucket may run ahead of its quota by this much of a second's worth (its burst).
+const BURST_MS: i64 = 1_000;
+
+/// The longest throttle given at once (Kafka's `quota.window.num` x `quota.window.size`); what
+/// is still owed after it is owed by the next request.
+const MAX_THROTTLE_MS: i64 = 11_000;
+
+/// Meters idle this long are dropped first when there are too many.
+const IDLE_MS: i64 = 60_000;
 
 /// The configured quotas and the meters of the buckets they are counted in.
 pub struct QuotaManager {
@@ -167,7 +185,8 @@ async fn delayed(response: Response, delay_ms: i64) -> Response {
 /// Applies the quotas to a request's reply: its size against `producer_byte_rate` (Produce),
 /// the handler's time against `request_percentage`, the response's records against
 /// `consumer_byte_rate` (Fetch). Returns the reply (its throttle time set, an old client's
-/// delayed) and, for a request without a response (acks=0), how long to mute the connection.
+/// delayed) and how long to mute the connection from now (a Fetch's own throttle mutes it when
+/// its response is written).
 pub fn enforce(
     broker: &Arc<Broker>,
     who: &Requester<'_>,
@@ -193,10 +212,18 @@ pub fn enforce(
             .quotas
             .record(Key::RequestPercentage, who, percent, now),
     );
+    // Known before the response: the connection is muted from now on, so that requests the
+    // client pipelined are not served inside the throttle time (Kafka reads one request of a
+    // connection at a time; Skiff reads ahead).
+    let mute = if client_throttles(api, version) || matches!(reply, Reply::Nothing) {
+        throttle
+    } else {
+        0
+    };
     match reply {
-        Reply::Nothing => (Reply::Nothing, throttle),
+        Reply::Nothing => (Reply::Nothing, mute),
         Reply::Now(response) => match finish(broker, who, api, version, throttle, response) {
-            (response, 0) => (Reply::Now(response), 0),
+            (response, 0) => (Reply::Now(response), mute),
             (response, delay) => (Reply::Later(Box::pin(delayed(response, delay))), 0),
         },
         Reply::Later(future) => {
@@ -215,7 +242,7 @@ pub fn enforce(
                     let (response, delay) = finish(&broker, &who, api, version, throttle, response);
                     delayed(response, delay).await
                 })),
-                0,
+                mute,
             )
         }
     }
@@ -276,19 +303,18 @@ impl QuotaManager {
         };
         let mut meters = locked(&self.meters);
         if meters.len() >= MAX_METERS && !meters.contains_key(&(key, bucket.clone())) {
-            let span = DEFAULT_WINDOW_MS * DEFAULT_SAMPLES as i64;
-            meters.retain(|_, m| now_ms - m.last_ms < span);
+            meters.retain(|_, m| now_ms - m.last_ms < IDLE_MS);
             if meters.len() >= MAX_METERS {
                 return 0;
             }
         }
         let meter = meters.entry((key, bucket)).or_insert_with(|| Meter {
-            rate: SampledRate::new(DEFAULT_SAMPLES, DEFAULT_WINDOW_MS),
+            bucket: TokenBucket::new(quota, 1, BURST_MS, now_ms),
             last_ms: now_ms,
         });
-        meter.rate.record(value, now_ms);
+        meter.bucket.record(value, quota, now_ms);
         meter.last_ms = now_ms;
-        let throttle = meter.rate.throttle_ms(quota, now_ms);
+        let throttle = meter.bucket.throttle_ms(quota, now_ms).min(MAX_THROTTLE_MS);
         if throttle > 0 {
             let i = index(key);
             self.throttled.responses[i].fetch_add(1, Ordering::Relaxed);

@@ -72,6 +72,8 @@ pub fn client_versions(api: ApiKey) -> Option<(i16, i16)> {
         ApiKey::AlterUserScramCredentials => (0, 0),
         ApiKey::CreateAcls => (1, 3),
         ApiKey::DescribeAcls => (1, 3),
+        ApiKey::DescribeClientQuotas => (0, 1),
+        ApiKey::AlterClientQuotas => (0, 1),
         ApiKey::DeleteAcls => (1, 3),
         _ => return None,
     })

@@ -30,6 +30,7 @@
 //!   terminating push on [`Client::close`]; [`ClientConfig::enable_metrics_push`] turns it off.
 
 mod admin;
+mod admin_quotas;
 mod admin_security;
 mod admin_share;
 mod client;
@@ -50,6 +51,7 @@ pub use admin::{
     Admin, AlterConfigOp, CLIENT_METRICS_RESOURCE, ConfigEntry, GroupDescription, GroupListing,
     GroupMember, NewTopic, TopicDescription,
 };
+pub use admin_quotas::{ClientQuota, QuotaEntity};
 pub use admin_security::ScramUser;
 pub use admin_share::SharePartitionOffset;
 pub use client::{BrokerInfo, Client, ClientConfig, Metadata, PartitionMetadata, TopicMetadata};

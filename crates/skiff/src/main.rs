@@ -105,6 +105,14 @@ enum Command {
         #[command(subcommand)]
         command: cli::user::UserCommand,
     },
+    /// Client quotas: set and list them (kafka-configs' users and clients, and client
+    /// instances).
+    Quota {
+        #[command(flatten)]
+        conn: cli::Conn,
+        #[command(subcommand)]
+        command: cli::quota::QuotaCommand,
+    },
     /// ACLs: add, list and remove them (kafka-acls' flags).
     Acl {
         #[command(flatten)]
@@ -201,6 +209,9 @@ fn main() -> Result<()> {
         }
         Command::Acl { conn, command } => {
             std::process::exit(cli::run(cli::acl::run(conn, command)))
+        }
+        Command::Quota { conn, command } => {
+            std::process::exit(cli::run(cli::quota::run(conn, command)))
         }
         Command::Cluster { args, command } => {
             std::process::exit(cli::run(cli::cluster::run(args, command)))

@@ -1207,3 +1207,109 @@ fn completions_print_a_script() {
         .expect("run");
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+#[test]
+fn quotas_are_set_listed_and_removed() {
+    let broker = start_broker();
+    for args in [
+        &[
+            "quota",
+            "set",
+            "--client-id",
+            "app",
+            "--set",
+            "producer_byte_rate=1048576",
+        ][..],
+        &[
+            "quota",
+            "set",
+            "--user-default",
+            "--client-id-default",
+            "--add-config",
+            "consumer_byte_rate=2097152",
+        ][..],
+        &[
+            "quota",
+            "set",
+            "--client-instance-id",
+            "fKyDTSoUQIypXvmIVOg3tg",
+            "--set",
+            "request_percentage=25",
+        ][..],
+    ] {
+        let out = skiff(&broker, args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    }
+    let listed = json_of(&skiff(&broker, &["quota", "list", "--json"]));
+    assert_eq!(listed.as_array().map(Vec::len), Some(3), "{listed}");
+    let app = json_of(&skiff(
+        &broker,
+        &["quota", "list", "--client-id", "app", "--json"],
+    ));
+    assert_eq!(app[0]["quotas"]["producer_byte_rate"], 1048576.0, "{app}");
+    let table = stdout(&skiff(&broker, &["quota", "list"]));
+    assert!(
+        table.contains("client-instance-id=fKyDTSoUQIypXvmIVOg3tg")
+            && table.contains("request_percentage=25"),
+        "{table}"
+    );
+    let out = skiff(
+        &broker,
+        &[
+            "quota",
+            "set",
+            "--client-id",
+            "app",
+            "--delete",
+            "producer_byte_rate",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed = json_of(&skiff(&broker, &["quota", "list", "--json"]));
+    assert_eq!(listed.as_array().map(Vec::len), Some(2), "{listed}");
+    // No entity, nothing to change, a bad value: usage; a key the broker refuses: rejected.
+    assert_eq!(
+        skiff(&broker, &["quota", "set", "--set", "producer_byte_rate=1"])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        skiff(&broker, &["quota", "set", "--client-id", "x"])
+            .status
+            .code(),
+        Some(2)
+    );
+    assert_eq!(
+        skiff(
+            &broker,
+            &[
+                "quota",
+                "set",
+                "--client-id",
+                "x",
+                "--set",
+                "producer_byte_rate=fast"
+            ]
+        )
+        .status
+        .code(),
+        Some(2)
+    );
+    assert_eq!(
+        skiff(
+            &broker,
+            &[
+                "quota",
+                "set",
+                "--client-id",
+                "x",
+                "--set",
+                "no_such_quota=1"
+            ]
+        )
+        .status
+        .code(),
+        Some(6)
+    );
+}

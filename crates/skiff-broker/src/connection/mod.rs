@@ -96,6 +96,10 @@ pub struct Connection {
     /// A client quota throttled a response: nothing more is read from the client before this
     /// (KIP-219).
     muted_until: Option<tokio::time::Instant>,
+    /// The KIP-714 client instance ID this connection's telemetry named (librdkafka sends no
+    /// KIP-1313 header; its broker-assigned telemetry ID is its instance): what a
+    /// `client-instance-id` quota applies to when the header has none.
+    telemetry_instance: Option<skiff_protocol::Uuid>,
 }
 
 /// The responses queue of a connection while one request is handled: the response pushed takes
@@ -181,6 +185,7 @@ impl Connection {
             record,
             share_sessions: false,
             muted_until: None,
+            telemetry_instance: None,
         }
     }
 
@@ -509,13 +514,26 @@ impl Connection {
                     .zip(record.software_version.clone())
             },
         };
+        if let Request::PushTelemetry(r) = &request
+            && r.client_instance_id != skiff_protocol::Uuid::ZERO
+        {
+            self.telemetry_instance = Some(r.client_instance_id);
+        }
         let started = std::time::Instant::now();
         let reply = handlers::dispatch(&ctx, request);
+        if let Reply::Now(Response::GetTelemetrySubscriptions(r)) = &reply
+            && r.client_instance_id != skiff_protocol::Uuid::ZERO
+        {
+            self.telemetry_instance = Some(r.client_instance_id);
+        }
         let reply = if self.broker.quotas.any() {
             let who = crate::quotas::Requester {
                 user: &ctx.principal.name,
                 client_id: ctx.client_id.as_deref().unwrap_or(""),
-                instance: ctx.instance_id.map(|id| id.to_string()),
+                instance: ctx
+                    .instance_id
+                    .or(self.telemetry_instance)
+                    .map(|id| id.to_string()),
             };
             let (reply, mute_ms) = crate::quotas::enforce(
                 &ctx.broker,

@@ -8,6 +8,7 @@ pub mod command_config;
 pub mod consume;
 pub mod group;
 pub mod produce;
+pub mod quota;
 pub mod reset_offsets;
 pub mod topic;
 pub mod user;
