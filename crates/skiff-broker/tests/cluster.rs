@@ -2004,3 +2004,63 @@ async fn share_groups_span_brokers_and_move_with_their_partitions() {
     admin.client().close().await;
     cluster.stop_all().await;
 }
+
+/// Client quotas are a document of the cluster: set through one broker, every broker has them
+/// (DescribeClientQuotas), and they survive the broker that set them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn client_quotas_are_shared_by_every_broker() {
+    use skiff_protocol::generated::alter_client_quotas_request::{EntityData, EntryData, OpData};
+    use skiff_protocol::generated::{AlterClientQuotasRequest, DescribeClientQuotasRequest};
+    let Some(mut cluster) = TestCluster::start("quotas", 2, false).await else {
+        return;
+    };
+    wait_for_brokers(&cluster, 1, &[1, 2]).await;
+    let mut c1 = cluster.client(1).await;
+    let request = AlterClientQuotasRequest {
+        entries: vec![EntryData {
+            entity: vec![EntityData {
+                entity_type: "client-id".into(),
+                entity_name: Some("app".into()),
+                ..Default::default()
+            }],
+            ops: vec![OpData {
+                key: "producer_byte_rate".into(),
+                value: 4096.0,
+                remove: false,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    match c1.call(request, 1).await {
+        Response::AlterClientQuotas(r) => assert_eq!(r.entries[0].error_code, 0, "{r:?}"),
+        other => panic!("unexpected {other:?}"),
+    }
+    let mut c2 = cluster.client(2).await;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let shared = match c2.call(DescribeClientQuotasRequest::default(), 1).await {
+            Response::DescribeClientQuotas(r) => r.entries.as_ref().is_some_and(|e| {
+                e.len() == 1 && e[0].values.first().is_some_and(|v| v.value == 4096.0)
+            }),
+            other => panic!("unexpected {other:?}"),
+        };
+        if shared {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "broker 2 never had the quota"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.stop(1).await;
+    match c2.call(DescribeClientQuotasRequest::default(), 1).await {
+        Response::DescribeClientQuotas(r) => {
+            assert_eq!(r.entries.map(|e| e.len()), Some(1))
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    cluster.stop_all().await;
+}
