@@ -6,6 +6,7 @@
 //! while later requests are read; responses still leave in request order.
 
 mod auth;
+mod quota;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -276,7 +277,7 @@ impl Connection {
                         match done {
                             Some(Outgoing::Response(version, correlation_id, response)) => {
                                 let throttle = response.throttle_time_ms();
-                                if throttle > 0 && crate::quotas::client_throttles(response.api_key(), version) {
+                                if throttle > 0 && quota::client_throttles(response.api_key(), version) {
                                     let until = tokio::time::Instant::now()
                                         + std::time::Duration::from_millis(u64::try_from(throttle).unwrap_or(0));
                                     self.muted_until = Some(self.muted_until.map_or(until, |t| t.max(until)));
@@ -535,7 +536,7 @@ impl Connection {
                     .or(self.telemetry_instance)
                     .map(|id| id.to_string()),
             };
-            let (reply, mute_ms) = crate::quotas::enforce(
+            let (reply, mute_ms) = quota::enforce(
                 &ctx.broker,
                 &who,
                 api_key,
