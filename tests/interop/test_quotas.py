@@ -47,7 +47,7 @@ class Flood:
         self.throttle_max = 0
         self.stop = threading.Event()
         self.producer = Producer({"bootstrap.servers": bootstrap, "client.id": "app", "linger.ms": 5,
-                                  "acks": 1, "statistics.interval.ms": 500, "log_level": 4,
+                                  "acks": 1, "statistics.interval.ms": 500, "log_level": 0,
                                   "stats_cb": self._stats, "message.timeout.ms": 60_000})
         self.thread = threading.Thread(target=self._run, daemon=True)
 

@@ -18,8 +18,9 @@
 //! percentage of one thread; ApiVersions and SASL are exempt). A throttled response carries its
 //! throttle time, and the connection reads nothing more from the client until it has passed
 //! (KIP-219); clients too old to throttle themselves (Produce before v6, Fetch before v8) get
-//! their response that much later instead. `controller_mutation_rate` (KIP-599) is not enforced
-//! yet, so AlterClientQuotas refuses it rather than store a quota that does nothing.
+//! their response that much later instead. `controller_mutation_rate` (KIP-599) counts the
+//! partitions CreateTopics, DeleteTopics and CreatePartitions create or delete, in a token bucket
+//! of Kafka's 11-second burst (`handlers::topics`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -73,6 +74,15 @@ const BURST_MS: i64 = 1_000;
 /// The longest throttle given at once (Kafka's `quota.window.num` x `quota.window.size`); what
 /// is still owed after it is owed by the next request.
 const MAX_THROTTLE_MS: i64 = 11_000;
+
+/// A meter's bucket: a second's worth of burst for rates, Kafka's whole quota window (11 s) for
+/// controller mutations (KIP-599's token bucket).
+fn new_bucket(key: Key, quota: f64, now_ms: i64) -> TokenBucket {
+    match key {
+        Key::ControllerMutationRate => TokenBucket::new(quota, 11, 1_000, now_ms),
+        _ => TokenBucket::new(quota, 1, BURST_MS, now_ms),
+    }
+}
 
 /// Meters idle this long are dropped first when there are too many.
 const IDLE_MS: i64 = 60_000;
@@ -149,7 +159,7 @@ impl QuotaManager {
             }
         }
         let meter = meters.entry((key, bucket)).or_insert_with(|| Meter {
-            bucket: TokenBucket::new(quota, 1, BURST_MS, now_ms),
+            bucket: new_bucket(key, quota, now_ms),
             last_ms: now_ms,
         });
         meter.bucket.record(value, quota, now_ms);
@@ -161,6 +171,31 @@ impl QuotaManager {
             self.throttled.time_ms[i].fetch_add(throttle.unsigned_abs(), Ordering::Relaxed);
         }
         throttle
+    }
+
+    /// Whether the bucket `who` counts `key` in is in debt now (KIP-599's strict check before a
+    /// controller mutation); `false` without a quota.
+    pub fn exceeded(&self, key: Key, who: &Requester<'_>, now_ms: i64) -> bool {
+        let resolved =
+            locked(&self.quotas).resolve(key, who.user, who.client_id, who.instance.as_deref());
+        let Some((quota, bucket)) = resolved else {
+            return false;
+        };
+        locked(&self.meters)
+            .get_mut(&(key, bucket))
+            .is_some_and(|m| m.bucket.exceeded(quota, now_ms))
+    }
+
+    /// How long the bucket `who` counts `key` in is throttled now, without counting anything.
+    pub fn throttle(&self, key: Key, who: &Requester<'_>, now_ms: i64) -> i64 {
+        let resolved =
+            locked(&self.quotas).resolve(key, who.user, who.client_id, who.instance.as_deref());
+        let Some((quota, bucket)) = resolved else {
+            return 0;
+        };
+        locked(&self.meters).get_mut(&(key, bucket)).map_or(0, |m| {
+            m.bucket.throttle_ms(quota, now_ms).min(MAX_THROTTLE_MS)
+        })
     }
 
     /// `/metrics` lines: throttled responses and throttle time per quota key.

@@ -174,7 +174,7 @@ async fn quotas_are_configured_and_persisted() {
         ),
         (
             &[("client-id", Some("x"))],
-            &[("controller_mutation_rate", 2.0, false)],
+            &[("controller_mutation_rate", 0.0, false)],
         ),
         (
             &[("ip", Some("127.0.0.1"))],
@@ -306,5 +306,78 @@ async fn byte_rates_throttle_one_instance_and_not_its_sibling() {
         !metrics.contains("skiff_quota_throttled_responses_total{quota=\"producer_byte_rate\"} 0"),
         "{metrics}"
     );
+    tb.stop().await;
+}
+
+/// KIP-599: `controller_mutation_rate` counts the partitions created and deleted. In strict mode
+/// (CreateTopics v6+, DeleteTopics v5+, CreatePartitions v3+) a topic that comes while the
+/// quota is exceeded is THROTTLING_QUOTA_EXCEEDED and the response carries the throttle time;
+/// an older version's request is served and only throttled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_mutations_are_throttled() {
+    use skiff_protocol::generated::CreateTopicsRequest;
+    use skiff_protocol::generated::create_topics_request::CreatableTopic;
+    let tb = TestBroker::start().await;
+    let mut admin = tb.client().await;
+    let instance = Uuid::from_u128(0x599);
+    assert_eq!(
+        alter(
+            &mut admin,
+            &[("client-instance-id", Some(&instance.to_string()))],
+            &[("controller_mutation_rate", 2.0, false)],
+            false
+        )
+        .await
+        .0,
+        0
+    );
+    let mut c = tb.client().await;
+    c.instance_id = Some(instance);
+    let create = |names: &[&str]| CreateTopicsRequest {
+        topics: names
+            .iter()
+            .map(|n| CreatableTopic {
+                name: (*n).into(),
+                num_partitions: 10,
+                replication_factor: -1,
+                ..Default::default()
+            })
+            .collect(),
+        timeout_ms: 10_000,
+        ..Default::default()
+    };
+    // A burst of 2 x 11 = 22 partitions: the first three topics go (the third into debt), the
+    // fourth is refused.
+    match c.call(create(&["m1", "m2", "m3", "m4"]), 7).await {
+        Response::CreateTopics(r) => {
+            let codes: Vec<i16> = r.topics.iter().map(|t| t.error_code).collect();
+            assert_eq!(
+                codes,
+                vec![0, 0, 0, error_codes::THROTTLING_QUOTA_EXCEEDED],
+                "{r:?}"
+            );
+            assert!(r.throttle_time_ms > 0, "{}", r.throttle_time_ms);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // Version 5 is not strict: served, throttled. (The connection was muted for the throttle.)
+    match c.call(create(&["m5"]), 5).await {
+        Response::CreateTopics(r) => {
+            assert_eq!(r.topics[0].error_code, 0, "{r:?}");
+            assert!(r.throttle_time_ms > 0);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    // Another instance is not throttled.
+    match admin.call(create(&["other"]), 7).await {
+        Response::CreateTopics(r) => {
+            assert_eq!(
+                (r.topics[0].error_code, r.throttle_time_ms),
+                (0, 0),
+                "{r:?}"
+            )
+        }
+        other => panic!("unexpected {other:?}"),
+    }
     tb.stop().await;
 }

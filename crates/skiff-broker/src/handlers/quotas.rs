@@ -8,8 +8,7 @@
 //!   entry is checked whole (entity, keys, values) and applied alone, INVALID_REQUEST with the
 //!   reason otherwise. `ValidateOnly` checks and changes nothing. Entity types are Kafka's `user`
 //!   and `client-id` (with `null` names for the defaults) and Skiff's `client-instance-id` (one
-//!   instance, no default); `ip` quotas are refused, and so is `controller_mutation_rate`, which
-//!   Skiff does not enforce yet.
+//!   instance, no default); `ip` quotas are refused.
 
 use skiff_auth::acl::AclOperation;
 use skiff_protocol::generated::alter_client_quotas_response::{
@@ -20,7 +19,7 @@ use skiff_protocol::generated::describe_client_quotas_response::{
 };
 use skiff_protocol::generated::{AlterClientQuotasRequest, DescribeClientQuotasRequest};
 use skiff_protocol::{ErrorCode, Response, error_codes};
-use skiff_quota::entity::{Component, Entity, Invalid, Key, Match, Op};
+use skiff_quota::entity::{Component, Entity, Invalid, Match, Op};
 
 use super::{RequestContext, bs};
 
@@ -164,15 +163,6 @@ fn alter_entry(
             remove: op.remove,
         })
         .collect();
-    if ops
-        .iter()
-        .any(|op| Key::parse(&op.key) == Some(Key::ControllerMutationRate) && !op.remove)
-    {
-        return Err((
-            ErrorCode::INVALID_REQUEST,
-            "controller_mutation_rate is not enforced by Skiff yet".into(),
-        ));
-    }
     // Checked against a copy first, so that validate-only and a refused entry change nothing.
     let mut check = ctx.broker.quotas.quotas();
     check.alter(&entity, &ops).map_err(invalid)?;

@@ -44,6 +44,68 @@ pub(crate) fn admin_lock() -> MutexGuard<'static, ()> {
 
 // ----- CreateTopics --------------------------------------------------------------------------
 
+/// KIP-599's controller mutation quota of one request (`controller_mutation_rate`): in strict
+/// mode (CreateTopics v6+, DeleteTopics v5+, CreatePartitions v3+) a topic that comes while the
+/// quota is exceeded is refused with THROTTLING_QUOTA_EXCEEDED; every topic admitted counts its
+/// partitions; the response carries the throttle time.
+struct MutationQuota<'a> {
+    ctx: &'a RequestContext,
+    strict: bool,
+    counted: bool,
+}
+
+impl<'a> MutationQuota<'a> {
+    fn new(ctx: &'a RequestContext, strict: bool, validate_only: bool) -> MutationQuota<'a> {
+        MutationQuota {
+            ctx,
+            strict,
+            counted: !validate_only && ctx.broker.quotas.any(),
+        }
+    }
+
+    fn who(&self) -> crate::quotas::Requester<'a> {
+        crate::quotas::Requester {
+            user: &self.ctx.principal.name,
+            client_id: self.ctx.client_id.as_deref().unwrap_or(""),
+            instance: self.ctx.instance_id.map(|id| id.to_string()),
+        }
+    }
+
+    /// Admits a topic mutating `partitions` partitions, counting them.
+    fn admit(&self, partitions: i32) -> Result<(), KafkaError> {
+        if !self.counted {
+            return Ok(());
+        }
+        let key = skiff_quota::entity::Key::ControllerMutationRate;
+        let now = crate::clock::now_ms();
+        if self.strict && self.ctx.broker.quotas.exceeded(key, &self.who(), now) {
+            return Err(KafkaError::new(
+                error_codes::THROTTLING_QUOTA_EXCEEDED,
+                "The throttling quota has been exceeded.",
+            ));
+        }
+        self.ctx
+            .broker
+            .quotas
+            .record(key, &self.who(), f64::from(partitions.max(0)), now);
+        Ok(())
+    }
+
+    /// The response's throttle time.
+    fn throttle_ms(&self) -> i32 {
+        if !self.counted {
+            return 0;
+        }
+        let key = skiff_quota::entity::Key::ControllerMutationRate;
+        let t = self
+            .ctx
+            .broker
+            .quotas
+            .throttle(key, &self.who(), crate::clock::now_ms());
+        i32::try_from(t).unwrap_or(i32::MAX)
+    }
+}
+
 pub fn handle_create_topics(ctx: &RequestContext, request: CreateTopicsRequest) -> Response {
     let broker = &ctx.broker;
     let mut counts: HashMap<ByteString, usize> = HashMap::new();
@@ -83,6 +145,20 @@ pub fn handle_create_topics(ctx: &RequestContext, request: CreateTopicsRequest) 
         }
         checked.push((name, check_one(broker, topic)));
     }
+    let quota = MutationQuota::new(ctx, ctx.version >= 6, request.validate_only);
+    let default_partitions = broker.meta().default_num_partitions().unwrap_or(1);
+    for (_, check) in &mut checked {
+        if let Ok(new) = check {
+            let partitions = if new.num_partitions > 0 {
+                new.num_partitions
+            } else {
+                default_partitions
+            };
+            if let Err(e) = quota.admit(partitions) {
+                *check = Err(e);
+            }
+        }
+    }
     let _admin = admin_lock();
     let valid: Vec<NewTopic> = checked
         .iter()
@@ -114,6 +190,7 @@ pub fn handle_create_topics(ctx: &RequestContext, request: CreateTopicsRequest) 
         topics.push(result.unwrap_or_else(|error| failed_creation(name, error)));
     }
     Response::CreateTopics(CreateTopicsResponse {
+        throttle_time_ms: quota.throttle_ms(),
         topics,
         ..Default::default()
     })
@@ -363,6 +440,16 @@ pub fn handle_delete_topics(ctx: &RequestContext, request: DeleteTopicsRequest) 
     let mut reported_names = HashSet::new();
     let mut reported_ids = HashSet::new();
     let mut responses = Vec::with_capacity(targets.len());
+    let quota = MutationQuota::new(ctx, version >= 5, false);
+    // A deletion mutates every partition of its topic.
+    let admit = |topic: TopicRef<'_>| {
+        let partitions = match topic {
+            TopicRef::Name(n) => broker.topic_by_name(n),
+            TopicRef::Id(id) => broker.topic_by_id(id),
+        }
+        .map_or(0, |t| t.info.partitions);
+        quota.admit(partitions)
+    };
     for target in targets {
         let result = match target {
             Target::Rejected(result) => result,
@@ -391,7 +478,9 @@ pub fn handle_delete_topics(ctx: &RequestContext, request: DeleteTopicsRequest) 
             {
                 deletion_error(Some(name), Uuid::ZERO, not_authorized())
             }
-            Target::Name(name) => match delete_one(broker, TopicRef::Name(&name), version) {
+            Target::Name(name) => match admit(TopicRef::Name(&name))
+                .and_then(|()| delete_one(broker, TopicRef::Name(&name), version))
+            {
                 Ok((_, id)) => deleted(Some(name), id),
                 Err(error) => deletion_error(Some(name), Uuid::ZERO, error),
             },
@@ -403,7 +492,9 @@ pub fn handle_delete_topics(ctx: &RequestContext, request: DeleteTopicsRequest) 
                 Some(name) if !ctx.authorized(AclOperation::Delete, ResourceType::Topic, &name) => {
                     deletion_error(Some(bs(name)), id, not_authorized())
                 }
-                _ => match delete_one(broker, TopicRef::Id(id), version) {
+                _ => match admit(TopicRef::Id(id))
+                    .and_then(|()| delete_one(broker, TopicRef::Id(id), version))
+                {
                     Ok((name, id)) => deleted(Some(bs(name)), id),
                     Err(error) => deletion_error(None, id, error),
                 },
@@ -412,6 +503,7 @@ pub fn handle_delete_topics(ctx: &RequestContext, request: DeleteTopicsRequest) 
         responses.push(result);
     }
     Response::DeleteTopics(DeleteTopicsResponse {
+        throttle_time_ms: quota.throttle_ms(),
         responses,
         ..Default::default()
     })
@@ -491,6 +583,7 @@ pub fn handle_create_partitions(
     }
     let mut reported = HashSet::new();
     let mut results = Vec::with_capacity(request.topics.len());
+    let quota = MutationQuota::new(ctx, ctx.version >= 3, request.validate_only);
     for topic in request.topics {
         let outcome = if counts.get(&topic.name).copied().unwrap_or(0) > 1 {
             if !reported.insert(topic.name.clone()) {
@@ -503,13 +596,19 @@ pub fn handle_create_partitions(
         } else if !ctx.authorized(AclOperation::Alter, ResourceType::Topic, &topic.name) {
             Err(not_authorized())
         } else {
-            grow_one(
-                broker,
-                &topic.name,
-                topic.count,
-                topic.assignments.as_deref(),
-                request.validate_only,
-            )
+            // The partitions added are the mutation.
+            let added = broker
+                .topic_by_name(&topic.name)
+                .map_or(0, |t| topic.count.saturating_sub(t.info.partitions));
+            quota.admit(added).and_then(|()| {
+                grow_one(
+                    broker,
+                    &topic.name,
+                    topic.count,
+                    topic.assignments.as_deref(),
+                    request.validate_only,
+                )
+            })
         };
         let (error_code, error_message) = match outcome {
             Ok(()) => (error_codes::NONE, None),
@@ -523,6 +622,7 @@ pub fn handle_create_partitions(
         });
     }
     Response::CreatePartitions(CreatePartitionsResponse {
+        throttle_time_ms: quota.throttle_ms(),
         results,
         ..Default::default()
     })

@@ -19,7 +19,8 @@ pub enum QuotaCommand {
     Set {
         #[command(flatten)]
         entity: EntityArgs,
-        /// A quota KEY=VALUE (producer_byte_rate, consumer_byte_rate, request_percentage);
+        /// A quota KEY=VALUE (producer_byte_rate, consumer_byte_rate, request_percentage,
+        /// controller_mutation_rate);
         /// repeatable (kafka-configs' --add-config).
         #[arg(long = "set", alias = "add-config", value_name = "KEY=VALUE")]
         set: Vec<String>,
