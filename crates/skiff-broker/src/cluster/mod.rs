@@ -140,6 +140,8 @@ pub struct Cluster {
     pub txn_offsets_committed: tokio::sync::Notify,
     /// The share partitions this broker leads, and the epochs it claimed them at.
     pub share_epochs: share::ShareEpochs,
+    /// PostgreSQL for share-partition state, on a thread of its own.
+    pub share_db: share::ShareDb,
 }
 
 /// Counters of the cluster's storage traffic (admin metrics, benchmarks).
@@ -171,6 +173,9 @@ impl Cluster {
             Some((config.lease_ms / 3).max(100)),
         )
         .context("cluster.metadata")?;
+        let share_db =
+            share::ShareDb::start(&config.metadata_url, 2, (config.lease_ms / 3).max(100))
+                .context("cluster.metadata (share-state connections)")?;
         let objects = Objects::open(&config.objects_url, &config.s3).context("cluster.objects")?;
         let (before, after) = skiff_cluster::schema::migrate(&db)
             .await
@@ -215,6 +220,7 @@ impl Cluster {
             documents: documents::Seen::default(),
             txn_offsets_committed: tokio::sync::Notify::new(),
             share_epochs: share::ShareEpochs::default(),
+            share_db,
         }))
     }
 

@@ -3,8 +3,13 @@
 //! PostgreSQL itself: loading a share partition claims it (a new fencing epoch), and every write
 //! names that epoch. A broker that lost the partition finds its writes refused
 //! ([`ShareStateError::NotLeader`]) and drops what it held; the new leader has read every write
-//! that was answered. Writes are synchronous (PostgreSQL is waited for on the caller's worker,
-//! [`super::block_on`]), so what they return is durable already.
+//! that was answered. Writes are synchronous, so what they return is durable already.
+//!
+//! The share-partition leader calls the store under its locks, from synchronous code. Its
+//! PostgreSQL work therefore runs on a thread of its own ([`ShareDb`]: a small runtime with its
+//! own connections) that the caller waits for: were it driven by the broker's runtime, the
+//! broker's worker threads, blocked on those locks while one of them waits for PostgreSQL, could
+//! leave nobody to drive the connection (a deadlock seen with three share consumers).
 //!
 //! A share partition's first state is the one its group's coordinator wrote into the group's
 //! shard when the group first subscribed to it ([`crate::groups::share`]): the claim copies it.
@@ -17,9 +22,68 @@ use skiff_cluster::coordinators::shard_of;
 use skiff_cluster::share_states::{self, Seed, ShareKey, Write};
 use skiff_share::{Snapshot, apply_delta};
 
-use super::{Cluster, block_on, coordination::GROUPS};
+use super::{Cluster, coordination::GROUPS};
 use crate::groups::share::{SharePartitionKey, ShareStateError, ShareStateRecord, state_key};
 use crate::share::StateStore;
+
+type Job = Box<dyn FnOnce(&skiff_cluster::Db) -> futures::future::BoxFuture<'_, ()> + Send>;
+
+/// PostgreSQL for share-partition state, on a thread of its own (see the module).
+pub struct ShareDb {
+    jobs: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
+}
+
+impl ShareDb {
+    /// Starts the thread, with a pool of `pool_size` connections to `url` (lock and idle
+    /// transaction limits `limit_ms`, as the broker's).
+    pub fn start(url: &str, pool_size: usize, limit_ms: u64) -> anyhow::Result<ShareDb> {
+        let db = skiff_cluster::Db::with_limits(url, pool_size, Some(limit_ms))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("skiff-share-db".into())
+            .spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    runtime.block_on(job(&db));
+                }
+            })?;
+        Ok(ShareDb {
+            jobs: Mutex::new(Some(tx)),
+        })
+    }
+
+    /// Runs `work` on the thread and waits for its result.
+    fn run<T: Send + 'static>(
+        &self,
+        work: impl for<'d> FnOnce(&'d skiff_cluster::Db) -> futures::future::BoxFuture<'d, T>
+        + Send
+        + 'static,
+    ) -> Result<T, ShareStateError> {
+        let (reply_tx, reply_rx) = std::sync::mpsc::sync_channel::<T>(1);
+        let job: Job = Box::new(move |db| {
+            Box::pin(async move {
+                let _ = reply_tx.send(work(db).await);
+            })
+        });
+        let sent = self
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|tx| tx.send(job).is_ok())
+            .unwrap_or(false);
+        if !sent {
+            return Err(storage(anyhow::anyhow!(
+                "the share-state thread has stopped"
+            )));
+        }
+        reply_rx
+            .recv()
+            .map_err(|_| storage(anyhow::anyhow!("the share-state thread dropped a request")))
+    }
+}
 
 /// The epochs this broker claimed its loaded share partitions at.
 #[derive(Default)]
@@ -102,18 +166,20 @@ impl Cluster {
 impl StateStore for Cluster {
     fn load(&self, key: &SharePartitionKey) -> Result<Option<Snapshot>, ShareStateError> {
         let seed_key = [&[GROUPS][..], &state_key(key)].concat();
-        let seed = Seed {
-            shard: shard_of(&key.group_id),
-            key: &seed_key,
-        };
-        let claimed = block_on(share_states::claim(
-            &self.db,
-            &share_key(key),
-            self.node_id,
-            seed,
-        ))
-        .map_err(|e| storage(anyhow::anyhow!(e)))?
-        .map_err(storage)?;
+        let owned = key.clone();
+        let node = self.node_id;
+        let claimed = self
+            .share_db
+            .run(move |db| {
+                Box::pin(async move {
+                    let seed = Seed {
+                        shard: shard_of(&owned.group_id),
+                        key: &seed_key,
+                    };
+                    share_states::claim(db, &share_key(&owned), node, seed).await
+                })
+            })?
+            .map_err(storage)?;
         let Some(claimed) = claimed else {
             self.share_epochs.set(key, None);
             return Ok(None);
@@ -138,18 +204,19 @@ impl StateStore for Cluster {
             ShareStateRecord::Delta(delta) => serde_json::to_vec(delta),
         }
         .map_err(storage)?;
-        let what = match record {
-            ShareStateRecord::Snapshot(_) => Write::Snapshot(&json),
-            ShareStateRecord::Delta(_) => Write::Delta(&json),
-        };
-        let written = block_on(share_states::write(
-            &self.db,
-            &share_key(key),
-            self.node_id,
-            epoch,
-            what,
-        ))
-        .map_err(|e| storage(anyhow::anyhow!(e)))?;
+        let snapshot = matches!(record, ShareStateRecord::Snapshot(_));
+        let owned = key.clone();
+        let node = self.node_id;
+        let written = self.share_db.run(move |db| {
+            Box::pin(async move {
+                let what = if snapshot {
+                    Write::Snapshot(&json)
+                } else {
+                    Write::Delta(&json)
+                };
+                share_states::write(db, &share_key(&owned), node, epoch, what).await
+            })
+        })?;
         match written {
             Ok(()) => Ok(0),
             Err(DbError::Fenced { .. }) => {
