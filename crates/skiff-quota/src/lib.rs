@@ -9,9 +9,8 @@
 //!   `controller_mutation_rate`), the configured quotas with AlterClientQuotas' checks and
 //!   DescribeClientQuotas' filters, and which quota applies to a request (Kafka's precedence)
 //!   and which bucket it is counted in.
-//! - [`rate`]: the sampled rate a quota is measured with (Kafka's `Rate` over `quota.window.num`
-//!   windows of `quota.window.size.seconds`), the throttle time of a rate above its quota, and
-//!   the token bucket of controller mutations (KIP-599).
+//! - [`rate`]: the token bucket quotas are measured with (KIP-599's), and the throttle time of a
+//!   bucket in debt.
 
 pub mod entity;
 pub mod rate;

@@ -278,9 +278,7 @@ impl Connection {
                             Some(Outgoing::Response(version, correlation_id, response)) => {
                                 let throttle = response.throttle_time_ms();
                                 if throttle > 0 && quota::client_throttles(response.api_key(), version) {
-                                    let until = tokio::time::Instant::now()
-                                        + std::time::Duration::from_millis(u64::try_from(throttle).unwrap_or(0));
-                                    self.muted_until = Some(self.muted_until.map_or(until, |t| t.max(until)));
+                                    self.mute_for(i64::from(throttle));
                                 }
                                 if let Err(e) = encode_response_frame_chunked(&mut out, &response, version, correlation_id) {
                                     tracing::error!(error = %e, api = ?response.api_key(), version, "could not encode a response; closing");
@@ -317,6 +315,13 @@ impl Connection {
         }
         let _ = self.writer.shutdown().await;
         closing.unwrap_or("closed")
+    }
+
+    /// Reads nothing more from the client for `ms` (a quota's throttle, KIP-219).
+    fn mute_for(&mut self, ms: i64) {
+        let until = tokio::time::Instant::now()
+            + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+        self.muted_until = Some(self.muted_until.map_or(until, |t| t.max(until)));
     }
 
     /// Parses and dispatches one request. Its share of the request budget is held until its
@@ -546,9 +551,7 @@ impl Connection {
                 reply,
             );
             if mute_ms > 0 {
-                let until = tokio::time::Instant::now()
-                    + std::time::Duration::from_millis(u64::try_from(mute_ms).unwrap_or(0));
-                self.muted_until = Some(self.muted_until.map_or(until, |t| t.max(until)));
+                self.mute_for(mute_ms);
             }
             reply
         } else {
