@@ -95,6 +95,64 @@ pub struct GroupConfig {
     pub classic_initial_rebalance_delay_ms: i64,
     /// `group.max.size` for classic groups (i32::MAX).
     pub classic_max_size: usize,
+    /// `group.consumer.migration.policy`: which online conversions between classic and KIP-848
+    /// consumer groups are allowed (Kafka 4.x default: both ways).
+    pub consumer_migration_policy: MigrationPolicy,
+}
+
+/// Kafka's `ConsumerGroupMigrationPolicy`: a live classic group whose members restart with the
+/// consumer protocol becomes a consumer group (upgrade), and a consumer group whose last
+/// consumer-protocol member leaves while classic members remain becomes a classic group again
+/// (downgrade).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MigrationPolicy {
+    /// Both conversions.
+    #[default]
+    Bidirectional,
+    /// Classic to consumer only.
+    Upgrade,
+    /// Consumer to classic only.
+    Downgrade,
+    /// Neither: a non-empty group of the other kind refuses the member.
+    Disabled,
+}
+
+impl MigrationPolicy {
+    /// Kafka's config value (`bidirectional`, `upgrade`, `downgrade`, `disabled`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MigrationPolicy::Bidirectional => "bidirectional",
+            MigrationPolicy::Upgrade => "upgrade",
+            MigrationPolicy::Downgrade => "downgrade",
+            MigrationPolicy::Disabled => "disabled",
+        }
+    }
+
+    /// Parses a config value, case-insensitively as Kafka does.
+    pub fn parse(value: &str) -> Option<MigrationPolicy> {
+        [
+            MigrationPolicy::Bidirectional,
+            MigrationPolicy::Upgrade,
+            MigrationPolicy::Downgrade,
+            MigrationPolicy::Disabled,
+        ]
+        .into_iter()
+        .find(|p| p.name().eq_ignore_ascii_case(value.trim()))
+    }
+
+    pub fn upgrade_enabled(self) -> bool {
+        matches!(
+            self,
+            MigrationPolicy::Bidirectional | MigrationPolicy::Upgrade
+        )
+    }
+
+    pub fn downgrade_enabled(self) -> bool {
+        matches!(
+            self,
+            MigrationPolicy::Bidirectional | MigrationPolicy::Downgrade
+        )
+    }
 }
 
 impl Default for GroupConfig {
@@ -127,6 +185,7 @@ impl Default for GroupConfig {
             classic_max_session_timeout_ms: 1_800_000,
             classic_initial_rebalance_delay_ms: 3_000,
             classic_max_size: i32::MAX as usize,
+            consumer_migration_policy: MigrationPolicy::Bidirectional,
         }
     }
 }

@@ -160,7 +160,7 @@ fn sync_error(code: i16) -> SyncGroupResponse {
 }
 
 /// Kafka's `JoinGroupResponse(data, version)`: protocol name "" before v7, null from v7.
-fn fit_join(mut response: JoinGroupResponse, version: i16) -> JoinGroupResponse {
+pub(crate) fn fit_join(mut response: JoinGroupResponse, version: i16) -> JoinGroupResponse {
     if version < 7 {
         if response.protocol_name.is_none() {
             response.protocol_name = Some(ByteString::from_static(""));
@@ -180,7 +180,7 @@ fn fit_join(mut response: JoinGroupResponse, version: i16) -> JoinGroupResponse 
     response
 }
 
-fn fit_sync(mut response: SyncGroupResponse, version: i16) -> SyncGroupResponse {
+pub(crate) fn fit_sync(mut response: SyncGroupResponse, version: i16) -> SyncGroupResponse {
     if version < 5 {
         response.protocol_type = None;
         response.protocol_name = None;
@@ -1634,15 +1634,64 @@ impl ClassicGroup {
     /// Unloads the group (shutdown, deletion): the state becomes Dead, every parked request is
     /// answered NOT_COORDINATOR (Kafka's `onUnloaded`) and timers are cleared.
     pub fn unload(&mut self, now_ms: i64) -> Vec<Completion> {
+        self.retire(NOT_COORDINATOR, now_ms)
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Online migration (see `crate::migration`)
+
+    /// The members, for an upgrade to a consumer group.
+    pub(crate) fn migration_members(&self) -> impl Iterator<Item = &Member> {
+        self.members_in_order().into_iter()
+    }
+
+    /// Retires the group for an upgrade: every parked JoinGroup and SyncGroup is answered
+    /// REBALANCE_IN_PROGRESS (Kafka's `completeAllJoinFutures`/`completeAllSyncFutures`), so
+    /// the members rejoin the consumer group that replaces this one.
+    pub(crate) fn retire_for_upgrade(&mut self, now_ms: i64) -> Vec<Completion> {
+        self.retire(REBALANCE_IN_PROGRESS, now_ms)
+    }
+
+    /// A classic group rebuilt from a downgraded consumer group's members (as a snapshot):
+    /// Stable at the snapshot's generation, the protocol chosen by the members' votes, each
+    /// member's assignment given by `assign(member ID, its metadata for that protocol)`.
+    pub(crate) fn from_downgrade(
+        snapshot: ClassicGroupSnapshot,
+        assign: impl Fn(&str, &Bytes) -> Bytes,
+        now_ms: i64,
+    ) -> ClassicGroup {
+        let mut group = ClassicGroup::restore(snapshot, now_ms);
+        group.protocol_name = group.select_protocol();
+        let protocol = group.protocol_name.clone();
+        for member in group.members.values_mut() {
+            member.assignment = assign(&member.id, &member.metadata(protocol.as_deref()));
+        }
+        group.persist();
+        group
+    }
+
+    /// Starts a rebalance of a Stable group (a downgrade triggered by a member leaving).
+    pub(crate) fn start_rebalance(&mut self, now_ms: i64) -> Vec<Completion> {
+        let mut out = Vec::new();
+        let tick = Tick {
+            now_ms,
+            initial_delay_ms: 0,
+        };
+        self.maybe_prepare_rebalance_or_complete_join(tick, &mut out);
+        out
+    }
+
+    /// Answers every parked request with `code` and makes the group Dead.
+    fn retire(&mut self, code: i16, now_ms: i64) -> Vec<Completion> {
         let mut out = Vec::new();
         let mut members: Vec<&mut Member> = self.members.values_mut().collect();
         members.sort_by_key(|m| m.seq);
         for member in members {
             if let Some(parked) = member.awaiting_join.take() {
-                complete_join(&mut out, parked, join_error(&member.id, NOT_COORDINATOR));
+                complete_join(&mut out, parked, join_error(&member.id, code));
             }
             if let Some(parked) = member.awaiting_sync.take() {
-                complete_sync(&mut out, parked, sync_error(NOT_COORDINATOR));
+                complete_sync(&mut out, parked, sync_error(code));
             }
             member.heartbeat_deadline = None;
         }

@@ -31,7 +31,7 @@
 //! Empty) group from it and re-arms the members' session timers, as Kafka does on load.
 
 mod group;
-mod member;
+pub(crate) mod member;
 mod snapshot;
 
 #[cfg(test)]
@@ -43,6 +43,7 @@ use skiff_protocol::generated::join_group_response::JoinGroupResponse;
 use skiff_protocol::generated::sync_group_response::SyncGroupResponse;
 
 pub use group::{ClassicGroup, MemberView, NEW_MEMBER_JOIN_TIMEOUT_MS};
+pub(crate) use group::{fit_join, fit_sync};
 pub use snapshot::{ClassicGroupSnapshot, ClassicMemberSnapshot, ProtocolSnapshot};
 
 /// A response that is ready for a parked (or just received) JoinGroup or SyncGroup request.

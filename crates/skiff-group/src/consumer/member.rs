@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use bytes::Bytes;
 use skiff_protocol::Uuid;
 
 /// Partitions by topic ID. Empty partition sets are never stored.
@@ -30,6 +31,35 @@ impl MemberState {
     }
 }
 
+/// One protocol a classic member offered in its JoinGroup (name and opaque metadata, in the
+/// member's order of preference).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassicProtocol {
+    pub name: String,
+    pub metadata: Bytes,
+}
+
+/// What a member that speaks the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside a
+/// consumer group needs beyond a KIP-848 member (Kafka's `ClassicMemberMetadata`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassicMemberMetadata {
+    pub session_timeout_ms: i32,
+    /// Never empty: JoinGroup without protocols is refused.
+    pub protocols: Vec<ClassicProtocol>,
+}
+
+impl ClassicMemberMetadata {
+    /// The member's preferred protocol: the one its JoinGroup and SyncGroup answers name.
+    pub fn protocol_name(&self) -> &str {
+        self.protocols.first().map_or("", |p| p.name.as_str())
+    }
+
+    /// The metadata of the preferred protocol (the member's consumer subscription).
+    pub fn metadata(&self) -> &[u8] {
+        self.protocols.first().map_or(&[][..], |p| &p.metadata[..])
+    }
+}
+
 /// A consumer group member: its subscription, its epochs and its current assignment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerMember {
@@ -51,12 +81,18 @@ pub struct ConsumerMember {
     pub(crate) assigned: Assignment,
     /// Partitions the member must give up (it still owns them).
     pub(crate) pending_revocation: Assignment,
+    /// Set for a classic member (online migration), `None` for a KIP-848 member.
+    pub(crate) classic: Option<ClassicMemberMetadata>,
     // Volatile state, not persisted.
     /// Internal handle for timers and partition ownership.
     pub(crate) seq: u64,
     pub(crate) session_deadline_ms: i64,
     /// (deadline, member epoch the member must leave before it).
     pub(crate) rebalance_deadline: Option<(i64, i32)>,
+    /// A classic member told to rejoin must do so by then.
+    pub(crate) join_deadline: Option<i64>,
+    /// A classic member that joined must send SyncGroup by then.
+    pub(crate) sync_deadline: Option<i64>,
 }
 
 impl ConsumerMember {
@@ -76,9 +112,12 @@ impl ConsumerMember {
             server_assignor: None,
             assigned: Assignment::new(),
             pending_revocation: Assignment::new(),
+            classic: None,
             seq,
             session_deadline_ms: i64::MAX,
             rebalance_deadline: None,
+            join_deadline: None,
+            sync_deadline: None,
         }
     }
 
@@ -125,6 +164,15 @@ impl ConsumerMember {
     /// The partitions the member was asked to revoke and has not yet released.
     pub fn partitions_pending_revocation(&self) -> &Assignment {
         &self.pending_revocation
+    }
+
+    /// The classic protocol metadata of a member that joined with JoinGroup.
+    pub fn classic(&self) -> Option<&ClassicMemberMetadata> {
+        self.classic.as_ref()
+    }
+    /// Whether the member speaks the classic protocol (Kafka's `useClassicProtocol`).
+    pub fn uses_classic_protocol(&self) -> bool {
+        self.classic.is_some()
     }
 
     /// Kafka's `isReconciledTo`.

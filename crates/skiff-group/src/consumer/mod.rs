@@ -15,6 +15,7 @@
 //!   with [`ConsumerGroup::next_deadline`] / [`ConsumerGroup::on_timer`].
 
 pub mod assignor;
+mod classic_members;
 mod member;
 mod reconcile;
 mod snapshot;
@@ -41,7 +42,9 @@ use skiff_protocol::{ByteString, Uuid};
 
 use crate::types::{GroupConfig, GroupError, TopicsImage};
 
-pub use member::{Assignment, ConsumerMember, MemberState};
+pub use classic_members::ImportedMember;
+pub(crate) use classic_members::assignment_by_name;
+pub use member::{Assignment, ClassicMemberMetadata, ClassicProtocol, ConsumerMember, MemberState};
 pub use snapshot::{
     ConsumerGroupSnapshot, MemberSnapshot, SubscribedTopicSnapshot, TopicAssignmentSnapshot,
 };
@@ -109,6 +112,16 @@ impl GroupState {
 enum TimerKind {
     Session,
     Rebalance,
+    /// A classic member told to rejoin did not (Kafka's consumer group join timeout).
+    ClassicJoin,
+    /// A classic member that joined did not sync (Kafka's consumer group sync timeout).
+    ClassicSync,
+}
+
+impl TimerKind {
+    fn is_classic(self) -> bool {
+        matches!(self, TimerKind::ClassicJoin | TimerKind::ClassicSync)
+    }
 }
 
 /// Java's `String.trim().isEmpty()`: only characters <= U+0020.
@@ -309,6 +322,9 @@ pub struct ConsumerGroup {
     seq_to_member: HashMap<u64, String>,
     next_seq: u64,
     compiled: HashMap<String, Regex>,
+    /// Set when the last KIP-848 member left while classic members remain and the migration
+    /// policy allows a downgrade: the caller converts the group (see [`crate::migration`]).
+    downgrade_pending: bool,
 }
 
 impl ConsumerGroup {
@@ -329,6 +345,7 @@ impl ConsumerGroup {
             seq_to_member: HashMap::new(),
             next_seq: 1,
             compiled: HashMap::new(),
+            downgrade_pending: false,
         }
     }
 
@@ -430,7 +447,7 @@ impl ConsumerGroup {
         self.session_timeout_ms = config.consumer_session_timeout_ms;
         let epoch = request.member_epoch;
         if epoch == LEAVE_GROUP_MEMBER_EPOCH || epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH {
-            return self.leave(request, topics, now_ms);
+            return self.leave(request, topics, config, now_ms);
         }
 
         let requested_id: &str = &request.member_id;
@@ -489,6 +506,21 @@ impl ConsumerGroup {
             self.compiled.insert(pattern, regex);
         }
 
+        let Some(member) = self.members.get_mut(&member_id) else {
+            return Err(GroupError::new(
+                error_codes::UNKNOWN_SERVER_ERROR,
+                "member vanished while handling its heartbeat",
+            ));
+        };
+        // A classic member heartbeating with the consumer protocol has switched protocols.
+        if member.classic.take().is_some() {
+            member.join_deadline = None;
+            member.sync_deadline = None;
+            let seq = member.seq;
+            self.timers
+                .retain(|(_, s, kind)| *s != seq || !kind.is_classic());
+            persist = true;
+        }
         let Some(member) = self.members.get_mut(&member_id) else {
             return Err(GroupError::new(
                 error_codes::UNKNOWN_SERVER_ERROR,
@@ -680,6 +712,7 @@ impl ConsumerGroup {
         &mut self,
         request: &ConsumerGroupHeartbeatRequest,
         topics: &TopicsImage,
+        config: &GroupConfig,
         now_ms: i64,
     ) -> Result<ConsumerGroupHeartbeatResponse, GroupError> {
         let member_id: &str = &request.member_id;
@@ -699,7 +732,7 @@ impl ConsumerGroup {
                     ),
                 ));
             }
-            self.fence_member(member_id, topics);
+            self.fence_members(&[member_id.to_string()], topics, config);
             return Ok(response(epoch));
         };
         let Some(static_id) = self.static_members.get(instance).cloned() else {
@@ -735,16 +768,71 @@ impl ConsumerGroup {
             self.changed();
             Ok(response(LEAVE_GROUP_STATIC_MEMBER_EPOCH))
         } else {
-            self.fence_member(member_id, topics);
+            self.fence_members(&[member_id.to_string()], topics, config);
             Ok(response(epoch))
         }
     }
 
+    /// Removes members that left or timed out (Kafka's `consumerGroupFenceMembers`). When only
+    /// classic members would remain and the policy allows it, the group is marked for a
+    /// downgrade instead: the members go without an epoch bump, and the caller turns the group
+    /// into a classic group ([`ConsumerGroup::take_downgrade`]).
+    pub(crate) fn fence_members(
+        &mut self,
+        member_ids: &[String],
+        topics: &TopicsImage,
+        config: &GroupConfig,
+    ) {
+        let leaving: Vec<&String> = member_ids
+            .iter()
+            .filter(|id| self.members.contains_key(id.as_str()))
+            .collect();
+        if leaving.is_empty() {
+            return;
+        }
+        let remaining: Vec<&ConsumerMember> = self
+            .members
+            .values()
+            .filter(|m| !leaving.contains(&&m.member_id))
+            .collect();
+        let downgrade = !remaining.is_empty()
+            && remaining.iter().all(|m| m.classic.is_some())
+            && config.consumer_migration_policy.downgrade_enabled()
+            && remaining.len() <= config.classic_max_size;
+        for id in member_ids {
+            if downgrade {
+                self.drop_member(id);
+            } else {
+                self.fence_member(id, topics);
+            }
+        }
+        if downgrade {
+            self.downgrade_pending = true;
+            self.changed();
+        }
+    }
+
+    /// Whether the group must now become a classic group (see [`ConsumerGroup::fence_members`]);
+    /// clears the mark.
+    pub fn take_downgrade(&mut self) -> bool {
+        std::mem::take(&mut self.downgrade_pending)
+    }
+
     /// Removes a member (leave, session or rebalance timeout) and bumps the group epoch.
     fn fence_member(&mut self, member_id: &str, topics: &TopicsImage) {
-        let Some(member) = self.members.remove(member_id) else {
+        let Some(member) = self.drop_member(member_id) else {
             return;
         };
+        if member.subscribed_topic_regex.is_some() {
+            self.resolve_regexes(topics, false);
+        }
+        self.recompute_subscribed_metadata(topics);
+        self.bump_group_epoch();
+    }
+
+    /// Removes a member with everything it holds, leaving the epochs as they are.
+    fn drop_member(&mut self, member_id: &str) -> Option<ConsumerMember> {
+        let member = self.members.remove(member_id)?;
         self.release_all(&member);
         if let Some(instance) = &member.instance_id
             && self.static_members.get(instance).map(String::as_str) == Some(member_id)
@@ -754,11 +842,7 @@ impl ConsumerGroup {
         self.target.remove(member_id);
         self.remove_timers(&member);
         self.seq_to_member.remove(&member.seq);
-        if member.subscribed_topic_regex.is_some() {
-            self.resolve_regexes(topics, false);
-        }
-        self.recompute_subscribed_metadata(topics);
-        self.bump_group_epoch();
+        Some(member)
     }
 
     fn release_all(&mut self, member: &ConsumerMember) {
@@ -855,8 +939,10 @@ impl ConsumerGroup {
         for key in member.owned_partitions() {
             self.owners.insert(key, seq);
         }
-        // Revoking members must release in time (re-armed on every change while revoking).
-        let rebalance = (member.state == MemberState::UnrevokedPartitions).then(|| {
+        // Revoking members must release in time (re-armed on every change while revoking);
+        // classic members have their join and sync timeouts instead.
+        let revoking = member.state == MemberState::UnrevokedPartitions && member.classic.is_none();
+        let rebalance = revoking.then(|| {
             (
                 now_ms.saturating_add(i64::from(member.rebalance_timeout_ms.max(0))),
                 member.member_epoch,
@@ -1079,6 +1165,14 @@ impl ConsumerGroup {
             self.timers
                 .remove(&(deadline, member.seq, TimerKind::Rebalance));
         }
+        if let Some(deadline) = member.join_deadline {
+            self.timers
+                .remove(&(deadline, member.seq, TimerKind::ClassicJoin));
+        }
+        if let Some(deadline) = member.sync_deadline {
+            self.timers
+                .remove(&(deadline, member.seq, TimerKind::ClassicSync));
+        }
     }
 
     /// The earliest session or rebalance deadline, if any.
@@ -1088,7 +1182,9 @@ impl ConsumerGroup {
 
     /// Fires every deadline at or before `now_ms`: members whose session expired are removed
     /// (a static member loses its instance too); members that did not revoke within their
-    /// rebalance timeout are fenced. Returns the removed member IDs.
+    /// rebalance timeout, and classic members that did not rejoin or sync in time, are fenced.
+    /// Returns the removed member IDs. Stops early when a removal calls for a downgrade
+    /// ([`ConsumerGroup::take_downgrade`]): the classic group takes over the other timers.
     pub fn on_timer(
         &mut self,
         topics: &TopicsImage,
@@ -1117,10 +1213,15 @@ impl ConsumerGroup {
                     let expected = member.rebalance_deadline.take().map(|(_, e)| e);
                     expected == Some(member.member_epoch)
                 }
+                TimerKind::ClassicJoin => member.join_deadline.take() == Some(deadline),
+                TimerKind::ClassicSync => member.sync_deadline.take() == Some(deadline),
             };
             if fence {
-                self.fence_member(&member_id, topics);
+                self.fence_members(std::slice::from_ref(&member_id), topics, config);
                 removed.push(member_id);
+                if self.downgrade_pending {
+                    break;
+                }
             }
         }
         removed
@@ -1150,13 +1251,15 @@ impl ConsumerGroup {
                 ),
             )
         })?;
-        if api_version < MIN_OFFSET_COMMIT_VERSION_FOR_CONSUMER_MEMBERS {
+        // Classic members (online migration) commit with any version and their generation.
+        if api_version < MIN_OFFSET_COMMIT_VERSION_FOR_CONSUMER_MEMBERS && member.classic.is_none()
+        {
             return Err(GroupError::new(
                 error_codes::UNSUPPORTED_VERSION,
                 "OffsetCommit version 9 or above must be used by members using the modern group protocol",
             ));
         }
-        Self::check_stale(member_epoch, member.member_epoch)
+        Self::check_stale(member, member_epoch)
     }
 
     /// OffsetFetch with a member ID (nullable) and member epoch (-1 default). A null member ID
@@ -1178,19 +1281,31 @@ impl ConsumerGroup {
                     format!("Member {id} is not a member of group {}.", self.group_id),
                 )
             })?;
-        Self::check_stale(member_epoch, member.member_epoch)
+        Self::check_stale(member, member_epoch)
     }
 
-    fn check_stale(received: i32, expected: i32) -> Result<(), GroupError> {
-        if received != expected {
-            return Err(GroupError::new(
+    /// Kafka's `validateMemberEpoch`: STALE_MEMBER_EPOCH, or ILLEGAL_GENERATION for a classic
+    /// member (whose generation is its member epoch).
+    fn check_stale(member: &ConsumerMember, received: i32) -> Result<(), GroupError> {
+        let expected = member.member_epoch;
+        if received == expected {
+            return Ok(());
+        }
+        Err(if member.classic.is_some() {
+            GroupError::new(
+                error_codes::ILLEGAL_GENERATION,
+                format!(
+                    "The received generation id {received} does not match the expected member epoch {expected}."
+                ),
+            )
+        } else {
+            GroupError::new(
                 error_codes::STALE_MEMBER_EPOCH,
                 format!(
                     "The received member epoch {received} does not match the expected member epoch {expected}."
                 ),
-            ));
-        }
-        Ok(())
+            )
+        })
     }
 
     // ---------------------------------------------------------------------------------------
@@ -1240,8 +1355,8 @@ impl ConsumerGroup {
                 subscribed_topic_regex: m.subscribed_topic_regex.as_deref().map(ByteString::from),
                 assignment: to_assignment(Some(&m.assigned)),
                 target_assignment: to_assignment(self.target.get(&m.member_id)),
-                // KIP-1099: 1 = consumer protocol.
-                member_type: 1,
+                // KIP-1099: 0 = classic protocol, 1 = consumer protocol.
+                member_type: if m.classic.is_some() { 0 } else { 1 },
                 ..Default::default()
             })
             .collect();

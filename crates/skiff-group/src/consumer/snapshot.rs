@@ -6,8 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use skiff_protocol::Uuid;
 
-use super::member::{Assignment, ConsumerMember, MemberState};
+use super::member::{
+    Assignment, ClassicMemberMetadata, ClassicProtocol, ConsumerMember, MemberState,
+};
 use super::{ConsumerGroup, TimerKind};
+use crate::classic::ProtocolSnapshot;
 
 /// A topic ID as Kafka's two 64-bit halves (serde has no u128 in every format).
 pub(crate) type UuidHalves = [u64; 2];
@@ -67,6 +70,46 @@ pub struct MemberSnapshot {
     pub assigned: Vec<TopicAssignmentSnapshot>,
     pub pending_revocation: Vec<TopicAssignmentSnapshot>,
     pub target: Vec<TopicAssignmentSnapshot>,
+    /// A classic member's protocol metadata (online migration); absent for KIP-848 members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classic: Option<ClassicMemberMetadataSnapshot>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassicMemberMetadataSnapshot {
+    pub session_timeout_ms: i32,
+    pub protocols: Vec<ProtocolSnapshot>,
+}
+
+impl ClassicMemberMetadataSnapshot {
+    fn of(meta: &ClassicMemberMetadata) -> Self {
+        ClassicMemberMetadataSnapshot {
+            session_timeout_ms: meta.session_timeout_ms,
+            protocols: meta
+                .protocols
+                .iter()
+                .map(|p| ProtocolSnapshot {
+                    name: p.name.clone(),
+                    metadata: p.metadata.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// `None` for a damaged snapshot without protocols (the member then counts as KIP-848).
+    fn restore(self) -> Option<ClassicMemberMetadata> {
+        (!self.protocols.is_empty()).then(|| ClassicMemberMetadata {
+            session_timeout_ms: self.session_timeout_ms,
+            protocols: self
+                .protocols
+                .into_iter()
+                .map(|p| ClassicProtocol {
+                    name: p.name,
+                    metadata: p.metadata,
+                })
+                .collect(),
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -118,6 +161,7 @@ impl ConsumerGroup {
                         .get(&m.member_id)
                         .map(assignment_to_snapshot)
                         .unwrap_or_default(),
+                    classic: m.classic.as_ref().map(ClassicMemberMetadataSnapshot::of),
                 })
                 .collect(),
             resolved_regex: self.resolved_regex.clone(),
@@ -174,6 +218,7 @@ impl ConsumerGroup {
             member.server_assignor = m.server_assignor;
             member.assigned = assignment_from_snapshot(&m.assigned);
             member.pending_revocation = assignment_from_snapshot(&m.pending_revocation);
+            member.classic = m.classic.and_then(ClassicMemberMetadataSnapshot::restore);
             for set in [&mut member.assigned, &mut member.pending_revocation] {
                 for (topic, partitions) in set.iter_mut() {
                     partitions.retain(|p| match group.owners.get(&(*topic, *p)) {
@@ -191,11 +236,14 @@ impl ConsumerGroup {
                     .static_members
                     .insert(instance.clone(), m.member_id.clone());
             }
-            member.session_deadline_ms = now_ms.saturating_add(group.session_timeout_ms);
+            member.session_deadline_ms = now_ms.saturating_add(match &member.classic {
+                Some(classic) => i64::from(classic.session_timeout_ms),
+                None => group.session_timeout_ms,
+            });
             group
                 .timers
                 .insert((member.session_deadline_ms, seq, TimerKind::Session));
-            if member.state == MemberState::UnrevokedPartitions {
+            if member.state == MemberState::UnrevokedPartitions && member.classic.is_none() {
                 let deadline = now_ms.saturating_add(i64::from(member.rebalance_timeout_ms.max(0)));
                 member.rebalance_deadline = Some((deadline, member.member_epoch));
                 group.timers.insert((deadline, seq, TimerKind::Rebalance));
