@@ -1403,18 +1403,28 @@ async fn classic_and_consumer_groups_share_one_namespace() {
     let b = start().await;
     let mut c = b.client().await;
     create_topic(&mut c, "ns", 2).await;
-    // A non-empty consumer group refuses classic members.
+    // A non-empty consumer group refuses classic members whose metadata is not a consumer
+    // subscription (online migration takes those that are: tests/interop
+    // test_group_migration.py and `classic_members_join_a_consumer_group_and_back` below).
     let m = Member::join(&mut c, "g-consumer", "m", &["ns"], 1).await;
     let r = join(&mut c, classic_join("g-consumer", "", None)).await;
+    assert_eq!(r.error_code, error_codes::MEMBER_ID_REQUIRED, "{r:?}");
+    let r = join(&mut c, classic_join("g-consumer", &r.member_id, None)).await;
     assert_eq!(
         r.error_code,
         error_codes::INCONSISTENT_GROUP_PROTOCOL,
         "{r:?}"
     );
-    // A non-empty classic group refuses consumer members.
+    // A non-empty classic group whose members are not Kafka consumers refuses consumer members.
     let (classic_id, _) = classic_single(&mut c, "g-classic-ns").await;
     let r = cg_heartbeat(&mut c, join_request("g-classic-ns", "m", &["ns"]), 1).await;
     assert_eq!(r.error_code, error_codes::GROUP_ID_NOT_FOUND, "{r:?}");
+    assert!(
+        r.error_message
+            .as_deref()
+            .is_some_and(|m| m.contains("malformed")),
+        "{r:?}"
+    );
     let d = cg_describe(&mut c, "g-classic-ns").await;
     assert_eq!(d.error_code, error_codes::GROUP_ID_NOT_FOUND);
     // DescribeGroups does not describe consumer groups: GROUP_ID_NOT_FOUND at v6 (KIP-1043),
@@ -2125,5 +2135,144 @@ async fn classic_join_versions_and_restart_mid_rebalance() {
     // unknown to the new broker and rejoins from scratch; A leads a new generation alone.
     let expected_members = if rb.error_code == 0 { 2 } else { 1 };
     assert_eq!(ra.members.len(), expected_members, "{ra:?}");
+    b.stop().await;
+}
+
+/// A JoinGroup from a Kafka consumer: its metadata is a real consumer subscription.
+fn consumer_join(group: &str, member: &str, topics: &[&str]) -> JoinGroupRequest {
+    let mut request = classic_join(group, member, None);
+    request.protocols[0].metadata =
+        skiff_group::embedded::encode_subscription(1, topics, &Default::default());
+    request
+}
+
+fn assigned_of(assignment: &[u8]) -> Vec<i32> {
+    skiff_group::embedded::decode_assignment(assignment)
+        .expect("a consumer assignment")
+        .partitions
+        .values()
+        .flatten()
+        .copied()
+        .collect()
+}
+
+/// Online migration over the wire (the state machine's cases are in skiff-group's
+/// `migration::tests`, the real clients' in tests/interop/test_group_migration.py): a classic
+/// group upgrades when a KIP-848 member joins, its classic member rejoins and syncs with the
+/// consumer group, the mixed group survives a restart, and the group is classic again once the
+/// KIP-848 member leaves.
+#[tokio::test]
+async fn classic_members_join_a_consumer_group_and_back() {
+    let b = start().await;
+    let mut c = b.client().await;
+    create_topic(&mut c, "mig", 4).await;
+    let group = "g-migrate";
+    let r = join(&mut c, consumer_join(group, "", &["mig"])).await;
+    assert_eq!(r.error_code, error_codes::MEMBER_ID_REQUIRED, "{r:?}");
+    let classic_id = r.member_id.to_string();
+    let r = join(&mut c, consumer_join(group, &classic_id, &["mig"])).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let all = skiff_group::embedded::encode_assignment(
+        1,
+        &[("mig".to_string(), vec![0, 1, 2, 3])]
+            .into_iter()
+            .collect(),
+    );
+    let s = sync(
+        &mut c,
+        sync_request(group, &classic_id, r.generation_id, &[(&classic_id, &all)]),
+    )
+    .await;
+    assert_eq!(s.error_code, 0, "{s:?}");
+
+    // A KIP-848 member joins: the group becomes a consumer group with both members.
+    let mut m = Member::join(&mut c, group, "kip848-member-aaaaaaa", &["mig"], 1).await;
+    let d = cg_describe(&mut c, group).await;
+    assert_eq!(d.error_code, 0, "{d:?}");
+    let types: BTreeSet<(String, i8)> = d
+        .members
+        .iter()
+        .map(|m| (m.member_id.to_string(), m.member_type))
+        .collect();
+    assert_eq!(
+        types,
+        BTreeSet::from([(classic_id.clone(), 0), (m.id.clone(), 1)])
+    );
+    assert!(
+        m.partitions().is_empty(),
+        "the classic member still owns all"
+    );
+
+    // The classic member is told to rejoin; it gives everything up (eager) and syncs.
+    let generation = r.generation_id;
+    assert_eq!(
+        classic_heartbeat(&mut c, group, &classic_id, generation).await,
+        error_codes::REBALANCE_IN_PROGRESS
+    );
+    let r = join(&mut c, consumer_join(group, &classic_id, &["mig"])).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    assert_eq!(
+        &*r.leader, "",
+        "a classic member of a consumer group never leads"
+    );
+    assert!(r.generation_id > generation);
+    let generation = r.generation_id;
+    let s = sync(&mut c, sync_request(group, &classic_id, generation, &[])).await;
+    assert_eq!(s.error_code, 0, "{s:?}");
+    let classic_parts = assigned_of(&s.assignment);
+    assert_eq!(classic_parts.len(), 2, "{classic_parts:?}");
+    for _ in 0..3 {
+        m.heartbeat(&mut c, group, 1).await;
+    }
+    let mut everything: Vec<i32> = classic_parts
+        .iter()
+        .copied()
+        .chain(m.partitions())
+        .collect();
+    everything.sort_unstable();
+    assert_eq!(everything, vec![0, 1, 2, 3]);
+    assert_eq!(
+        classic_heartbeat(&mut c, group, &classic_id, generation).await,
+        0
+    );
+    drop(c);
+
+    // The mixed group survives a restart, classic member included.
+    let b = b
+        .restart_with(|config| short_timeouts(&mut config.groups))
+        .await;
+    let mut c = b.client().await;
+    assert_eq!(
+        classic_heartbeat(&mut c, group, &classic_id, generation).await,
+        0
+    );
+    let d = cg_describe(&mut c, group).await;
+    assert_eq!(d.members.len(), 2, "{d:?}");
+
+    // The KIP-848 member leaves: the group is a classic group again, rebalancing.
+    let leave = ConsumerGroupHeartbeatRequest {
+        group_id: group.into(),
+        member_id: m.id.as_str().into(),
+        member_epoch: -1,
+        ..Default::default()
+    };
+    assert_eq!(cg_heartbeat(&mut c, leave, 1).await.error_code, 0);
+    let d = describe_classic(&mut c, group, 5).await;
+    assert_eq!(
+        (&*d.group_state, &*d.protocol_type),
+        ("PreparingRebalance", "consumer"),
+        "{d:?}"
+    );
+    assert_eq!(
+        classic_heartbeat(&mut c, group, &classic_id, generation).await,
+        error_codes::REBALANCE_IN_PROGRESS
+    );
+    let r = join(&mut c, consumer_join(group, &classic_id, &["mig"])).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    assert_eq!(
+        &*r.leader,
+        classic_id.as_str(),
+        "back to client-side assignment"
+    );
     b.stop().await;
 }

@@ -140,7 +140,12 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                         instance,
                         Membership {
                             group: group_id.clone(),
-                            protocol: Cow::Borrowed("consumer"),
+                            // A classic member of a consumer group (online migration).
+                            protocol: Cow::Borrowed(if member.uses_classic_protocol() {
+                                "classic"
+                            } else {
+                                "consumer"
+                            }),
                             member_epoch: Some(member.member_epoch()),
                             assigned,
                             member_id_differs: instance.is_none_or(|i| member_uuid(&id) != Some(i)),

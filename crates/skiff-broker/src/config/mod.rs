@@ -579,6 +579,13 @@ fn take_group_config(
         }
         groups.consumer_assignors = names;
     }
+    if let Some(v) = entries.remove("group.consumer.migration.policy") {
+        groups.consumer_migration_policy = skiff_group::MigrationPolicy::parse(&v).ok_or_else(|| {
+            anyhow::anyhow!(
+                "group.consumer.migration.policy = {v:?}: one of bidirectional, upgrade, downgrade, disabled"
+            )
+        })?;
+    }
     if groups.consumer_heartbeat_interval_ms >= groups.consumer_session_timeout_ms {
         bail!(
             "group.consumer.heartbeat.interval.ms must be below group.consumer.session.timeout.ms"

@@ -624,6 +624,25 @@ impl GroupCoordinator {
         rx
     }
 
+    /// Turns a consumer group whose last KIP-848 member just left into a classic group of its
+    /// remaining classic members (online downgrade, [`skiff_group::migration::downgrade`]).
+    pub fn maybe_downgrade(&self, inner: &mut Inner, group_id: &str, now_ms: i64) {
+        let Some(Group::Consumer(group)) = inner.groups.get_mut(group_id) else {
+            return;
+        };
+        if !group.take_downgrade() {
+            return;
+        }
+        let (classic, completions) =
+            skiff_group::migration::downgrade(group, &inner.topics, now_ms);
+        inner
+            .groups
+            .insert(group_id.to_string(), Group::Classic(classic));
+        // The new group is stored whatever its change counter.
+        inner.persisted.remove(group_id);
+        self.deliver(inner, completions);
+    }
+
     /// Answers parked requests.
     pub fn deliver(&self, inner: &mut Inner, completions: Vec<Completion>) {
         for completion in completions {
@@ -797,6 +816,7 @@ impl GroupCoordinator {
                 None => Vec::new(),
             };
             drop(config);
+            self.maybe_downgrade(&mut inner, &group_id, now_ms);
             for member_id in gone_members {
                 share::push_share_event(
                     &mut inner,

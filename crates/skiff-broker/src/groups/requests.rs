@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use skiff_group::classic::{ClassicGroup, ClassicResponse};
 use skiff_group::consumer::{self, ClientInfo, ConsumerGroup};
-use skiff_group::{CommittedOffset, GroupError, OffsetKey};
+use skiff_group::{CommittedOffset, GroupError, OffsetKey, migration};
 use skiff_protocol::generated::consumer_group_describe_response::DescribedGroup as ConsumerDescribed;
 use skiff_protocol::generated::delete_groups_response::DeletableGroupResult;
 use skiff_protocol::generated::describe_groups_response::{
@@ -140,6 +140,25 @@ impl GroupCoordinator {
         let group_id = request.group_id.to_string();
         match inner.groups.get(&group_id) {
             Some(Group::Consumer(_)) => {}
+            Some(Group::Classic(group)) if !group.is_empty() && request.member_epoch == 0 => {
+                // Online upgrade (Kafka's `convertToConsumerGroup`), tried on a copy: when the
+                // policy refuses it or the heartbeat then fails, the classic group stays as it
+                // was, its parked requests still parked.
+                let mut trial = group.clone();
+                let config = self.group_config(inner, &group_id);
+                let (mut upgraded, completions) =
+                    migration::upgrade(&mut trial, &inner.topics, &config, now)?;
+                let response =
+                    upgraded.heartbeat(request, version, client, &inner.topics, &config, now)?;
+                drop(config);
+                inner
+                    .groups
+                    .insert(group_id.clone(), Group::Consumer(upgraded));
+                inner.persisted.remove(&group_id);
+                self.deliver(inner, completions);
+                self.after_change(inner, &group_id);
+                return Ok(response);
+            }
             Some(Group::Classic(group)) if group.is_empty() && request.member_epoch == 0 => {
                 inner.groups.insert(
                     group_id.clone(),
@@ -183,6 +202,7 @@ impl GroupCoordinator {
         {
             inner.groups.remove(&group_id);
         }
+        self.maybe_downgrade(inner, &group_id, now);
         self.after_change(inner, &group_id);
         result
     }
@@ -238,7 +258,21 @@ impl GroupCoordinator {
         match inner.groups.get(&group_id) {
             Some(Group::Classic(_)) => {}
             Some(Group::Consumer(g)) if !g.is_empty() => {
-                return Err(ErrorCode::INCONSISTENT_GROUP_PROTOCOL);
+                // A classic member in a consumer group (online migration): answered at once.
+                let config = self.group_config(inner, &group_id);
+                let client = ClientInfo {
+                    client_id: joiner.client_id,
+                    client_host: joiner.client_host,
+                };
+                let Inner { groups, topics, .. } = &mut *inner;
+                let response = match groups.get_mut(&group_id) {
+                    Some(Group::Consumer(g)) => {
+                        g.classic_join(request, version, client, topics, &config, now)
+                    }
+                    _ => return Err(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+                };
+                drop(config);
+                return Ok(self.answer_now(inner, &group_id, ClassicResponse::Join(response), now));
             }
             // Kafka's `classicGroupJoin`: a share group (empty or not) is not joined.
             Some(Group::Share(_)) => return Err(ErrorCode::INCONSISTENT_GROUP_PROTOCOL),
@@ -269,6 +303,22 @@ impl GroupCoordinator {
         Ok(receiver)
     }
 
+    /// A JoinGroup or SyncGroup a consumer group answered at once, as a receiver like a parked
+    /// one's (the group may have changed: it is stored first).
+    fn answer_now(
+        &self,
+        inner: &mut Inner,
+        group_id: &str,
+        response: ClassicResponse,
+        now: i64,
+    ) -> oneshot::Receiver<ClassicResponse> {
+        let (tx, rx) = oneshot::channel();
+        let _ = tx.send(response);
+        self.maybe_downgrade(inner, group_id, now);
+        self.after_change(inner, group_id);
+        rx
+    }
+
     /// SyncGroup (classic): parks the request until the leader's assignment arrives.
     pub fn sync(
         &self,
@@ -280,8 +330,14 @@ impl GroupCoordinator {
         let group_id = request.group_id.to_string();
         let mut guard = self.lock(topics_source, now);
         let inner = &mut *guard;
-        if !matches!(inner.groups.get(&group_id), Some(Group::Classic(_))) {
-            return Err(ErrorCode::UNKNOWN_MEMBER_ID);
+        let Inner { groups, topics, .. } = &mut *inner;
+        match groups.get_mut(&group_id) {
+            Some(Group::Classic(_)) => {}
+            Some(Group::Consumer(g)) => {
+                let response = g.classic_sync(request, version, topics, now);
+                return Ok(self.answer_now(inner, &group_id, ClassicResponse::Sync(response), now));
+            }
+            _ => return Err(ErrorCode::UNKNOWN_MEMBER_ID),
         }
         let token = self.next_token();
         let receiver = self.park(inner, token, &group_id);
@@ -307,6 +363,7 @@ impl GroupCoordinator {
         let inner = &mut *guard;
         let response = match inner.groups.get_mut(&group_id) {
             Some(Group::Classic(group)) => group.heartbeat(request, version, now),
+            Some(Group::Consumer(group)) => group.classic_heartbeat(request, version, now),
             _ => HeartbeatResponse {
                 error_code: error_codes::UNKNOWN_MEMBER_ID,
                 ..Default::default()
@@ -332,6 +389,19 @@ impl GroupCoordinator {
                 let (response, completions) = group.leave(request, version, now);
                 self.deliver(inner, completions);
                 Ok(response)
+            }
+            Some(Group::Consumer(_)) => {
+                let config = self.group_config(inner, &group_id);
+                let Inner { groups, topics, .. } = &mut *inner;
+                let response = match groups.get_mut(&group_id) {
+                    Some(Group::Consumer(group)) => {
+                        Ok(group.classic_leave(request, version, topics, &config))
+                    }
+                    _ => Err(ErrorCode::UNKNOWN_MEMBER_ID),
+                };
+                drop(config);
+                self.maybe_downgrade(inner, &group_id, now);
+                response
             }
             _ => Err(ErrorCode::UNKNOWN_MEMBER_ID),
         };

@@ -124,6 +124,12 @@ pub struct ClassicGroup {
     change_counter: u64,
     /// The group as of the last persisted change.
     record: ClassicGroupSnapshot,
+    /// After a downgrade from a consumer group: the member epoch each member had there, when
+    /// it lags the generation. Until the next generation those members' heartbeats, syncs and
+    /// commits are judged as if they carried the current generation, so a member that was
+    /// still catching up is told to rejoin (and may commit what it owns) rather than being told
+    /// its generation is illegal (which clients treat as a lost assignment).
+    migrated_generations: BTreeMap<String, i32>,
 }
 
 /// `now + timeout`, at least 1 ms ahead so a timer never fires again at the same instant.
@@ -228,6 +234,7 @@ impl ClassicGroup {
             sync_timer: None,
             next_seq: 0,
             change_counter: 0,
+            migrated_generations: BTreeMap::new(),
             record: ClassicGroupSnapshot {
                 group_id: group_id.to_string(),
                 protocol_type: None,
@@ -924,6 +931,7 @@ impl ClassicGroup {
 
     fn init_next_generation(&mut self, now_ms: i64) {
         self.generation_id = self.generation_id.wrapping_add(1);
+        self.migrated_generations.clear();
         if self.members.is_empty() {
             self.protocol_name = None;
             self.transition(Empty, now_ms);
@@ -1044,6 +1052,7 @@ impl ClassicGroup {
     /// (Kafka answers the parked JoinGroup so; a parked SyncGroup would otherwise never be).
     fn remove_member(&mut self, member_id: &str, out: &mut Vec<Completion>) {
         self.pending_members.remove(member_id);
+        self.migrated_generations.remove(member_id);
         self.pending_sync.remove(member_id);
         let Some(mut member) = self.members.remove(member_id) else {
             return;
@@ -1102,6 +1111,12 @@ impl ClassicGroup {
         } else {
             Err(UNKNOWN_MEMBER_ID)
         }
+    }
+
+    /// Whether `generation` is the member's current one (see `migrated_generations`).
+    fn generation_matches(&self, member_id: &str, generation: i32) -> bool {
+        generation == self.generation_id
+            || self.migrated_generations.get(member_id) == Some(&generation)
     }
 
     fn members_in_order(&self) -> Vec<&Member> {
@@ -1187,7 +1202,7 @@ impl ClassicGroup {
             Some(COORDINATOR_NOT_AVAILABLE)
         } else if let Err(code) = self.validate_member(member_id, instance_id) {
             Some(code)
-        } else if request.generation_id != self.generation_id {
+        } else if !self.generation_matches(member_id, request.generation_id) {
             Some(ILLEGAL_GENERATION)
         } else if protocol_inconsistent(req_type, self.protocol_type.as_deref())
             || protocol_inconsistent(req_name, self.protocol_name.as_deref())
@@ -1284,7 +1299,7 @@ impl ClassicGroup {
             COORDINATOR_NOT_AVAILABLE
         } else if let Err(code) = self.validate_member(&request.member_id, instance_id) {
             code
-        } else if request.generation_id != self.generation_id {
+        } else if !self.generation_matches(&request.member_id, request.generation_id) {
             ILLEGAL_GENERATION
         } else {
             match self.state {
@@ -1593,7 +1608,7 @@ impl ClassicGroup {
                     }
                     _ => group_error(code, "the member is not in the group"),
                 })?;
-            if generation_id != self.generation_id {
+            if !self.generation_matches(member_id, generation_id) {
                 return Err(group_error(
                     ILLEGAL_GENERATION,
                     "the generation is not the group's current one",
@@ -1657,10 +1672,16 @@ impl ClassicGroup {
     /// member's assignment given by `assign(member ID, its metadata for that protocol)`.
     pub(crate) fn from_downgrade(
         snapshot: ClassicGroupSnapshot,
+        member_epochs: BTreeMap<String, i32>,
         assign: impl Fn(&str, &Bytes) -> Bytes,
         now_ms: i64,
     ) -> ClassicGroup {
         let mut group = ClassicGroup::restore(snapshot, now_ms);
+        let generation = group.generation_id;
+        group.migrated_generations = member_epochs
+            .into_iter()
+            .filter(|(id, epoch)| *epoch != generation && group.members.contains_key(id))
+            .collect();
         group.protocol_name = group.select_protocol();
         let protocol = group.protocol_name.clone();
         for member in group.members.values_mut() {
@@ -1729,6 +1750,7 @@ impl ClassicGroup {
             sync_timer: None,
             next_seq: 0,
             change_counter: 0,
+            migrated_generations: BTreeMap::new(),
             record: snapshot.clone(),
         };
         for m in snapshot.members {

@@ -120,7 +120,9 @@ pub fn upgrade(
 
 /// Converts a consumer group marked for a downgrade ([`ConsumerGroup::take_downgrade`]) into a
 /// classic group of its remaining (classic) members, at the group epoch, each with its target
-/// assignment, and starts a rebalance. The completions are empty today (nothing is parked in a
+/// assignment, and starts a rebalance. Unlike Kafka, a member still behind the group epoch is
+/// asked to rejoin (and may commit) with the epoch it had rather than told its generation is
+/// illegal, which clients take as a lost assignment. The completions are empty today (nothing is parked in a
 /// freshly built group) but returned for the caller to deliver.
 pub fn downgrade(
     consumer: &ConsumerGroup,
@@ -166,7 +168,11 @@ pub fn downgrade(
             &crate::consumer::assignment_by_name(target, topics),
         )
     };
-    let mut classic = ClassicGroup::from_downgrade(snapshot, assign, now_ms);
+    let epochs = consumer
+        .members()
+        .map(|m| (m.member_id().to_string(), m.member_epoch()))
+        .collect();
+    let mut classic = ClassicGroup::from_downgrade(snapshot, epochs, assign, now_ms);
     let completions = classic.start_rebalance(now_ms);
     tracing::info!(group = %consumer.group_id(), "converted the consumer group to a classic group");
     (classic, completions)

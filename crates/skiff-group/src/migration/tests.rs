@@ -811,3 +811,36 @@ fn classic_metadata_survives_a_snapshot() {
     let text = serde_json::to_string(&plain).expect("serialises");
     assert!(!text.contains("classic"));
 }
+
+#[test]
+fn a_member_behind_the_epoch_at_a_downgrade_is_asked_to_rejoin_not_fenced() {
+    let mut sim = Sim::new(MigrationPolicy::Bidirectional);
+    let (mut a, b) = stable_classic_group(&mut sim);
+    let mut c = Modern {
+        id: "modern-member-id-iiiiii".into(),
+        epoch: 0,
+        owned: BTreeSet::new(),
+    };
+    c.heartbeat(&mut sim).expect("upgrades");
+    // A catches up with the new epoch, B does not before C leaves.
+    a.rejoin_and_sync(&mut sim);
+    assert!(a.generation > b.generation);
+    c.leave(&mut sim);
+    let generation = sim.classic().generation_id();
+    assert_eq!(generation, a.generation);
+    assert_eq!(sim.heartbeat(&b.id, b.generation), REBALANCE_IN_PROGRESS);
+    assert_eq!(sim.heartbeat(&b.id, b.generation - 1), ILLEGAL_GENERATION);
+    sim.classic()
+        .validate_offset_commit(&b.id, b.generation, None)
+        .expect("b may commit what it owns until it rejoins");
+    // Once a new generation starts, the old one is just stale.
+    assert!(
+        sim.join(&join_request(&a.id, &BTreeMap::new()), 9)
+            .is_none()
+    );
+    let joined = sim
+        .join(&join_request(&b.id, &BTreeMap::new()), 9)
+        .expect("the last rejoin completes the join phase");
+    assert_eq!(joined.generation_id, generation + 1);
+    assert_eq!(sim.heartbeat(&b.id, b.generation), ILLEGAL_GENERATION);
+}
