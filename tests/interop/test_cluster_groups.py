@@ -9,6 +9,9 @@ PostgreSQL.
   consumers keep their member IDs, the group ends with exactly those three members (no ghosts),
   every record produced before and after the kill is consumed at least once, and the committed
   offsets reach the end of every partition.
+- ``test_mixed_group_survives_sigkill_of_its_coordinator``: the same with two classic and one
+  KIP-848 confluent-kafka consumer in one consumer group (online migration: classic members inside
+  a consumer group), taken over from PostgreSQL classic members and all.
 - ``test_classic_group_survives_sigkill_of_its_coordinator``: the same with three kafka-python
   consumers in a classic group.
 - ``test_stale_coordinator_changes_nothing``: the coordinator is SIGSTOPped past its lease; another
@@ -28,7 +31,7 @@ import time
 
 import kafka
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 import cluster_util as cu
@@ -174,9 +177,11 @@ class KafkaPythonMember(Member):
             c.close()
 
 
-def run_group_through_a_kill(c: cu.Cluster, members: list[Member], group: str) -> tuple[int, list[Member]]:
+def run_group_through_a_kill(c: cu.Cluster, members: list[Member], group: str,
+                             check=None) -> tuple[int, list[Member]]:
     """Starts ``members``, kills the coordinator once all consume, produces more through the
-    survivors, and waits until everything was seen. Returns the killed node."""
+    survivors, and waits until everything was seen; ``check(description)``, if given, looks at the
+    group as the new coordinator describes it. Returns the killed node."""
     produce(c.bootstrap(), 0, PER_PHASE)
     for m in members:
         m.thread.start()
@@ -213,6 +218,8 @@ def run_group_through_a_kill(c: cu.Cluster, members: list[Member], group: str) -
     described = describe(c.bootstrap(*survivors), group)
     assert sorted(m.member_id for m in described.members) == sorted(ids_before.values()), (
         f"members after the kill: {[m.member_id for m in described.members]}, before: {ids_before}")
+    if check is not None:
+        check(described)
     for m in members:
         assert m.member_ids[-1] == ids_before[m.name], f"{m.name} changed its member ID: {m.member_ids}"
     for m in members:
@@ -249,6 +256,33 @@ def test_kip848_group_survives_sigkill_of_its_coordinator(cluster):
 
     members = [ConfluentMember(make(n), f"confluent-{n}") for n in (1, 2, 3)]
     run_group_through_a_kill(c, members, group)
+
+
+def test_mixed_group_survives_sigkill_of_its_coordinator(cluster):
+    """Online migration in cluster mode: two classic confluent-kafka consumers and one KIP-848
+    consumer make one consumer group (classic members inside it), which a surviving broker takes
+    over from PostgreSQL, classic members and all."""
+    c = cluster(3)
+    create_topic(c, 1, TOPIC, PARTITIONS)
+    group = "mixed-failover"
+
+    def make(node: int, protocol: str):
+        def build() -> Consumer:
+            conf = {
+                "bootstrap.servers": c.broker(node).bootstrap, "group.id": group,
+                "group.protocol": protocol, "auto.offset.reset": "earliest",
+                "enable.auto.commit": True, "auto.commit.interval.ms": 200, "log_level": 4,
+                "socket.timeout.ms": 10_000,
+            }
+            if protocol == "classic":
+                conf.update({"session.timeout.ms": 30_000, "heartbeat.interval.ms": 500})
+            return Consumer(conf)
+        return build
+
+    members = [ConfluentMember(make(n, p), f"{p}-{n}")
+               for n, p in ((1, "classic"), (2, "classic"), (3, "consumer"))]
+    run_group_through_a_kill(c, members, group,
+                             check=lambda d: d.type == ConsumerGroupType.CONSUMER or pytest.fail(f"{d.type}"))
 
 
 def test_classic_group_survives_sigkill_of_its_coordinator(cluster):
