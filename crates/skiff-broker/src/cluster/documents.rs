@@ -35,10 +35,16 @@ impl SharedDocuments for Cluster {
         let reg = self
             .registration()
             .ok_or_else(|| anyhow!("this broker is not registered in the cluster right now"))?;
-        let version = super::block_on(skiff_cluster::documents::update(
-            &self.db, reg, name, change,
-        ))
-        .map_err(|e| anyhow!("{e}"))???;
+        // Callers hold the document's local lock: PostgreSQL is waited for on the side thread.
+        let version = self
+            .sync_db
+            .block_on(skiff_cluster::documents::update(
+                self.sync_db.db(),
+                reg,
+                name,
+                change,
+            ))
+            .map_err(|e| anyhow!("{e}"))??;
         self.seen_document(name, version);
         Ok(())
     }

@@ -18,6 +18,7 @@ pub mod fetch;
 pub mod placement;
 pub mod produce;
 pub mod share;
+pub mod side;
 mod tasks;
 pub mod transactions;
 
@@ -78,9 +79,10 @@ pub struct RetentionTarget {
     pub bytes: Option<i64>,
 }
 
-/// Runs `work` to completion from synchronous code (a handler, a connection's identity check):
-/// PostgreSQL is waited for on the caller's worker thread (`block_in_place`), so cluster mode
-/// needs tokio's multi-thread runtime (the broker binary's).
+/// Runs `work` to completion from synchronous code (a handler) that holds no lock: PostgreSQL is
+/// waited for on the caller's worker thread (`block_in_place`), so cluster mode needs tokio's
+/// multi-thread runtime (the broker binary's). Code that waits under a lock uses
+/// [`Cluster::sync_db`] instead ([`side`]).
 pub fn block_on<T>(work: impl std::future::Future<Output = T>) -> Result<T, &'static str> {
     match tokio::runtime::Handle::try_current() {
         Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
@@ -142,6 +144,9 @@ pub struct Cluster {
     pub share_epochs: share::ShareEpochs,
     /// PostgreSQL for share-partition state, on a thread of its own.
     pub share_db: share::ShareDb,
+    /// PostgreSQL for synchronous work under locks (shared documents, instance claims), driven
+    /// by a thread of its own.
+    pub sync_db: side::SideDb,
 }
 
 /// Counters of the cluster's storage traffic (admin metrics, benchmarks).
@@ -176,6 +181,13 @@ impl Cluster {
         let share_db =
             share::ShareDb::start(&config.metadata_url, 2, (config.lease_ms / 3).max(100))
                 .context("cluster.metadata (share-state connections)")?;
+        let sync_db = side::SideDb::start(
+            "skiff-sync-db",
+            &config.metadata_url,
+            2,
+            (config.lease_ms / 3).max(100),
+        )
+        .context("cluster.metadata (connections for synchronous callers)")?;
         let objects = Objects::open(&config.objects_url, &config.s3).context("cluster.objects")?;
         let (before, after) = skiff_cluster::schema::migrate(&db)
             .await
@@ -221,6 +233,7 @@ impl Cluster {
             txn_offsets_committed: tokio::sync::Notify::new(),
             share_epochs: share::ShareEpochs::default(),
             share_db,
+            sync_db,
         }))
     }
 

@@ -6,10 +6,10 @@
 //! that was answered. Writes are synchronous, so what they return is durable already.
 //!
 //! The share-partition leader calls the store under its locks, from synchronous code. Its
-//! PostgreSQL work therefore runs on a thread of its own ([`ShareDb`]: a small runtime with its
-//! own connections) that the caller waits for: were it driven by the broker's runtime, the
-//! broker's worker threads, blocked on those locks while one of them waits for PostgreSQL, could
-//! leave nobody to drive the connection (a deadlock seen with three share consumers).
+//! PostgreSQL connections are therefore driven by a thread of their own ([`ShareDb`], a
+//! [`super::side::SideDb`]): were they driven by the broker's runtime, the broker's worker
+//! threads, blocked on those locks while one of them waits for PostgreSQL, could leave nobody to
+//! drive the connection (a deadlock seen with three share consumers).
 //!
 //! A share partition's first state is the one its group's coordinator wrote into the group's
 //! shard when the group first subscribed to it ([`crate::groups::share`]): the claim copies it.
@@ -26,62 +26,26 @@ use super::{Cluster, coordination::GROUPS};
 use crate::groups::share::{SharePartitionKey, ShareStateError, ShareStateRecord, state_key};
 use crate::share::StateStore;
 
-type Job = Box<dyn FnOnce(&skiff_cluster::Db) -> futures::future::BoxFuture<'_, ()> + Send>;
-
 /// PostgreSQL for share-partition state, on a thread of its own (see the module).
 pub struct ShareDb {
-    jobs: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
+    side: super::side::SideDb,
 }
 
 impl ShareDb {
     /// Starts the thread, with a pool of `pool_size` connections to `url` (lock and idle
     /// transaction limits `limit_ms`, as the broker's).
     pub fn start(url: &str, pool_size: usize, limit_ms: u64) -> anyhow::Result<ShareDb> {
-        let db = skiff_cluster::Db::with_limits(url, pool_size, Some(limit_ms))?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let (tx, rx) = std::sync::mpsc::channel::<Job>();
-        std::thread::Builder::new()
-            .name("skiff-share-db".into())
-            .spawn(move || {
-                while let Ok(job) = rx.recv() {
-                    runtime.block_on(job(&db));
-                }
-            })?;
         Ok(ShareDb {
-            jobs: Mutex::new(Some(tx)),
+            side: super::side::SideDb::start("skiff-share-db", url, pool_size, limit_ms)?,
         })
     }
 
-    /// Runs `work` on the thread and waits for its result.
-    fn run<T: Send + 'static>(
+    /// Runs `work` with the side thread's connections and waits for its result.
+    fn run<T>(
         &self,
-        work: impl for<'d> FnOnce(&'d skiff_cluster::Db) -> futures::future::BoxFuture<'d, T>
-        + Send
-        + 'static,
+        work: impl for<'d> FnOnce(&'d skiff_cluster::Db) -> futures::future::BoxFuture<'d, T>,
     ) -> Result<T, ShareStateError> {
-        let (reply_tx, reply_rx) = std::sync::mpsc::sync_channel::<T>(1);
-        let job: Job = Box::new(move |db| {
-            Box::pin(async move {
-                let _ = reply_tx.send(work(db).await);
-            })
-        });
-        let sent = self
-            .jobs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .map(|tx| tx.send(job).is_ok())
-            .unwrap_or(false);
-        if !sent {
-            return Err(storage(anyhow::anyhow!(
-                "the share-state thread has stopped"
-            )));
-        }
-        reply_rx
-            .recv()
-            .map_err(|_| storage(anyhow::anyhow!("the share-state thread dropped a request")))
+        Ok(self.side.block_on(work(self.side.db())))
     }
 }
 

@@ -203,14 +203,16 @@ impl Connection {
     ) -> Option<Claim> {
         let cluster = self.broker.cluster()?;
         let hold_ms = self.broker.config.security.instance_binding_ms;
-        let claimed = crate::cluster::block_on(skiff_cluster::documents::claim_instance(
-            &cluster.db,
-            uuid::Uuid::from_u128(id.as_u128()),
-            &principal.to_string(),
-            hold_ms.max(crate::cluster::INSTANCE_HOLD_MIN_MS),
-        ))
-        .map_err(str::to_string)
-        .and_then(|asked| asked.map_err(|e| e.to_string()));
+        let owner = principal.to_string();
+        let claimed = cluster
+            .sync_db
+            .block_on(skiff_cluster::documents::claim_instance(
+                cluster.sync_db.db(),
+                uuid::Uuid::from_u128(id.as_u128()),
+                &owner,
+                hold_ms.max(crate::cluster::INSTANCE_HOLD_MIN_MS),
+            ))
+            .map_err(|e| e.to_string());
         match claimed {
             Ok(None) => None,
             Ok(Some(owner)) => {
