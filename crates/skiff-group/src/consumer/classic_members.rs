@@ -314,22 +314,10 @@ impl ConsumerGroup {
             subscription_changed = true;
         }
 
-        let mut bump = false;
         if subscription_changed {
             persist = true;
-            bump = true;
-            self.resolve_regexes(topics, false);
-            self.recompute_subscribed_metadata(topics);
-        } else if self.subscribed_metadata_changed(topics) {
-            self.recompute_subscribed_metadata(topics);
-            bump = true;
         }
-        if bump {
-            self.bump_group_epoch();
-        }
-        if self.group_epoch > self.assignment_epoch {
-            self.compute_target_assignment(topics, config);
-        }
+        self.advance_epochs(subscription_changed, false, topics, config);
         // The partitions the member reports owning, by ID (topics that no longer exist own
         // nothing).
         let owned: Vec<OwnedTopicPartitions> = subscription

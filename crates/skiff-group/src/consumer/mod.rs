@@ -46,7 +46,8 @@ pub use classic_members::ImportedMember;
 pub(crate) use classic_members::assignment_by_name;
 pub use member::{Assignment, ClassicMemberMetadata, ClassicProtocol, ConsumerMember, MemberState};
 pub use snapshot::{
-    ConsumerGroupSnapshot, MemberSnapshot, SubscribedTopicSnapshot, TopicAssignmentSnapshot,
+    ClassicMemberMetadataSnapshot, ConsumerGroupSnapshot, MemberSnapshot, SubscribedTopicSnapshot,
+    TopicAssignmentSnapshot,
 };
 
 // Shared with the share-group module.
@@ -486,7 +487,7 @@ impl ConsumerGroup {
 
         // From here on the request is accepted and the group changes.
         let mut persist = false;
-        let mut bump = self.group_epoch == 0;
+        let bump = self.group_epoch == 0;
         match plan {
             MemberPlan::Existing => {}
             MemberPlan::New => {
@@ -592,19 +593,8 @@ impl ConsumerGroup {
 
         if subscription_changed {
             persist = true;
-            bump = true;
-            self.resolve_regexes(topics, false);
-            self.recompute_subscribed_metadata(topics);
-        } else if self.subscribed_metadata_changed(topics) {
-            self.recompute_subscribed_metadata(topics);
-            bump = true;
         }
-        if bump {
-            self.bump_group_epoch();
-        }
-        if self.group_epoch > self.assignment_epoch {
-            self.compute_target_assignment(topics, config);
-        }
+        self.advance_epochs(subscription_changed, bump, topics, config);
 
         let assignment_changed =
             self.reconcile_member(&member_id, topics, subscription_changed, owned, now_ms);
@@ -637,6 +627,32 @@ impl ConsumerGroup {
             assignment: send_assignment.then(|| to_response_assignment(&member.assigned)),
             ..Default::default()
         })
+    }
+
+    /// After a member's update: bumps the group epoch when `bump`, when its subscription changed
+    /// (re-resolving the regexes) or when a subscribed topic changed, then computes the target
+    /// assignment if the epoch moved past it.
+    fn advance_epochs(
+        &mut self,
+        subscription_changed: bool,
+        mut bump: bool,
+        topics: &TopicsImage,
+        config: &GroupConfig,
+    ) {
+        if subscription_changed {
+            bump = true;
+            self.resolve_regexes(topics, false);
+            self.recompute_subscribed_metadata(topics);
+        } else if self.subscribed_metadata_changed(topics) {
+            self.recompute_subscribed_metadata(topics);
+            bump = true;
+        }
+        if bump {
+            self.bump_group_epoch();
+        }
+        if self.group_epoch > self.assignment_epoch {
+            self.compute_target_assignment(topics, config);
+        }
     }
 
     /// Finds the heartbeat's member and checks it may heartbeat, without changing anything.

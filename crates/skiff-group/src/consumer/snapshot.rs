@@ -82,7 +82,7 @@ pub struct ClassicMemberMetadataSnapshot {
 }
 
 impl ClassicMemberMetadataSnapshot {
-    fn of(meta: &ClassicMemberMetadata) -> Self {
+    pub(crate) fn of(meta: &ClassicMemberMetadata) -> Self {
         ClassicMemberMetadataSnapshot {
             session_timeout_ms: meta.session_timeout_ms,
             protocols: meta

@@ -19,11 +19,10 @@ use std::collections::BTreeSet;
 
 use skiff_protocol::error_codes;
 
-use crate::classic::{
-    ClassicGroup, ClassicGroupSnapshot, ClassicMemberSnapshot, Completion, ProtocolSnapshot,
-};
+use crate::classic::{ClassicGroup, ClassicGroupSnapshot, ClassicMemberSnapshot, Completion};
 use crate::consumer::{
-    Assignment, ClassicMemberMetadata, ClassicProtocol, ConsumerGroup, ImportedMember,
+    Assignment, ClassicMemberMetadata, ClassicMemberMetadataSnapshot, ClassicProtocol,
+    ConsumerGroup, ImportedMember,
 };
 use crate::embedded::{self, CONSUMER_PROTOCOL_TYPE};
 use crate::types::{GroupConfig, GroupError, TopicsImage};
@@ -139,14 +138,7 @@ pub fn downgrade(
                 client_host: m.client_host().to_string(),
                 rebalance_timeout_ms: m.rebalance_timeout_ms(),
                 session_timeout_ms: classic.session_timeout_ms,
-                protocols: classic
-                    .protocols
-                    .iter()
-                    .map(|p| ProtocolSnapshot {
-                        name: p.name.clone(),
-                        metadata: p.metadata.clone(),
-                    })
-                    .collect(),
+                protocols: ClassicMemberMetadataSnapshot::of(classic).protocols,
                 assignment: bytes::Bytes::new(),
             })
         })
