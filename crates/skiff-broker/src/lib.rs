@@ -31,6 +31,7 @@ mod shutdown;
 mod state;
 mod txn_end;
 mod txns;
+pub mod uuid_text;
 pub mod versions;
 
 pub use config::{

@@ -329,6 +329,43 @@ pub fn render_metrics(broker: &Broker) -> String {
             );
         }
     }
+    let alignment = super::views::alignment_counts(broker);
+    let _ = writeln!(
+        out,
+        "# HELP skiff_client_memberships Group memberships this broker coordinates, by whether the member ID is the client instance's UUID (in any encoding).\n# TYPE skiff_client_memberships gauge"
+    );
+    for (label, value) in [
+        ("aligned", alignment.memberships_aligned),
+        ("unaligned", alignment.memberships_unaligned),
+    ] {
+        let _ = writeln!(
+            out,
+            "skiff_client_memberships{{alignment=\"{label}\"}} {value}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP skiff_client_member_id_encodings Group memberships this broker coordinates, by how the member ID writes a UUID (other: not a UUID).\n# TYPE skiff_client_member_id_encodings gauge"
+    );
+    for (encoding, value) in &alignment.member_id_encodings {
+        let _ = writeln!(
+            out,
+            "skiff_client_member_id_encodings{{encoding=\"{encoding}\"}} {value}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP skiff_client_telemetry_instances Client instances with KIP-714 telemetry, by whether the telemetry ID is also the instance's KIP-1313 ID or a member ID.\n# TYPE skiff_client_telemetry_instances gauge"
+    );
+    for (label, value) in [
+        ("aligned", alignment.telemetry_aligned),
+        ("unaligned", alignment.telemetry_unaligned),
+    ] {
+        let _ = writeln!(
+            out,
+            "skiff_client_telemetry_instances{{alignment=\"{label}\"}} {value}"
+        );
+    }
     broker.quotas.metrics(&mut out);
     out
 }

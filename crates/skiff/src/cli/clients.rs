@@ -43,7 +43,8 @@ pub enum ClientsCommand {
                             skiff clients show AAAAAAAAAAAAAAAAAAAAAA --json"
     )]
     Show {
-        /// The client instance ID (22 characters of URL-safe base64).
+        /// The client instance ID: Kafka's 22 characters of URL-safe base64, or the same UUID
+        /// as standard base64 or (hyphenated) hex.
         id: String,
     },
 }
@@ -71,15 +72,7 @@ pub async fn run(
             }
         }
         Some(ClientsCommand::Show { id }) => {
-            if id.is_empty()
-                || !id
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_".contains(c))
-            {
-                return Err(Failure::usage(format!(
-                    "{id:?} is not a client instance ID (URL-safe base64)"
-                )));
-            }
+            let id = instance_id(&id)?;
             let value = admin.get_json(&format!("/clients/{id}")).await?;
             if json {
                 print_json(&value);
@@ -89,6 +82,18 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+/// A client instance ID in any encoding of a UUID (Kafka's URL-safe base64, standard base64
+/// with or without padding, hyphenated or bare hex), in Kafka's form.
+fn instance_id(text: &str) -> Result<String, Failure> {
+    skiff_broker::uuid_text::decode(text)
+        .map(|(id, _)| id.to_string())
+        .ok_or_else(|| {
+            Failure::usage(format!(
+                "{text:?} is not a client instance ID (a UUID: Kafka's URL-safe base64, standard base64, or hex)"
+            ))
+        })
 }
 
 fn text(v: &Value) -> String {
@@ -254,6 +259,21 @@ fn print_list(value: &Value) {
     );
 }
 
+/// How a membership's member ID relates to the instance: `same (base64)` when it is the
+/// instance's UUID (in that encoding), `differs (hex)` when it is another UUID, `differs`.
+fn member_id_form(m: &Value) -> String {
+    let aligned = match m.get("aligned").and_then(Value::as_bool) {
+        Some(aligned) => aligned,
+        // A broker from before `aligned`.
+        None => m.get("member_id_differs").and_then(Value::as_bool) == Some(false),
+    };
+    let verdict = if aligned { "same" } else { "differs" };
+    match m.get("member_id_encoding").and_then(Value::as_str) {
+        Some(encoding) => format!("{verdict} ({encoding})"),
+        None => verdict.to_string(),
+    }
+}
+
 fn print_show(v: &Value) {
     let id = v
         .get("client_instance_id")
@@ -311,22 +331,25 @@ fn print_show(v: &Value) {
         .iter()
         .map(|m| {
             let assigned = partitions_text(m.get("assigned"));
-            let differs = m.get("member_id_differs").and_then(Value::as_bool) == Some(true);
             vec![
                 text(m.get("group").unwrap_or(&Value::Null)),
                 text(m.get("protocol").unwrap_or(&Value::Null)),
-                format!(
-                    "{}{}",
-                    text(m.get("member_id").unwrap_or(&Value::Null)),
-                    if differs { " (differs)" } else { "" }
-                ),
+                text(m.get("member_id").unwrap_or(&Value::Null)),
+                member_id_form(m),
                 text(m.get("member_epoch").unwrap_or(&Value::Null)),
                 assigned,
             ]
         })
         .collect();
     print_table(
-        &["GROUP", "PROTOCOL", "MEMBER ID", "EPOCH", "ASSIGNED"],
+        &[
+            "GROUP",
+            "PROTOCOL",
+            "MEMBER ID",
+            "ID FORM",
+            "EPOCH",
+            "ASSIGNED",
+        ],
         &rows,
     );
 
