@@ -16,6 +16,7 @@ pub mod fetch_session;
 mod groups;
 mod handlers;
 pub mod identity;
+mod journal;
 mod kv_log;
 mod node_file;
 pub mod otlp;

@@ -204,6 +204,19 @@ pub fn render_metrics(broker: &Broker) -> String {
         "counter",
         m.tls_handshake_failures.load(Ordering::Relaxed),
     );
+    let (journal_events, journal_dropped) = broker.journal.sizes();
+    gauge(
+        "skiff_client_journal_events",
+        "Events the client-instance journal holds (client.journal.max.events bounds it).",
+        "gauge",
+        journal_events as u64,
+    );
+    gauge(
+        "skiff_client_journal_dropped_total",
+        "Journal events dropped, oldest first, to stay within the journal's bounds.",
+        "counter",
+        journal_dropped,
+    );
     if let Some(cluster) = broker.cluster() {
         let st = &cluster.stats;
         let series: [(&str, &str, &str, u64); 10] = [
