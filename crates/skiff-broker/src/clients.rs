@@ -171,7 +171,7 @@ impl ClientRegistry {
 
     /// Notes, for a connection with a client instance ID, the producer ID InitProducerId just
     /// handed it; a later note of the same producer ID replaces the earlier one (an epoch bump,
-    /// or another instance taking over a transactional ID).
+    /// or another instance taking over a transactional ID), which is returned with its instance.
     pub fn note_producer(
         &self,
         instance: Option<Uuid>,
@@ -179,8 +179,8 @@ impl ClientRegistry {
         producer_epoch: i16,
         transactional_id: Option<&str>,
         now_ms: i64,
-    ) {
-        let Some(instance) = instance else { return };
+    ) -> Option<(Uuid, ProducerNote)> {
+        let instance = instance?;
         self.remember_producer(
             instance,
             ProducerNote {
@@ -189,19 +189,27 @@ impl ClientRegistry {
                 transactional_id: transactional_id.map(str::to_string),
                 at_ms: now_ms,
             },
-        );
+        )
     }
 
-    fn remember_producer(&self, instance: Uuid, note: ProducerNote) {
+    fn remember_producer(
+        &self,
+        instance: Uuid,
+        note: ProducerNote,
+    ) -> Option<(Uuid, ProducerNote)> {
         let mut producers = self
             .producers
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        producers.retain(|(_, n)| n.producer_id != note.producer_id);
+        let previous = producers
+            .iter()
+            .position(|(_, n)| n.producer_id == note.producer_id)
+            .and_then(|at| producers.remove(at));
         if producers.len() == PRODUCERS_KEPT {
             producers.pop_front();
         }
         producers.push_back((instance, note));
+        previous
     }
 
     /// The producer IDs handed to `instance`, oldest first.

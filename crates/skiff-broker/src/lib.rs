@@ -16,6 +16,7 @@ pub mod fetch_session;
 mod groups;
 mod handlers;
 pub mod identity;
+mod journal;
 mod kv_log;
 mod node_file;
 pub mod otlp;
@@ -31,6 +32,7 @@ mod shutdown;
 mod state;
 mod txn_end;
 mod txns;
+pub mod uuid_text;
 pub mod versions;
 
 pub use config::{

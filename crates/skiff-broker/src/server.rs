@@ -194,6 +194,13 @@ async fn serve(
         .share_groups_enabled
         .then(|| tokio::spawn(share_timers(Arc::clone(&broker), shutdown.clone())));
     let txn_timers = tokio::spawn(txn_timers(Arc::clone(&broker), shutdown.clone()));
+    // The journal's writer outlives the connections: it is stopped after the last one closed,
+    // so their ends are in the file.
+    let (journal_stop, journal_stop_rx) = watch::channel(false);
+    let journal_writer = tokio::spawn(crate::journal::write_loop(
+        Arc::clone(&broker.journal),
+        journal_stop_rx,
+    ));
     let oauth_keys = tokio::spawn({
         let broker = Arc::clone(&broker);
         let shutdown = shutdown.clone();
@@ -340,6 +347,8 @@ async fn serve(
         let _ = kill.send(true);
         let _ = done_rx.recv().await;
     }
+    let _ = journal_stop.send(true);
+    let _ = journal_writer.await;
     let _ = pipeline_stop.send(true);
     if let Some(pipeline) = pipeline {
         let _ = pipeline.await;
@@ -386,7 +395,18 @@ async fn group_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) 
             _ = broker.groups.timers_changed.notified() => {}
             _ = stopped(&mut shutdown) => return,
         }
-        broker.groups.fire_timers(&broker, crate::clock::now_ms());
+        let expired = broker.groups.fire_timers(&broker, crate::clock::now_ms());
+        for (group, protocol, member_id) in expired {
+            let instance = broker
+                .clients
+                .member_instance(&group, &member_id)
+                .or_else(|| crate::uuid_text::decode(&member_id).map(|(id, _)| id));
+            if let Some(instance) = instance {
+                broker.journal.with(|journal, now| {
+                    journal.expired(instance, now, &group, protocol, &member_id);
+                });
+            }
+        }
     }
 }
 

@@ -313,6 +313,8 @@ pub struct Broker {
     quota_writes: Mutex<()>,
     pub(crate) txns: crate::txns::TransactionCoordinator,
     pub(crate) clients: crate::clients::ClientRegistry,
+    /// What happened to each client instance, in order (see [`crate::journal`]).
+    pub(crate) journal: Arc<crate::journal::ClientJournal>,
     /// KIP-714 client metrics: subscriptions, instances, latest values.
     telemetry: Mutex<skiff_telemetry::TelemetryManager>,
     /// Sends accepted pushes to the OTLP collector, when one is configured.
@@ -433,6 +435,13 @@ impl Broker {
             .map(crate::otlp::Forwarder::start);
         let share = crate::share::ShareManager::new(config.share_max_sessions);
         let quotas = crate::quotas::QuotaManager::open(&config.data_dir, cluster.is_some())?;
+        let journal = Arc::new(crate::journal::ClientJournal::open(
+            &config.data_dir,
+            crate::journal::Bounds {
+                per_instance: config.client_journal_max_events_per_instance,
+                total: config.client_journal_max_events,
+            },
+        ));
         let broker = Arc::new(Broker {
             config,
             cluster_id,
@@ -450,6 +459,7 @@ impl Broker {
             groups,
             txns,
             clients: crate::clients::ClientRegistry::default(),
+            journal,
             telemetry: Mutex::new(telemetry),
             otlp,
             started_ms: now_ms(),

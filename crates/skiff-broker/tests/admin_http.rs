@@ -323,3 +323,125 @@ async fn share_members_show_the_records_they_hold() {
     assert_eq!(status, 200);
     broker.stop().await;
 }
+
+/// KIP-1313 notes clients write one UUID differently: a KIP-848 member whose member ID is its
+/// instance's UUID in standard base64 (`+/`, as librdkafka sends it) or hyphenated hex is the
+/// same identity (aligned, with the encoding named), a member ID that is no UUID of the
+/// instance is not; `/metrics` counts both, and telemetry under the instance's ID is aligned.
+#[tokio::test]
+async fn member_ids_in_any_encoding_are_aligned() {
+    use skiff_protocol::generated::GetTelemetrySubscriptionsRequest;
+
+    let broker = TestBroker::start_with(|config| {
+        config.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    })
+    .await;
+    let admin = broker
+        .running
+        .as_ref()
+        .and_then(|r| r.admin_addr)
+        .expect("admin listener");
+    let mut setup = broker.client().await;
+    common::create_topic(&mut setup, "aligned").await;
+
+    // An ID whose Kafka text has both `-` and `_`: its standard base64 differs in two places.
+    let librdkafka = Uuid::from_u128(0xfbef_ffff_1234_5678_9abc_def0_0fed_cba9);
+    let kafka_text = librdkafka.to_string();
+    assert!(
+        kafka_text.contains('-') && kafka_text.contains('_'),
+        "{kafka_text}"
+    );
+    let standard = kafka_text.replace('-', "+").replace('_', "/");
+    let hyphenated_id = Uuid::random().expect("random");
+    let unaligned_id = Uuid::random().expect("random");
+    let members = [
+        (librdkafka, standard.clone()),
+        (hyphenated_id, hyphenated_id.to_hyphenated()),
+        (unaligned_id, "my-own-member-id".to_string()),
+    ];
+    let mut clients = Vec::new();
+    for (instance, member_id) in &members {
+        let mut c = broker.client().await;
+        c.instance_id = Some(*instance);
+        let join = ConsumerGroupHeartbeatRequest {
+            group_id: "encodings".into(),
+            member_id: member_id.clone().into(),
+            member_epoch: 0,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_names: Some(vec!["aligned".into()]),
+            topic_partitions: Some(Vec::new()),
+            ..Default::default()
+        };
+        match c.call(join, 1).await {
+            Response::ConsumerGroupHeartbeat(r) => {
+                assert_eq!(r.error_code, 0, "{r:?}");
+                assert_eq!(r.member_id.as_deref(), Some(member_id.as_str()));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        clients.push(c);
+    }
+    // Telemetry under the librdkafka instance's own ID.
+    let get = GetTelemetrySubscriptionsRequest {
+        client_instance_id: librdkafka,
+        ..Default::default()
+    };
+    match clients[0].call(get, 0).await {
+        Response::GetTelemetrySubscriptions(r) => assert_eq!(r.error_code, 0, "{r:?}"),
+        other => panic!("unexpected {other:?}"),
+    }
+
+    let view = |body: String| -> serde_json::Value { serde_json::from_str(&body).expect("json") };
+    let (status, body) = http_get(admin, &format!("/clients/{librdkafka}")).await;
+    assert_eq!(status, 200, "{body}");
+    let v = view(body);
+    let m = &v["memberships"][0];
+    assert_eq!(m["member_id"], standard.as_str());
+    assert_eq!(m["aligned"], true, "{m}");
+    assert_eq!(m["member_id_differs"], false, "{m}");
+    assert_eq!(m["member_id_encoding"], "base64", "{m}");
+    assert_eq!(v["telemetry_aligned"], true, "{v}");
+
+    let (_, body) = http_get(admin, &format!("/clients/{hyphenated_id}")).await;
+    let m = &view(body)["memberships"][0];
+    assert_eq!(
+        (&m["aligned"], &m["member_id_encoding"]),
+        (&true.into(), &"uuid-hyphenated".into()),
+        "{m}"
+    );
+
+    // The connection's instance is known from its heartbeats: the membership is listed under
+    // it, not aligned, and its member ID is no UUID.
+    let (_, body) = http_get(admin, &format!("/clients/{unaligned_id}")).await;
+    let m = &view(body)["memberships"][0];
+    assert_eq!(m["member_id"], "my-own-member-id");
+    assert_eq!(m["aligned"], false, "{m}");
+    assert_eq!(m["member_id_differs"], true, "{m}");
+    assert!(m["member_id_encoding"].is_null(), "{m}");
+
+    // The `/clients/{id}` path takes the ID in any encoding too.
+    for text in [
+        standard.replace('/', "%2F").replace('+', "%2B"),
+        librdkafka.to_hyphenated(),
+        format!("{:032x}", librdkafka.as_u128()),
+    ] {
+        let (status, body) = http_get(admin, &format!("/clients/{text}")).await;
+        assert_eq!(status, 200, "{text}: {body}");
+        assert_eq!(view(body)["client_instance_id"], kafka_text.as_str());
+    }
+
+    let (_, metrics) = http_get(admin, "/metrics").await;
+    for line in [
+        "skiff_client_memberships{alignment=\"aligned\"} 2",
+        "skiff_client_memberships{alignment=\"unaligned\"} 1",
+        "skiff_client_member_id_encodings{encoding=\"base64\"} 1",
+        "skiff_client_member_id_encodings{encoding=\"uuid-hyphenated\"} 1",
+        "skiff_client_member_id_encodings{encoding=\"other\"} 1",
+        "skiff_client_telemetry_instances{alignment=\"aligned\"} 1",
+        "skiff_client_telemetry_instances{alignment=\"unaligned\"} 0",
+    ] {
+        assert!(metrics.contains(line), "{line} missing from\n{metrics}");
+    }
+    drop(clients);
+    broker.stop().await;
+}

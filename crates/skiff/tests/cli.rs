@@ -1313,3 +1313,100 @@ fn quotas_are_set_listed_and_removed() {
         Some(6)
     );
 }
+
+/// `skiff clients events ID`: one instance's journal as a table or JSON, in any encoding of
+/// its ID; `--follow` prints new events as they happen.
+#[test]
+fn clients_events_shows_and_follows_an_instance_s_journal() {
+    use std::io::BufRead;
+
+    let (broker, admin) = start_broker_with_admin();
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let client = runtime.block_on(async {
+        let mut config = skiff_client::ClientConfig::new(&broker.addr);
+        config.client_id = "journaled".into();
+        config.enable_metrics_push = false;
+        let client = skiff_client::Client::new(config).expect("client");
+        skiff_client::Admin::new(client.clone())
+            .list_topics()
+            .await
+            .expect("topics listed");
+        client
+    });
+    let id = client.instance_id();
+
+    // Follow first: the connection is already there, its close arrives while following.
+    let id_text = id.to_string();
+    let mut follow = Command::new(BIN)
+        .args(["clients", "events", &id_text, "--follow", "--json"])
+        .args(["--admin", &admin])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn follow");
+    let followed = follow.stdout.take().expect("stdout");
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(followed)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if lines_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut seen: Vec<serde_json::Value> = Vec::new();
+    let until = |kind: &str, seen: &mut Vec<serde_json::Value>| {
+        while !seen.iter().any(|e| e["type"] == kind) {
+            let line = lines_rx
+                .recv_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|_| panic!("no {kind} event followed; saw {seen:?}"));
+            seen.push(serde_json::from_str(&line).expect("one JSON event per line"));
+        }
+    };
+    until("connected", &mut seen);
+    runtime.block_on(client.close());
+    until("disconnected", &mut seen);
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let seqs: Vec<u64> = seen.iter().filter_map(|e| e["seq"].as_u64()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "in order: {seqs:?}");
+
+    // The table, with the ID in hyphenated hex.
+    let out = skiff(
+        &broker,
+        &["clients", "events", &id.to_hyphenated(), "--admin", &admin],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for word in [
+        "SEQ",
+        "AT",
+        "TYPE",
+        "SUMMARY",
+        "connected",
+        "disconnected",
+        "connection",
+    ] {
+        assert!(text.contains(word), "{word} missing:\n{text}");
+    }
+    let out = skiff(
+        &broker,
+        &[
+            "clients", "events", &id_text, "--admin", &admin, "--json", "--since", "0",
+        ],
+    );
+    let view: serde_json::Value = serde_json::from_str(stdout(&out).trim()).expect("json");
+    assert_eq!(view["client_instance_id"], id_text.as_str());
+    assert!(
+        view["events"].as_array().is_some_and(|e| e.len() >= 2),
+        "{view:#}"
+    );
+    let out = skiff(
+        &broker,
+        &["clients", "events", "not/an/id", "--admin", &admin],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}

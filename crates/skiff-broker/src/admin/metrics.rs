@@ -204,6 +204,19 @@ pub fn render_metrics(broker: &Broker) -> String {
         "counter",
         m.tls_handshake_failures.load(Ordering::Relaxed),
     );
+    let (journal_events, journal_dropped) = broker.journal.sizes();
+    gauge(
+        "skiff_client_journal_events",
+        "Events the client-instance journal holds (client.journal.max.events bounds it).",
+        "gauge",
+        journal_events as u64,
+    );
+    gauge(
+        "skiff_client_journal_dropped_total",
+        "Journal events dropped, oldest first, to stay within the journal's bounds.",
+        "counter",
+        journal_dropped,
+    );
     if let Some(cluster) = broker.cluster() {
         let st = &cluster.stats;
         let series: [(&str, &str, &str, u64); 10] = [
@@ -328,6 +341,43 @@ pub fn render_metrics(broker: &Broker) -> String {
                 api.name()
             );
         }
+    }
+    let alignment = super::views::alignment_counts(broker);
+    let _ = writeln!(
+        out,
+        "# HELP skiff_client_memberships Group memberships this broker coordinates, by whether the member ID is the client instance's UUID (in any encoding).\n# TYPE skiff_client_memberships gauge"
+    );
+    for (label, value) in [
+        ("aligned", alignment.memberships_aligned),
+        ("unaligned", alignment.memberships_unaligned),
+    ] {
+        let _ = writeln!(
+            out,
+            "skiff_client_memberships{{alignment=\"{label}\"}} {value}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP skiff_client_member_id_encodings Group memberships this broker coordinates, by how the member ID writes a UUID (other: not a UUID).\n# TYPE skiff_client_member_id_encodings gauge"
+    );
+    for (encoding, value) in &alignment.member_id_encodings {
+        let _ = writeln!(
+            out,
+            "skiff_client_member_id_encodings{{encoding=\"{encoding}\"}} {value}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP skiff_client_telemetry_instances Client instances with KIP-714 telemetry, by whether the telemetry ID is also the instance's KIP-1313 ID or a member ID.\n# TYPE skiff_client_telemetry_instances gauge"
+    );
+    for (label, value) in [
+        ("aligned", alignment.telemetry_aligned),
+        ("unaligned", alignment.telemetry_unaligned),
+    ] {
+        let _ = writeln!(
+            out,
+            "skiff_client_telemetry_instances{{alignment=\"{label}\"}} {value}"
+        );
     }
     broker.quotas.metrics(&mut out);
     out

@@ -1,5 +1,6 @@
 //! The admin HTTP listener (`admin.listen`, default 127.0.0.1:9644): `/health`, Prometheus
-//! `/metrics`, the client-instance view `/clients`, `/clients/{id}` (JSON) and `/ui/clients`
+//! `/metrics`, the client-instance view `/clients`, `/clients/{id}` (JSON), each instance's
+//! journal `/clients/{id}/events` (JSON), and `/ui/clients`
 //! (a small HTML page, no scripts from anywhere else), and `/groups/{id}` (a group's members
 //! with, for share groups, the records each holds acquired).
 //!
@@ -17,6 +18,7 @@
 //! other live broker's.
 
 mod access;
+mod journal;
 mod metrics;
 mod views;
 
@@ -123,6 +125,7 @@ fn router(broker: Arc<Broker>, token: Option<Arc<BearerToken>>) -> Router {
         .route("/metrics", get(metrics))
         .route("/clients", get(clients))
         .route("/clients/{id}", get(client))
+        .route("/clients/{id}/events", get(journal::events))
         .route("/groups/{id}", get(group))
         .route("/ui/clients", get(ui));
     if let Some(token) = token {

@@ -24,6 +24,7 @@ use crate::clients::{ConnectionRecord, Rejection};
 use crate::clock::now_ms;
 use crate::groups::Group;
 use crate::state::Broker;
+use crate::uuid_text;
 
 /// A group membership of a client instance.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -34,8 +35,17 @@ struct Membership {
     member_epoch: Option<i32>,
     /// topic name -> partitions (KIP-848 members).
     assigned: BTreeMap<String, Vec<i32>>,
-    /// The member ID is not the client instance ID (KIP-1082 recommends they be equal).
+    /// The member ID is not the client instance's UUID in any encoding (KIP-1082 recommends
+    /// they be equal); kept for compatibility, the negation of `aligned`.
     member_id_differs: bool,
+    /// The member ID is the client instance's UUID, in whatever encoding (see
+    /// [`crate::uuid_text`]).
+    #[serde(default)]
+    aligned: bool,
+    /// How the member ID writes a UUID (`kafka-base64url`, `base64`, `base64-padded`,
+    /// `base64url-padded`, `uuid-hyphenated`, `hex`), or null when it is not a UUID.
+    #[serde(default)]
+    member_id_encoding: Option<Cow<'static, str>>,
     /// KIP-932 share members: the records the member holds acquired now (the share-partition
     /// leader's count, over the share partitions loaded on this broker).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,6 +94,10 @@ pub(super) struct InstanceView {
     /// KIP-714: the instance's subscription and latest pushed metrics, if it pushes
     /// (`skiff_telemetry::InstanceView` as JSON).
     telemetry: Option<serde_json::Value>,
+    /// With telemetry: whether its telemetry ID is the UUID the instance also goes by as a
+    /// KIP-1313 ID (an open connection's) or as a group member ID, in any encoding.
+    #[serde(default)]
+    telemetry_aligned: Option<bool>,
 }
 
 /// What a broker publishes of its client instances in cluster mode (read back entry by entry,
@@ -93,14 +107,44 @@ struct Summary<T> {
     instances: Vec<T>,
 }
 
-/// A KIP-848 member ID as the client instance ID it should be (KIP-1082). librdkafka writes
-/// its UUIDs in standard base64 (`+`, `/`) where Kafka writes the URL-safe alphabet (`-`, `_`):
-/// both are read.
+/// A member ID as the client instance ID it should be (KIP-1082), in any of the encodings
+/// clients write UUIDs in (librdkafka's standard base64, hyphenated hex, ...).
 fn member_uuid(member_id: &str) -> Option<Uuid> {
-    member_id
-        .parse()
-        .ok()
-        .or_else(|| member_id.replace('+', "-").replace('/', "_").parse().ok())
+    uuid_text::decode(member_id).map(|(id, _)| id)
+}
+
+/// Whether a member ID is its client instance's UUID (aligned), and how it writes a UUID if
+/// it is one.
+fn alignment(instance: Option<Uuid>, member_id: &str) -> (bool, Option<Cow<'static, str>>) {
+    match uuid_text::decode(member_id) {
+        Some((id, encoding)) => (instance == Some(id), Some(Cow::Borrowed(encoding.name()))),
+        None => (false, None),
+    }
+}
+
+/// A membership of `instance` with its alignment filled in.
+#[allow(clippy::too_many_arguments)]
+fn membership(
+    instance: Option<Uuid>,
+    group: &str,
+    protocol: &'static str,
+    member_id: String,
+    member_epoch: Option<i32>,
+    assigned: BTreeMap<String, Vec<i32>>,
+    acquired_records: Option<u64>,
+) -> Membership {
+    let (aligned, encoding) = alignment(instance, &member_id);
+    Membership {
+        group: group.to_string(),
+        protocol: Cow::Borrowed(protocol),
+        member_id,
+        member_epoch,
+        assigned,
+        member_id_differs: !aligned,
+        aligned,
+        member_id_encoding: encoding,
+        acquired_records,
+    }
 }
 
 /// Topic ID -> partitions as topic name -> partitions (an ID the image does not know as
@@ -136,22 +180,23 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                         .member_instance(group_id, &id)
                         .or_else(|| member_uuid(&id));
                     let assigned = by_name(&inner.topics, member.assigned_partitions());
+                    let epoch = Some(member.member_epoch());
                     out.push((
                         instance,
-                        Membership {
-                            group: group_id.clone(),
+                        membership(
+                            instance,
+                            group_id,
                             // A classic member of a consumer group (online migration).
-                            protocol: Cow::Borrowed(if member.uses_classic_protocol() {
+                            if member.uses_classic_protocol() {
                                 "classic"
                             } else {
                                 "consumer"
-                            }),
-                            member_epoch: Some(member.member_epoch()),
+                            },
+                            id,
+                            epoch,
                             assigned,
-                            member_id_differs: instance.is_none_or(|i| member_uuid(&id) != Some(i)),
-                            member_id: id,
-                            acquired_records: None,
-                        },
+                            None,
+                        ),
                     ));
                 }
             }
@@ -168,17 +213,11 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                         .get(&(group_id.clone(), id.clone()))
                         .copied()
                         .unwrap_or(0);
+                    let assigned = by_name(&inner.topics, member.assigned_partitions());
+                    let epoch = Some(member.member_epoch());
                     out.push((
                         instance,
-                        Membership {
-                            group: group_id.clone(),
-                            protocol: Cow::Borrowed("share"),
-                            member_epoch: Some(member.member_epoch()),
-                            assigned: by_name(&inner.topics, member.assigned_partitions()),
-                            member_id_differs: instance.is_none_or(|i| member_uuid(&id) != Some(i)),
-                            member_id: id,
-                            acquired_records: Some(held),
-                        },
+                        membership(instance, group_id, "share", id, epoch, assigned, Some(held)),
                     ));
                 }
             }
@@ -188,15 +227,15 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                     let instance = broker.clients.member_instance(group_id, &id);
                     out.push((
                         instance,
-                        Membership {
-                            group: group_id.clone(),
-                            protocol: Cow::Borrowed("classic"),
-                            member_epoch: None,
-                            assigned: Default::default(),
-                            member_id_differs: instance.is_none_or(|i| i.to_string() != id),
-                            member_id: id,
-                            acquired_records: None,
-                        },
+                        membership(
+                            instance,
+                            group_id,
+                            "classic",
+                            id,
+                            None,
+                            BTreeMap::new(),
+                            None,
+                        ),
                     ));
                 }
             }
@@ -216,15 +255,15 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                 .or_else(|| member_uuid(member_id));
             out.push((
                 instance,
-                Membership {
-                    group: group_id.clone(),
-                    protocol: Cow::Borrowed("share"),
-                    member_epoch: None,
-                    assigned: BTreeMap::new(),
-                    member_id_differs: instance.is_none_or(|i| member_uuid(member_id) != Some(i)),
-                    member_id: member_id.clone(),
-                    acquired_records: Some(*held),
-                },
+                membership(
+                    instance,
+                    group_id,
+                    "share",
+                    member_id.clone(),
+                    None,
+                    BTreeMap::new(),
+                    Some(*held),
+                ),
             ));
         }
     }
@@ -313,8 +352,87 @@ fn instance_view(
         producers: producers(broker, id),
         kip1313_rejections: rejections(broker, Some(id)),
         telemetry: telemetry.get(&text).cloned(),
+        telemetry_aligned: None,
         client_instance_id: Some(text),
     }
+}
+
+/// Fills in [`InstanceView::telemetry_aligned`] from the entry's connections and memberships.
+fn mark_telemetry_alignment(views: &mut [InstanceView]) {
+    for view in views {
+        view.telemetry_aligned = view.telemetry.as_ref().map(|_| {
+            let id = view.client_instance_id.as_deref();
+            id.is_some()
+                && (view
+                    .connections
+                    .iter()
+                    .any(|c| c.record.client_instance_id.as_deref() == id)
+                    || view.memberships.iter().any(|m| m.aligned))
+        });
+    }
+}
+
+/// What `/metrics` counts of identity alignment on this broker.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Alignment {
+    /// Group memberships whose member ID is their client instance's UUID, and the others.
+    pub memberships_aligned: u64,
+    pub memberships_unaligned: u64,
+    /// Member IDs by how they write a UUID (`other`: not a UUID).
+    pub member_id_encodings: BTreeMap<&'static str, u64>,
+    /// Client instances pushing telemetry whose telemetry ID is also their KIP-1313 ID or a
+    /// member ID, and the others.
+    pub telemetry_aligned: u64,
+    pub telemetry_unaligned: u64,
+}
+
+/// Counts this broker's memberships (of the groups it coordinates) and telemetry instances by
+/// alignment.
+pub(super) fn alignment_counts(broker: &Broker) -> Alignment {
+    let members = memberships(broker);
+    let mut counts = Alignment::default();
+    for name in uuid_text::Encoding::ALL.map(uuid_text::Encoding::name) {
+        counts.member_id_encodings.insert(name, 0);
+    }
+    counts.member_id_encodings.insert("other", 0);
+    // Partial share entries (records led here for a group coordinated elsewhere) are the other
+    // broker's memberships.
+    let own = members
+        .iter()
+        .filter(|(_, m)| !(m.protocol == "share" && m.member_epoch.is_none()));
+    for (_, m) in own {
+        if m.aligned {
+            counts.memberships_aligned += 1;
+        } else {
+            counts.memberships_unaligned += 1;
+        }
+        let encoding = uuid_text::decode(&m.member_id).map_or("other", |(_, e)| e.name());
+        *counts.member_id_encodings.entry(encoding).or_default() += 1;
+    }
+    let connected: std::collections::HashSet<String> = broker
+        .clients
+        .connections()
+        .into_iter()
+        .filter_map(|c| c.client_instance_id)
+        .collect();
+    let telemetry: Vec<String> = broker
+        .lock_telemetry()
+        .instances()
+        .into_iter()
+        .map(|v| v.client_instance_id)
+        .collect();
+    for id in telemetry {
+        let as_member = id
+            .parse::<Uuid>()
+            .ok()
+            .is_some_and(|u| members.iter().any(|(i, m)| *i == Some(u) && m.aligned));
+        if connected.contains(&id) || as_member {
+            counts.telemetry_aligned += 1;
+        } else {
+            counts.telemetry_unaligned += 1;
+        }
+    }
+    counts
 }
 
 /// This broker's own view: its client instances by ID, then its connections without one.
@@ -349,6 +467,7 @@ fn instance_views(broker: &Broker) -> Vec<InstanceView> {
                 producers: Vec::new(),
                 kip1313_rejections: Vec::new(),
                 telemetry: None,
+                telemetry_aligned: None,
             }),
     );
     views
@@ -411,11 +530,18 @@ fn decode_summary(node_id: i32, body: serde_json::Value) -> Vec<InstanceView> {
         .instances
         .into_iter()
         .filter_map(|entry| {
-            serde_json::from_value(entry)
+            serde_json::from_value::<InstanceView>(entry)
                 .map_err(|e| {
                     tracing::debug!(node_id, error = %e, "an entry of a broker's client summary is unreadable");
                 })
                 .ok()
+        })
+        .map(|mut view| {
+            // A broker from before `aligned` sends `member_id_differs` alone.
+            for m in &mut view.memberships {
+                m.aligned = !m.member_id_differs;
+            }
+            view
         })
         .collect()
 }
@@ -443,6 +569,8 @@ fn fold_share_memberships(memberships: &mut Vec<Membership>) {
                     f.member_epoch = m.member_epoch;
                     f.assigned = m.assigned;
                     f.member_id_differs = m.member_id_differs;
+                    f.aligned = m.aligned;
+                    f.member_id_encoding = m.member_id_encoding;
                 }
             }
             None => folded.push(m),
@@ -534,6 +662,12 @@ fn merge(
 /// The view shown: this broker's, merged in cluster mode with the other live brokers'
 /// summaries (this broker's alone when PostgreSQL does not answer).
 async fn views(broker: &Broker) -> Vec<InstanceView> {
+    let mut views = gathered(broker).await;
+    mark_telemetry_alignment(&mut views);
+    views
+}
+
+async fn gathered(broker: &Broker) -> Vec<InstanceView> {
     let Some(cluster) = broker.cluster() else {
         return instance_views(broker);
     };
@@ -632,13 +766,23 @@ pub(super) async fn group(State(broker): State<Arc<Broker>>, Path(id): Path<Stri
     }
 }
 
+/// The ID of a `/clients/{id}` path, in any encoding of a UUID (see [`crate::uuid_text`]).
+pub(super) fn path_instance(id: &str) -> Option<Uuid> {
+    uuid_text::decode(id).map(|(id, _)| id)
+}
+
+/// The answer to a `/clients/{id}` path whose ID is no UUID.
+pub(super) fn not_an_instance_id() -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        "not a client instance ID (a UUID as Kafka's URL-safe base64, standard base64, or hex)",
+    )
+        .into_response()
+}
+
 pub(super) async fn client(State(broker): State<Arc<Broker>>, Path(id): Path<String>) -> Response {
-    let Ok(uuid) = id.parse::<Uuid>() else {
-        return (
-            StatusCode::BAD_REQUEST,
-            "not a Kafka UUID (22 characters of URL-safe base64)",
-        )
-            .into_response();
+    let Some(uuid) = path_instance(&id) else {
+        return not_an_instance_id();
     };
     let id = uuid.to_string();
     match views(&broker)
@@ -832,6 +976,8 @@ mod tests {
             member_epoch: Some(3),
             assigned: BTreeMap::from([("t".to_string(), vec![0, 1])]),
             member_id_differs: false,
+            aligned: true,
+            member_id_encoding: None,
             acquired_records: None,
         }
     }
@@ -859,6 +1005,7 @@ mod tests {
             producers: Vec::new(),
             kip1313_rejections: Vec::new(),
             telemetry: None,
+            telemetry_aligned: None,
         }
     }
 
@@ -932,6 +1079,8 @@ mod tests {
                 BTreeMap::new()
             },
             member_id_differs: false,
+            aligned: true,
+            member_id_encoding: None,
             acquired_records: Some(held),
         };
         // A leader's partial entry first, then the coordinator's, then another leader's.
@@ -1041,6 +1190,66 @@ mod tests {
         assert_eq!(member_uuid(&url_safe), Some(id));
         assert_eq!(member_uuid(&standard), Some(id), "librdkafka's form");
         assert_eq!(member_uuid("not a uuid"), None);
+    }
+
+    #[test]
+    fn a_member_id_in_any_encoding_is_aligned() {
+        let id = Uuid::from_u128(0xfbef_ffff_1234_5678_9abc_def0_0fed_cba9);
+        let other = Uuid::from_u128(7);
+        for encoding in uuid_text::Encoding::ALL {
+            let text = encoding.encode(id);
+            let (aligned, name) = alignment(Some(id), &text);
+            assert!(aligned, "{text}");
+            assert_eq!(name.as_deref(), Some(encoding.name()), "{text}");
+            let m = super::membership(
+                Some(id),
+                "g",
+                "consumer",
+                text,
+                Some(1),
+                BTreeMap::new(),
+                None,
+            );
+            assert!(m.aligned && !m.member_id_differs);
+            // Someone else's UUID is a UUID, not this instance's.
+            assert!(!alignment(Some(other), &encoding.encode(id)).0);
+        }
+        assert_eq!(alignment(Some(id), "consumer-1-xyz"), (false, None));
+        assert!(!alignment(None, &id.to_string()).0);
+        let classic = super::membership(
+            Some(id),
+            "g",
+            "classic",
+            "c-1".into(),
+            None,
+            BTreeMap::new(),
+            None,
+        );
+        assert!(classic.member_id_differs && classic.member_id_encoding.is_none());
+    }
+
+    #[test]
+    fn telemetry_is_aligned_when_the_instance_goes_by_its_id_elsewhere() {
+        let a = Uuid::from_u128(1);
+        let mut connected = instance(a, vec![connection(1, 4, Some(a))]);
+        connected.telemetry = Some(telemetry(Some(1), "app"));
+        let mut member = instance(a, Vec::new());
+        member.memberships = vec![membership("g", &a.to_string())];
+        member.telemetry = Some(telemetry(Some(1), "app"));
+        let mut alone = instance(a, Vec::new());
+        alone.telemetry = Some(telemetry(Some(1), "app"));
+        let mut unaligned_member = alone.clone();
+        let mut m = membership("g", "x");
+        m.aligned = false;
+        unaligned_member.memberships = vec![m];
+        let without = instance(a, vec![connection(1, 4, Some(a))]);
+        let mut views = vec![connected, member, alone, unaligned_member, without];
+        mark_telemetry_alignment(&mut views);
+        let marks: Vec<Option<bool>> = views.iter().map(|v| v.telemetry_aligned).collect();
+        assert_eq!(
+            marks,
+            vec![Some(true), Some(true), Some(false), Some(false), None]
+        );
     }
 
     #[test]

@@ -138,6 +138,15 @@ pub struct BrokerConfig {
     pub telemetry_max_bytes: i32,
     /// `telemetry.otlp.endpoint`: forward pushed metrics to this OTLP/HTTP collector.
     pub telemetry_otlp_endpoint: Option<crate::otlp::Endpoint>,
+    /// `connections.max.idle.ms` (Kafka's 10 minutes): a connection with no request in progress
+    /// that sends nothing for this long is closed; `None` (-1): never.
+    pub connections_max_idle_ms: Option<u64>,
+    /// `client.journal.max.events.per.instance`: journal events kept per client instance (the
+    /// oldest go first).
+    pub client_journal_max_events_per_instance: usize,
+    /// `client.journal.max.events`: journal events kept over all client instances (the oldest
+    /// go first); the journal's file holds at most twice as many lines.
+    pub client_journal_max_events: usize,
     /// Group coordinator settings (`group.*` keys).
     pub groups: skiff_group::GroupConfig,
     /// Transaction coordinator settings (`transaction.max.timeout.ms`,
@@ -150,6 +159,11 @@ pub struct BrokerConfig {
     /// Every other key: static Kafka broker configs, validated by `skiff-meta`.
     pub kafka: BTreeMap<String, String>,
 }
+
+/// `client.journal.max.events.per.instance` default.
+pub const DEFAULT_JOURNAL_PER_INSTANCE: usize = 256;
+/// `client.journal.max.events` default.
+pub const DEFAULT_JOURNAL_EVENTS: usize = 50_000;
 
 /// Kafka's `group.share.max.share.sessions` default.
 pub const DEFAULT_SHARE_MAX_SESSIONS: usize = 2000;
@@ -177,6 +191,9 @@ impl Default for BrokerConfig {
             share_max_sessions: DEFAULT_SHARE_MAX_SESSIONS,
             telemetry_max_bytes: 1024 * 1024,
             telemetry_otlp_endpoint: None,
+            connections_max_idle_ms: Some(600_000),
+            client_journal_max_events_per_instance: DEFAULT_JOURNAL_PER_INSTANCE,
+            client_journal_max_events: DEFAULT_JOURNAL_EVENTS,
             groups: skiff_group::GroupConfig::default(),
             transactions: skiff_txn::TxnConfig::default(),
             security: SecurityConfig::default(),
@@ -316,6 +333,18 @@ impl BrokerConfig {
         if let Some(v) = entries.remove("telemetry.max.bytes") {
             config.telemetry_max_bytes =
                 parse_num(&v, "telemetry.max.bytes", 1024, 64 * 1024 * 1024)? as i32;
+        }
+        if let Some(v) = entries.remove("connections.max.idle.ms") {
+            let ms = parse_num(&v, "connections.max.idle.ms", -1, i64::MAX)?;
+            config.connections_max_idle_ms = u64::try_from(ms).ok().filter(|ms| *ms > 0);
+        }
+        if let Some(v) = entries.remove("client.journal.max.events.per.instance") {
+            config.client_journal_max_events_per_instance =
+                parse_num(&v, "client.journal.max.events.per.instance", 1, 100_000)? as usize;
+        }
+        if let Some(v) = entries.remove("client.journal.max.events") {
+            config.client_journal_max_events =
+                parse_num(&v, "client.journal.max.events", 1, 10_000_000)? as usize;
         }
         if let Some(v) = entries.remove("telemetry.otlp.endpoint") {
             config.telemetry_otlp_endpoint = match v.trim() {

@@ -27,6 +27,7 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::handlers::{self, Reply, RequestContext};
 use crate::identity::{ConnectionIdentity, Verdict};
+use crate::journal::{DisconnectReason, EventKind, IdentifiedBy, clip};
 use crate::owners::Claim;
 use crate::security::sasl::{Gate, SaslSession};
 use crate::security::{Listener, ReadHalf, Transport, WriteHalf};
@@ -101,6 +102,9 @@ pub struct Connection {
     /// KIP-1313 header; its broker-assigned telemetry ID is its instance): what a
     /// `client-instance-id` quota applies to when the header has none.
     telemetry_instance: Option<skiff_protocol::Uuid>,
+    /// The instance the journal files this connection's events under, once it has one: its
+    /// KIP-1313 ID, else the telemetry ID it named.
+    journaled_as: Option<skiff_protocol::Uuid>,
 }
 
 /// The responses queue of a connection while one request is handled: the response pushed takes
@@ -187,6 +191,7 @@ impl Connection {
             share_sessions: false,
             muted_until: None,
             telemetry_instance: None,
+            journaled_as: None,
         }
     }
 
@@ -207,6 +212,16 @@ impl Connection {
             _ = crate::shutdown::stopped(&mut kill) => "shutdown deadline passed",
         };
         self.broker.clients.unregister(self.id);
+        if let Some(instance) = self.journaled_as {
+            self.broker.journal.record(
+                instance,
+                EventKind::Disconnected {
+                    connection: self.id,
+                    reason: disconnect_reason(reason),
+                    detail: reason.to_string(),
+                },
+            );
+        }
         if self.share_sessions {
             self.broker.share_connection_closed(self.id);
         }
@@ -232,10 +247,20 @@ impl Connection {
         } else {
             MAX_IN_FLIGHT
         };
+        let idle = self
+            .broker
+            .config
+            .connections_max_idle_ms
+            .map(std::time::Duration::from_millis);
+        let mut last_active = tokio::time::Instant::now();
         loop {
             if closing.is_some() && pending.is_empty() {
                 break;
             }
+            // Idle: nothing read and nothing owed the client for `connections.max.idle.ms`.
+            let idle_at = idle
+                .filter(|_| pending.is_empty() && closing.is_none())
+                .map(|idle| last_active + idle);
             let muted = self
                 .muted_until
                 .is_some_and(|t| t > tokio::time::Instant::now());
@@ -249,7 +274,16 @@ impl Connection {
                 }, if muted => {
                     self.muted_until = None;
                 }
+                () = async {
+                    if let Some(at) = idle_at {
+                        tokio::time::sleep_until(at).await;
+                    }
+                }, if idle_at.is_some() => {
+                    tracing::debug!("idle for connections.max.idle.ms; closing");
+                    closing = Some("idle");
+                }
                 frame = self.reader.next_frame(), if can_read => {
+                    last_active = tokio::time::Instant::now();
                     match frame {
                         Ok(Some(frame)) => {
                             if let Next::Close(reason) = self.on_frame(frame, &mut pending) {
@@ -277,6 +311,9 @@ impl Connection {
                         match done {
                             Some(Outgoing::Response(version, correlation_id, response)) => {
                                 let throttle = response.throttle_time_ms();
+                                if throttle > 0 {
+                                    self.journal_throttle(response.api_key(), throttle);
+                                }
                                 if throttle > 0 && quota::client_throttles(response.api_key(), version) {
                                     self.mute_for(i64::from(throttle));
                                 }
@@ -307,6 +344,7 @@ impl Connection {
                         tracing::debug!(error = %e, "write failed");
                         return "write error";
                     }
+                    last_active = tokio::time::Instant::now();
                 }
                 _ = crate::shutdown::stopped(&mut self.shutdown), if closing.is_none() => {
                     closing = Some("broker shutting down");
@@ -322,6 +360,61 @@ impl Connection {
         let until = tokio::time::Instant::now()
             + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
         self.muted_until = Some(self.muted_until.map_or(until, |t| t.max(until)));
+    }
+
+    /// Journals a throttled response (at most once a second per API: see the journal).
+    fn journal_throttle(&self, api: ApiKey, throttle_ms: i32) {
+        if let Some(instance) = self.journaled_as {
+            let connection = self.id;
+            self.broker.journal.with(|journal, now| {
+                journal.throttled(
+                    instance,
+                    now,
+                    connection,
+                    api.name(),
+                    i64::from(throttle_ms),
+                );
+            });
+        }
+    }
+
+    /// Files the connection under `instance` in the journal (once): its opening, and the
+    /// software it named if ApiVersions came first.
+    fn journal_connected(&mut self, instance: skiff_protocol::Uuid, by: IdentifiedBy) {
+        if self.journaled_as.is_some() {
+            return;
+        }
+        self.journaled_as = Some(instance);
+        let record = self
+            .record
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let connection = self.id;
+        self.broker.journal.with(|journal, now| {
+            journal.record(
+                instance,
+                now,
+                EventKind::Connected {
+                    connection,
+                    peer: record.peer,
+                    listener: clip(&record.listener),
+                    principal: record.principal.as_deref().map(clip),
+                    identified_by: by,
+                },
+            );
+            if let (Some(name), Some(version)) = (record.software_name, record.software_version) {
+                journal.record(
+                    instance,
+                    now,
+                    EventKind::Software {
+                        connection,
+                        name: clip(&name),
+                        version: clip(&version),
+                    },
+                );
+            }
+        });
     }
 
     /// Parses and dispatches one request. Its share of the request budget is held until its
@@ -423,6 +516,7 @@ impl Connection {
                         metrics
                             .connections_with_instance_id
                             .fetch_add(1, Ordering::Relaxed);
+                        self.journal_connected(id, IdentifiedBy::Kip1313);
                         self.bind_instance();
                     }
                     None => {
@@ -447,6 +541,18 @@ impl Connection {
                     received,
                     crate::clock::now_ms(),
                 );
+                if let Some(instance) = expected.or(received) {
+                    self.broker.journal.record(
+                        instance,
+                        EventKind::Kip1313Rejected {
+                            connection: self.id,
+                            api: api_key.name().to_string(),
+                            reason: reason.label().to_string(),
+                            expected: expected.map(|u| u.to_string()),
+                            received: received.map(|u| u.to_string()),
+                        },
+                    );
+                }
                 let message = verdict.message().unwrap_or_default();
                 tracing::info!(api = ?api_key, reason = reason.label(), "{message}");
                 let response = skiff_protocol::error_response::error_response(
@@ -493,6 +599,17 @@ impl Connection {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             record.software_name = Some(r.client_software_name.to_string());
             record.software_version = Some(r.client_software_version.to_string());
+            drop(record);
+            if let Some(instance) = self.journaled_as {
+                self.broker.journal.record(
+                    instance,
+                    EventKind::Software {
+                        connection: self.id,
+                        name: clip(&r.client_software_name),
+                        version: clip(&r.client_software_version),
+                    },
+                );
+            }
         }
 
         let ctx = RequestContext {
@@ -502,6 +619,7 @@ impl Connection {
             version,
             client_id: frame.header.client_id.as_ref().map(|s| s.to_string()),
             instance_id: self.identity.instance_id(),
+            telemetry_instance: self.telemetry_instance,
             peer: self.peer,
             principal: match &self.principal {
                 Some(principal) => Arc::clone(principal),
@@ -531,6 +649,11 @@ impl Connection {
             && r.client_instance_id != skiff_protocol::Uuid::ZERO
         {
             self.telemetry_instance = Some(r.client_instance_id);
+        }
+        if self.identity.instance_id().is_none()
+            && let Some(telemetry) = self.telemetry_instance
+        {
+            self.journal_connected(telemetry, IdentifiedBy::Telemetry);
         }
         let reply = if self.broker.quotas.any() {
             let who = crate::quotas::Requester {
@@ -575,4 +698,54 @@ fn respond(pending: &mut Holding<'_>, version: i16, correlation_id: i32, respons
     pending.push_back(Box::pin(async move {
         Some(Outgoing::Response(version, correlation_id, response))
     }));
+}
+
+/// The journal's reason for a connection's end, from the broker's words for it.
+fn disconnect_reason(detail: &str) -> DisconnectReason {
+    match detail {
+        "peer closed" => DisconnectReason::ClientClosed,
+        "idle" => DisconnectReason::Idle,
+        "read error" | "write error" | "encode error" => DisconnectReason::Error,
+        "broker shutting down" | "shutdown deadline passed" => DisconnectReason::BrokerShutdown,
+        "SASL authentication failed" | "SASL mechanism not enabled" => {
+            DisconnectReason::AuthenticationFailed
+        }
+        expired if expired.starts_with("the SASL session expired") => {
+            DisconnectReason::AuthenticationFailed
+        }
+        _ => DisconnectReason::ProtocolError,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_close_reads_as_a_journal_reason() {
+        for (detail, reason) in [
+            ("peer closed", DisconnectReason::ClientClosed),
+            ("idle", DisconnectReason::Idle),
+            ("read error", DisconnectReason::Error),
+            ("write error", DisconnectReason::Error),
+            ("broker shutting down", DisconnectReason::BrokerShutdown),
+            ("shutdown deadline passed", DisconnectReason::BrokerShutdown),
+            (
+                "SASL authentication failed",
+                DisconnectReason::AuthenticationFailed,
+            ),
+            (
+                "the SASL session expired (connections.max.reauth.ms)",
+                DisconnectReason::AuthenticationFailed,
+            ),
+            ("bad frame", DisconnectReason::ProtocolError),
+            ("unknown API key", DisconnectReason::ProtocolError),
+            (
+                "a request before SASL authentication",
+                DisconnectReason::ProtocolError,
+            ),
+        ] {
+            assert_eq!(disconnect_reason(detail), reason, "{detail}");
+        }
+    }
 }

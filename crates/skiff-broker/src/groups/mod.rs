@@ -775,8 +775,14 @@ impl GroupCoordinator {
         next
     }
 
-    /// Fires every due timer.
-    pub fn fire_timers(&self, topics: &impl TopicsSource, now_ms: i64) {
+    /// Fires every due timer; returns the members removed for their session or rebalance
+    /// timeout: (group, protocol, member ID).
+    pub fn fire_timers(
+        &self,
+        topics: &impl TopicsSource,
+        now_ms: i64,
+    ) -> Vec<(String, &'static str, String)> {
+        let mut expired = Vec::new();
         let mut inner = self.lock(topics, now_ms);
         // Cluster mode: a group created just as its shard went away belongs to no one here.
         let Inner { groups, kv, .. } = &mut *inner;
@@ -802,6 +808,11 @@ impl GroupCoordinator {
                     if !removed.is_empty() {
                         tracing::info!(group = %group_id, members = ?removed, "members expired");
                     }
+                    expired.extend(
+                        removed
+                            .into_iter()
+                            .map(|m| (group_id.clone(), "consumer", m)),
+                    );
                     Vec::new()
                 }
                 Some(Group::Classic(g)) => g.on_timer(&config, now_ms),
@@ -810,6 +821,11 @@ impl GroupCoordinator {
                     if !removed.is_empty() {
                         tracing::info!(group = %group_id, members = ?removed, "share group members expired");
                     }
+                    expired.extend(
+                        removed
+                            .iter()
+                            .map(|m| (group_id.clone(), "share", m.clone())),
+                    );
                     gone_members = removed;
                     Vec::new()
                 }
@@ -829,6 +845,7 @@ impl GroupCoordinator {
             self.deliver(&mut inner, completions);
             self.after_change(&mut inner, &group_id);
         }
+        expired
     }
 
     /// Committed offsets of a group, for OffsetFetch with all topics.

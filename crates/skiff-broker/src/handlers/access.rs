@@ -3,6 +3,7 @@
 //! `authorized_operations` bit fields.
 
 use skiff_auth::acl::{AclOperation, ResourceType};
+use skiff_protocol::Uuid;
 
 use super::RequestContext;
 use crate::security::acls::Check;
@@ -39,6 +40,12 @@ const CLUSTER_OPERATIONS: [AclOperation; 7] = [
 ];
 
 impl RequestContext {
+    /// The instance the journal files this connection's events under: its KIP-1313 ID, else
+    /// the telemetry ID it named.
+    pub fn journal_instance(&self) -> Option<Uuid> {
+        self.instance_id.or(self.telemetry_instance)
+    }
+
     fn check(&self) -> Check<'_> {
         Check {
             principal: &self.principal,

@@ -438,6 +438,35 @@ pub fn consumer_group_heartbeat(
         ctx.broker
             .groups
             .consumer_heartbeat(&ctx.broker, &request, ctx.version, client, now_ms());
+    {
+        let (error_code, member_id, member_epoch, assignment) = match &result {
+            Ok(r) => (
+                r.error_code,
+                r.member_id.as_deref(),
+                r.member_epoch,
+                r.assignment.as_ref().map(|a| {
+                    super::journaling::by_name(
+                        ctx,
+                        a.topic_partitions
+                            .iter()
+                            .map(|t| (t.topic_id, t.partitions.as_slice())),
+                    )
+                }),
+            ),
+            Err(e) => (e.code.code(), None, -1, None),
+        };
+        super::journaling::heartbeat(
+            ctx,
+            &request.group_id,
+            "consumer",
+            &request.member_id,
+            request.member_epoch,
+            error_code,
+            member_id,
+            member_epoch,
+            assignment,
+        );
+    }
     if let (Ok(response), Some(instance)) = (&result, ctx.instance_id)
         && let Some(member) = &response.member_id
     {
@@ -622,7 +651,20 @@ pub fn join_group(ctx: &RequestContext, request: JoinGroupRequest) -> Reply {
                 std::sync::Arc::clone(&ctx.broker),
                 std::sync::Arc::clone(&ctx.principal),
             );
+            let instance = ctx.journal_instance();
             let claim = move |response: &Response| {
+                if let Response::JoinGroup(r) = response
+                    && r.error_code == 0
+                    && !r.member_id.is_empty()
+                {
+                    super::journaling::classic_joined(
+                        &broker,
+                        instance,
+                        &group,
+                        &r.member_id,
+                        r.generation_id,
+                    );
+                }
                 if let Response::JoinGroup(r) = response
                     && !r.member_id.is_empty()
                     && broker.config.security.instance_binding != InstanceBinding::Off
@@ -690,12 +732,18 @@ pub fn heartbeat(ctx: &RequestContext, request: HeartbeatRequest) -> Reply {
             .clients
             .note_member(&request.group_id, &request.member_id, instance);
     }
-    let response = Response::Heartbeat(ctx.broker.groups.heartbeat(
-        &ctx.broker,
-        &request,
-        ctx.version,
-        now_ms(),
-    ));
+    let answered = ctx
+        .broker
+        .groups
+        .heartbeat(&ctx.broker, &request, ctx.version, now_ms());
+    super::journaling::classic_answered(
+        ctx,
+        &request.group_id,
+        &request.member_id,
+        request.generation_id,
+        answered.error_code,
+    );
+    let response = Response::Heartbeat(answered);
     settled_or_error(ctx, request.into(), response)
 }
 
@@ -726,6 +774,17 @@ pub fn leave_group(ctx: &RequestContext, request: LeaveGroupRequest) -> Reply {
         .leave(&ctx.broker, &request, ctx.version, now_ms())
     {
         Ok(response) => {
+            if response.error_code == 0 {
+                let left: Vec<&str> = response
+                    .members
+                    .iter()
+                    .filter(|m| m.error_code == 0)
+                    .map(|m| &*m.member_id)
+                    .chain(leaving.first().map(|(m, _)| *m))
+                    .filter(|m| !m.is_empty())
+                    .collect();
+                super::journaling::classic_left(ctx, &request.group_id, &left);
+            }
             let owners = &ctx.broker.security.owners;
             for (member, _) in leaving.iter().filter(|(m, _)| !m.is_empty()) {
                 owners.forget_member(&request.group_id, member);

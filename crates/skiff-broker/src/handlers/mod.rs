@@ -21,6 +21,7 @@ pub mod describe_topics;
 pub mod fetch;
 pub mod group_configs;
 pub mod groups;
+pub mod journaling;
 pub mod leader_epoch;
 pub mod list_offsets;
 pub mod log_dirs;
@@ -56,6 +57,9 @@ pub struct RequestContext {
     pub client_id: Option<String>,
     /// The connection's KIP-1313 client instance ID, once fixed.
     pub instance_id: Option<Uuid>,
+    /// The KIP-714 telemetry ID the connection's telemetry named, for a client that sends no
+    /// KIP-1313 ID (librdkafka): what the journal files its events under.
+    pub telemetry_instance: Option<Uuid>,
     pub peer: SocketAddr,
     /// Who the request acts as (`User:ANONYMOUS` on PLAINTEXT listeners).
     pub principal: Arc<skiff_auth::principal::KafkaPrincipal>,

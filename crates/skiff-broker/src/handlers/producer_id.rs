@@ -88,12 +88,20 @@ pub fn handle(ctx: &RequestContext, request: InitProducerIdRequest) -> Reply {
             }
         }
     };
-    ctx.broker.clients.note_producer(
+    let previous = ctx.broker.clients.note_producer(
         ctx.instance_id,
         producer_id,
         producer_epoch,
         None,
         crate::clock::now_ms(),
+    );
+    super::journaling::producer_granted(
+        &ctx.broker,
+        ctx.journal_instance(),
+        producer_id,
+        producer_epoch,
+        None,
+        previous,
     );
     Response::InitProducerId(InitProducerIdResponse {
         error_code: error_codes::NONE,

@@ -36,6 +36,24 @@ pub fn get_subscriptions(
         ctx.broker
             .lock_telemetry()
             .get_subscriptions(ctx.instance_id, &request, &client, now_ms());
+    if response.error_code == 0
+        && let Some(instance) = response.client_instance_id.non_zero()
+    {
+        let metrics: Vec<String> = response
+            .requested_metrics
+            .iter()
+            .map(|m| m.to_string())
+            .collect();
+        ctx.broker.journal.with(|journal, now| {
+            journal.subscription(
+                instance,
+                now,
+                response.subscription_id,
+                response.push_interval_ms,
+                metrics,
+            );
+        });
+    }
     Response::GetTelemetrySubscriptions(response)
 }
 
@@ -63,6 +81,17 @@ pub fn push(ctx: &RequestContext, request: PushTelemetryRequest) -> Response {
         ctx.broker
             .lock_telemetry()
             .push(ctx.instance_id, &request, &client, now_ms());
+    if request.terminating
+        && response.error_code == 0
+        && let Some(instance) = request.client_instance_id.non_zero()
+    {
+        ctx.broker.journal.record(
+            instance,
+            crate::journal::EventKind::TelemetryTerminated {
+                subscription_id: request.subscription_id,
+            },
+        );
+    }
     if let Some(decoded) = decoded {
         tracing::debug!(
             client_instance_id = %decoded.client_instance_id,

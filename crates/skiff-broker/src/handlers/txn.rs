@@ -91,6 +91,7 @@ pub fn init_producer_id(
     let broker = Arc::clone(&ctx.broker);
     let knows_fenced = ctx.version >= 4;
     let instance = ctx.instance_id;
+    let journal_instance = ctx.journal_instance();
     let refusal = not_coordinating(ctx, &transactional_id);
     Reply::Later(Box::pin(async move {
         let failed = |code: ErrorCode| {
@@ -127,12 +128,20 @@ pub fn init_producer_id(
                     producer_id,
                     producer_epoch,
                 } => {
-                    broker.clients.note_producer(
+                    let previous = broker.clients.note_producer(
                         instance,
                         producer_id,
                         producer_epoch,
                         Some(&transactional_id),
                         now_ms(),
+                    );
+                    super::journaling::producer_granted(
+                        &broker,
+                        journal_instance,
+                        producer_id,
+                        producer_epoch,
+                        Some(&transactional_id),
+                        previous,
                     );
                     return Response::InitProducerId(InitProducerIdResponse {
                         error_code: error_codes::NONE,
@@ -516,18 +525,40 @@ pub fn end_txn(ctx: &RequestContext, request: EndTxnRequest) -> Reply {
         request.committed,
         now_ms(),
     );
+    let instance = ctx.journal_instance();
+    let journaled = {
+        let broker = Arc::clone(&ctx.broker);
+        let transactional_id = request.transactional_id.to_string();
+        let (producer_id, producer_epoch, committed) = (
+            request.producer_id,
+            request.producer_epoch,
+            request.committed,
+        );
+        move |code: ErrorCode| {
+            super::journaling::transaction_ended(
+                &broker,
+                instance,
+                &transactional_id,
+                producer_id,
+                producer_epoch,
+                committed,
+                code,
+            );
+            respond(code)
+        }
+    };
     match outcome {
-        Err(code) => Reply::Now(respond(code)),
-        Ok(None) => Reply::Now(respond(ErrorCode::NONE)),
+        Err(code) => Reply::Now(journaled(code)),
+        Ok(None) => Reply::Now(journaled(ErrorCode::NONE)),
         Ok(Some((plan, end))) => {
             let broker = Arc::clone(&ctx.broker);
             Reply::Later(Box::pin(async move {
                 if let Some(end) = end
                     && let Err(code) = broker.txns.wait_durable(end).await
                 {
-                    return respond(code);
+                    return journaled(code);
                 }
-                respond(
+                journaled(
                     finish_detached(broker, plan)
                         .await
                         .err()

@@ -1,6 +1,7 @@
-//! `skiff clients` / `skiff clients show ID`: the broker's client-instance view, read from its
-//! admin HTTP listener (`GET /clients`, `GET /clients/{id}`) over `http://` or `https://`, with
-//! the listener's bearer token when it asks for one.
+//! `skiff clients` / `skiff clients show ID` / `skiff clients events ID [--follow]`: the broker's
+//! client-instance view and an instance's journal, read from its admin HTTP listener
+//! (`GET /clients`, `GET /clients/{id}`, `GET /clients/{id}/events`) over `http://` or
+//! `https://`, with the listener's bearer token when it asks for one.
 
 pub(crate) mod admin_http;
 
@@ -43,8 +44,26 @@ pub enum ClientsCommand {
                             skiff clients show AAAAAAAAAAAAAAAAAAAAAA --json"
     )]
     Show {
-        /// The client instance ID (22 characters of URL-safe base64).
+        /// The client instance ID: Kafka's 22 characters of URL-safe base64, or the same UUID
+        /// as standard base64 or (hyphenated) hex.
         id: String,
+    },
+    /// The journal of one client instance, oldest first: connections, groups, producers,
+    /// transactions, telemetry, throttling (GET /clients/{id}/events; this broker's alone).
+    #[command(
+        after_help = "Examples:\n  skiff clients events AAAAAAAAAAAAAAAAAAAAAA\n  \
+                            skiff clients events AAAAAAAAAAAAAAAAAAAAAA --follow\n  \
+                            skiff clients events 0b1e3f52-6a1c-4d7e-9f00-1234567890ab --since 1767225600000 --json"
+    )]
+    Events {
+        /// The client instance ID (any encoding of its UUID, as for `show`).
+        id: String,
+        /// Only events at or after this time (milliseconds since the epoch).
+        #[arg(long, value_name = "MS")]
+        since: Option<i64>,
+        /// Keep printing events as they happen, until interrupted.
+        #[arg(long, short = 'f')]
+        follow: bool,
     },
 }
 
@@ -71,15 +90,7 @@ pub async fn run(
             }
         }
         Some(ClientsCommand::Show { id }) => {
-            if id.is_empty()
-                || !id
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_".contains(c))
-            {
-                return Err(Failure::usage(format!(
-                    "{id:?} is not a client instance ID (URL-safe base64)"
-                )));
-            }
+            let id = instance_id(&id)?;
             let value = admin.get_json(&format!("/clients/{id}")).await?;
             if json {
                 print_json(&value);
@@ -87,8 +98,112 @@ pub async fn run(
                 print_show(&value);
             }
         }
+        Some(ClientsCommand::Events { id, since, follow }) => {
+            let id = instance_id(&id)?;
+            events(&admin, &id, since, follow, json, timeout_ms).await?;
+        }
     }
     Ok(())
+}
+
+/// Prints an instance's journal; with `follow`, waits for more (the endpoint's long poll, for
+/// half the request timeout at a time) and prints each as it comes.
+async fn events(
+    admin: &AdminHttp,
+    id: &str,
+    since: Option<i64>,
+    follow: bool,
+    json: bool,
+    timeout_ms: u64,
+) -> CmdResult {
+    let mut query = match since {
+        Some(ms) => format!("/clients/{id}/events?since={ms}"),
+        None => format!("/clients/{id}/events"),
+    };
+    let value = admin.get_json(&query).await?;
+    if !follow {
+        if json {
+            print_json(&value);
+        } else {
+            print_events_table(&value);
+        }
+        return Ok(());
+    }
+    let wait_ms = (timeout_ms / 2).min(30_000);
+    let mut value = value;
+    loop {
+        for event in arr(&value, "events") {
+            if json {
+                print_json(event);
+            } else {
+                println!("{}", event_line(event).join("  "));
+            }
+        }
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let after = value.get("next_after").and_then(Value::as_u64).unwrap_or(0);
+        query = format!("/clients/{id}/events?after={after}&wait_ms={wait_ms}");
+        value = admin.get_json(&query).await?;
+    }
+}
+
+/// An event as printed: seq, time, category, type, summary.
+fn event_line(e: &Value) -> Vec<String> {
+    vec![
+        text(e.get("seq").unwrap_or(&Value::Null)),
+        clock(e.get("at_ms").unwrap_or(&Value::Null)),
+        text(e.get("category").unwrap_or(&Value::Null)),
+        text(e.get("type").unwrap_or(&Value::Null)),
+        text(e.get("summary").unwrap_or(&Value::Null)),
+    ]
+}
+
+fn print_events_table(value: &Value) {
+    let rows: Vec<Vec<String>> = arr(value, "events").iter().map(event_line).collect();
+    print_table(&["SEQ", "AT", "CATEGORY", "TYPE", "SUMMARY"], &rows);
+}
+
+/// Milliseconds since the epoch as a UTC date and time to the millisecond, or `-`.
+fn clock(v: &Value) -> String {
+    let Some(ms) = v.as_i64() else {
+        return "-".into();
+    };
+    let (days, in_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    let (y, m, d) = civil(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        in_day / 3_600_000,
+        in_day / 60_000 % 60,
+        in_day / 1000 % 60,
+        in_day % 1000
+    )
+}
+
+/// Days since 1970-01-01 as a (year, month, day) of the proleptic Gregorian calendar (Howard
+/// Hinnant's `civil_from_days`).
+fn civil(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// A client instance ID in any encoding of a UUID (Kafka's URL-safe base64, standard base64
+/// with or without padding, hyphenated or bare hex), in Kafka's form.
+fn instance_id(text: &str) -> Result<String, Failure> {
+    skiff_broker::uuid_text::decode(text)
+        .map(|(id, _)| id.to_string())
+        .ok_or_else(|| {
+            Failure::usage(format!(
+                "{text:?} is not a client instance ID (a UUID: Kafka's URL-safe base64, standard base64, or hex)"
+            ))
+        })
 }
 
 fn text(v: &Value) -> String {
@@ -254,6 +369,21 @@ fn print_list(value: &Value) {
     );
 }
 
+/// How a membership's member ID relates to the instance: `same (base64)` when it is the
+/// instance's UUID (in that encoding), `differs (hex)` when it is another UUID, `differs`.
+fn member_id_form(m: &Value) -> String {
+    let aligned = match m.get("aligned").and_then(Value::as_bool) {
+        Some(aligned) => aligned,
+        // A broker from before `aligned`.
+        None => m.get("member_id_differs").and_then(Value::as_bool) == Some(false),
+    };
+    let verdict = if aligned { "same" } else { "differs" };
+    match m.get("member_id_encoding").and_then(Value::as_str) {
+        Some(encoding) => format!("{verdict} ({encoding})"),
+        None => verdict.to_string(),
+    }
+}
+
 fn print_show(v: &Value) {
     let id = v
         .get("client_instance_id")
@@ -311,22 +441,25 @@ fn print_show(v: &Value) {
         .iter()
         .map(|m| {
             let assigned = partitions_text(m.get("assigned"));
-            let differs = m.get("member_id_differs").and_then(Value::as_bool) == Some(true);
             vec![
                 text(m.get("group").unwrap_or(&Value::Null)),
                 text(m.get("protocol").unwrap_or(&Value::Null)),
-                format!(
-                    "{}{}",
-                    text(m.get("member_id").unwrap_or(&Value::Null)),
-                    if differs { " (differs)" } else { "" }
-                ),
+                text(m.get("member_id").unwrap_or(&Value::Null)),
+                member_id_form(m),
                 text(m.get("member_epoch").unwrap_or(&Value::Null)),
                 assigned,
             ]
         })
         .collect();
     print_table(
-        &["GROUP", "PROTOCOL", "MEMBER ID", "EPOCH", "ASSIGNED"],
+        &[
+            "GROUP",
+            "PROTOCOL",
+            "MEMBER ID",
+            "ID FORM",
+            "EPOCH",
+            "ASSIGNED",
+        ],
         &rows,
     );
 
@@ -402,4 +535,36 @@ fn print_show(v: &Value) {
         })
         .collect();
     print_table(&["METRIC", "KIND", "VALUE", "ATTRIBUTES"], &rows);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn journal_times_are_utc_dates() {
+        assert_eq!(clock(&Value::from(0)), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            clock(&Value::from(1_767_225_600_123i64)),
+            "2026-01-01T00:00:00.123Z"
+        );
+        assert_eq!(
+            clock(&Value::from(951_825_599_999i64)),
+            "2000-02-29T11:59:59.999Z"
+        );
+        assert_eq!(clock(&Value::Null), "-");
+    }
+
+    #[test]
+    fn instance_ids_in_any_encoding() {
+        let kafka = "AAECAwQFBgcICQoLDA0ODw";
+        for text in [
+            kafka,
+            "000102030405060708090a0b0c0d0e0f",
+            "00010203-0405-0607-0809-0a0b0c0d0e0f",
+        ] {
+            assert_eq!(instance_id(text).ok().as_deref(), Some(kafka), "{text}");
+        }
+        assert!(instance_id("not/an/id").is_err());
+    }
 }
