@@ -9,14 +9,10 @@ use skiff_protocol::generated::describe_configs_request::DescribeConfigsResource
 use skiff_protocol::generated::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
-use skiff_protocol::generated::offset_commit_request::{
-    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-};
 use skiff_protocol::generated::{
     ConsumerGroupDescribeRequest, CreatePartitionsRequest, CreateTopicsRequest,
     DeleteGroupsRequest, DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest,
     IncrementalAlterConfigsRequest, ListConfigResourcesRequest, ListGroupsRequest,
-    OffsetCommitRequest,
 };
 use skiff_protocol::{Uuid, error_codes};
 
@@ -623,24 +619,17 @@ impl Admin {
                 ..Default::default()
             })
             .await?;
-        let mut answered = false;
-        for t in r.results {
-            answered = true;
-            if t.error_code != error_codes::NONE {
-                return Err(Error::broker_for(
-                    "CreatePartitions",
+        first_failure(
+            "CreatePartitions",
+            r.results.into_iter().map(|t| {
+                (
                     t.error_code,
                     format!("topic {}", t.name),
                     t.error_message.map(|m| m.to_string()),
-                ));
-            }
-        }
-        if !answered {
-            return Err(Error::protocol(
-                "CreatePartitions",
-                "no result for the topic",
-            ));
-        }
+                )
+            }),
+            "no result for the topic",
+        )?;
         let generation = self.client.cached_metadata().generation;
         self.client.invalidate_metadata(generation);
         Ok(())
@@ -663,74 +652,7 @@ impl Admin {
         group: &str,
         offsets: &[(TopicPartition, i64)],
     ) -> Result<()> {
-        use std::collections::BTreeMap;
-        let mut by_topic: BTreeMap<&str, Vec<(i32, i64)>> = BTreeMap::new();
-        for (tp, offset) in offsets {
-            by_topic
-                .entry(tp.topic.as_str())
-                .or_default()
-                .push((tp.partition, *offset));
-        }
-        let mut ids = BTreeMap::new();
-        for name in by_topic.keys() {
-            ids.insert(*name, self.client.topic(name).await?.id);
-        }
-        let r = self
-            .client
-            .request_coordinator(group, |_| OffsetCommitRequest {
-                group_id: group.into(),
-                generation_id_or_member_epoch: -1,
-                member_id: "".into(),
-                group_instance_id: None,
-                retention_time_ms: -1,
-                topics: by_topic
-                    .iter()
-                    .map(|(name, parts)| OffsetCommitRequestTopic {
-                        name: (*name).into(),
-                        topic_id: ids.get(name).copied().unwrap_or_default(),
-                        partitions: parts
-                            .iter()
-                            .map(|(p, o)| OffsetCommitRequestPartition {
-                                partition_index: *p,
-                                committed_offset: *o,
-                                committed_leader_epoch: -1,
-                                committed_metadata: Some("".into()),
-                                ..Default::default()
-                            })
-                            .collect(),
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            })
-            .await?;
-        for t in &r.topics {
-            let name = if t.name.is_empty() {
-                ids.iter()
-                    .find(|(_, id)| **id == t.topic_id)
-                    .map(|(n, _)| (*n).to_string())
-                    .unwrap_or_else(|| t.topic_id.to_string())
-            } else {
-                t.name.to_string()
-            };
-            for p in &t.partitions {
-                if p.error_code != error_codes::NONE {
-                    if matches!(
-                        p.error_code,
-                        error_codes::NOT_COORDINATOR | error_codes::COORDINATOR_NOT_AVAILABLE
-                    ) {
-                        self.client.invalidate_coordinator(group);
-                    }
-                    return Err(Error::broker_for(
-                        "OffsetCommit",
-                        p.error_code,
-                        format!("group {group}, {name}-{}", p.partition_index),
-                        None,
-                    ));
-                }
-            }
-        }
-        Ok(())
+        crate::consumer::commit_as(&self.client, group, "", -1, offsets).await
     }
 
     /// IncrementalAlterConfigs of one resource; `what` names it in errors.
@@ -760,25 +682,17 @@ impl Admin {
             ..Default::default()
         };
         let r = self.client.request_any(|_| request).await?;
-        let mut answered = false;
-        for resource in r.responses {
-            answered = true;
-            if resource.error_code != error_codes::NONE {
-                return Err(Error::broker_for(
-                    "IncrementalAlterConfigs",
+        first_failure(
+            "IncrementalAlterConfigs",
+            r.responses.into_iter().map(|resource| {
+                (
                     resource.error_code,
                     format!("{what} {}", resource.resource_name),
                     resource.error_message.map(|m| m.to_string()),
-                ));
-            }
-        }
-        if !answered {
-            return Err(Error::protocol(
-                "IncrementalAlterConfigs",
-                "no result for the resource",
-            ));
-        }
-        Ok(())
+                )
+            }),
+            "no result for the resource",
+        )
     }
 
     /// DescribeConfigs of one resource (every key); `what` names it in errors.
@@ -824,5 +738,26 @@ impl Admin {
                 is_sensitive: c.is_sensitive,
             })
             .collect())
+    }
+}
+
+/// Ok when every result (error code, what it names, message) succeeded; the first failure as
+/// the broker's error; a protocol error (`missing`) when the answer has no result at all.
+fn first_failure(
+    api: &'static str,
+    results: impl IntoIterator<Item = (i16, String, Option<String>)>,
+    missing: &'static str,
+) -> Result<()> {
+    let mut answered = false;
+    for (code, what, message) in results {
+        answered = true;
+        if code != error_codes::NONE {
+            return Err(Error::broker_for(api, code, what, message));
+        }
+    }
+    if answered {
+        Ok(())
+    } else {
+        Err(Error::protocol(api, missing))
     }
 }

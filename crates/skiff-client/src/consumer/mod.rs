@@ -41,6 +41,7 @@ use crate::error::{Error, Result};
 use crate::util::lock;
 
 use membership::membership_loop;
+pub(crate) use offsets::commit_as;
 use offsets::commit_positions;
 pub(crate) use offsets::list_offsets;
 

@@ -361,29 +361,42 @@ pub(super) async fn commit_offsets(
     } else {
         (String::new(), -1)
     };
-    let mut by_topic: BTreeMap<String, Vec<(i32, i64)>> = BTreeMap::new();
+    commit_as(&inner.client, &group, &member_id, epoch, offsets).await
+}
+
+/// OffsetCommit of `offsets` for `group` as `member_id` at `epoch` (empty and -1: an admin
+/// commit, which the broker takes only while the group has no members): the consumer's commits
+/// and the admin's. The first failed partition is the error; a coordinator that moved is
+/// forgotten so that the next request finds the new one.
+pub(crate) async fn commit_as(
+    client: &Client,
+    group: &str,
+    member_id: &str,
+    epoch: i32,
+    offsets: &[(TopicPartition, i64)],
+) -> Result<()> {
+    let mut by_topic: BTreeMap<&str, Vec<(i32, i64)>> = BTreeMap::new();
     for (tp, offset) in offsets {
         by_topic
-            .entry(tp.topic.clone())
+            .entry(tp.topic.as_str())
             .or_default()
             .push((tp.partition, *offset));
     }
     let mut ids = BTreeMap::new();
     for name in by_topic.keys() {
-        ids.insert(name.clone(), inner.client.topic(name).await?.id);
+        ids.insert(*name, client.topic(name).await?.id);
     }
-    let r = inner
-        .client
-        .request_coordinator(&group, |_| OffsetCommitRequest {
-            group_id: group.as_str().into(),
+    let r = client
+        .request_coordinator(group, |_| OffsetCommitRequest {
+            group_id: group.into(),
             generation_id_or_member_epoch: epoch,
-            member_id: member_id.as_str().into(),
+            member_id: member_id.into(),
             group_instance_id: None,
             retention_time_ms: -1,
             topics: by_topic
                 .iter()
                 .map(|(name, parts)| OffsetCommitRequestTopic {
-                    name: name.as_str().into(),
+                    name: (*name).into(),
                     topic_id: ids.get(name).copied().unwrap_or_default(),
                     partitions: parts
                         .iter()
@@ -405,8 +418,8 @@ pub(super) async fn commit_offsets(
         let name = if t.name.is_empty() {
             ids.iter()
                 .find(|(_, id)| **id == t.topic_id)
-                .map(|(n, _)| n.clone())
-                .unwrap_or_default()
+                .map(|(n, _)| (*n).to_string())
+                .unwrap_or_else(|| t.topic_id.to_string())
         } else {
             t.name.to_string()
         };
@@ -416,12 +429,12 @@ pub(super) async fn commit_offsets(
                     p.error_code,
                     error_codes::NOT_COORDINATOR | error_codes::COORDINATOR_NOT_AVAILABLE
                 ) {
-                    inner.client.invalidate_coordinator(&group);
+                    client.invalidate_coordinator(group);
                 }
                 return Err(Error::broker_for(
                     "OffsetCommit",
                     p.error_code,
-                    format!("{name}-{}", p.partition_index),
+                    format!("group {group}, {name}-{}", p.partition_index),
                     None,
                 ));
             }
