@@ -618,19 +618,30 @@ fn parked_then(
     }))
 }
 
-pub fn join_group(ctx: &RequestContext, request: JoinGroupRequest) -> Reply {
-    if !on_group(ctx, AclOperation::Read, &request.group_id) {
-        return refused(ctx, &request.into(), ErrorCode::GROUP_AUTHORIZATION_FAILED).into();
+/// The checks before JoinGroup, SyncGroup, Heartbeat and OffsetCommit, in Kafka's order: READ on
+/// the group, a member ID that is not another principal's, a group this broker coordinates.
+fn member_refusal(
+    ctx: &RequestContext,
+    group_id: &str,
+    member_id: &str,
+    instance_id: Option<&str>,
+) -> Option<ErrorCode> {
+    if !on_group(ctx, AclOperation::Read, group_id) {
+        return Some(ErrorCode::GROUP_AUTHORIZATION_FAILED);
     }
-    if names_anothers_member(
+    if names_anothers_member(ctx, group_id, member_id, instance_id) {
+        return Some(ErrorCode::UNKNOWN_MEMBER_ID);
+    }
+    not_coordinating(ctx, group_id)
+}
+
+pub fn join_group(ctx: &RequestContext, request: JoinGroupRequest) -> Reply {
+    if let Some(code) = member_refusal(
         ctx,
         &request.group_id,
         &request.member_id,
         request.group_instance_id.as_deref(),
     ) {
-        return refused(ctx, &request.into(), ErrorCode::UNKNOWN_MEMBER_ID).into();
-    }
-    if let Some(code) = not_coordinating(ctx, &request.group_id) {
         return refused(ctx, &request.into(), code).into();
     }
     let host = client_host(ctx);
@@ -687,18 +698,12 @@ pub fn join_group(ctx: &RequestContext, request: JoinGroupRequest) -> Reply {
 }
 
 pub fn sync_group(ctx: &RequestContext, request: SyncGroupRequest) -> Reply {
-    if !on_group(ctx, AclOperation::Read, &request.group_id) {
-        return refused(ctx, &request.into(), ErrorCode::GROUP_AUTHORIZATION_FAILED).into();
-    }
-    if names_anothers_member(
+    if let Some(code) = member_refusal(
         ctx,
         &request.group_id,
         &request.member_id,
         request.group_instance_id.as_deref(),
     ) {
-        return refused(ctx, &request.into(), ErrorCode::UNKNOWN_MEMBER_ID).into();
-    }
-    if let Some(code) = not_coordinating(ctx, &request.group_id) {
         return refused(ctx, &request.into(), code).into();
     }
     let synced = ctx
@@ -713,18 +718,12 @@ pub fn sync_group(ctx: &RequestContext, request: SyncGroupRequest) -> Reply {
 }
 
 pub fn heartbeat(ctx: &RequestContext, request: HeartbeatRequest) -> Reply {
-    if !on_group(ctx, AclOperation::Read, &request.group_id) {
-        return refused(ctx, &request.into(), ErrorCode::GROUP_AUTHORIZATION_FAILED).into();
-    }
-    if names_anothers_member(
+    if let Some(code) = member_refusal(
         ctx,
         &request.group_id,
         &request.member_id,
         request.group_instance_id.as_deref(),
     ) {
-        return refused(ctx, &request.into(), ErrorCode::UNKNOWN_MEMBER_ID).into();
-    }
-    if let Some(code) = not_coordinating(ctx, &request.group_id) {
         return refused(ctx, &request.into(), code).into();
     }
     if let Some(instance) = ctx.instance_id {
@@ -844,18 +843,12 @@ fn take_unreadable_commits(
 }
 
 pub fn offset_commit(ctx: &RequestContext, mut request: OffsetCommitRequest) -> Reply {
-    if !on_group(ctx, AclOperation::Read, &request.group_id) {
-        return refused(ctx, &request.into(), ErrorCode::GROUP_AUTHORIZATION_FAILED).into();
-    }
-    if names_anothers_member(
+    if let Some(code) = member_refusal(
         ctx,
         &request.group_id,
         &request.member_id,
         request.group_instance_id.as_deref(),
     ) {
-        return refused(ctx, &request.into(), ErrorCode::UNKNOWN_MEMBER_ID).into();
-    }
-    if let Some(code) = not_coordinating(ctx, &request.group_id) {
         return refused(ctx, &request.into(), code).into();
     }
     let denied = take_unreadable_commits(ctx, &mut request);
