@@ -19,6 +19,7 @@
 
 mod access;
 mod journal;
+mod lag;
 mod metrics;
 mod views;
 

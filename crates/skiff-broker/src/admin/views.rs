@@ -20,20 +20,23 @@ use serde::{Deserialize, Serialize};
 use skiff_protocol::Uuid;
 use tokio::sync::watch;
 
+use super::lag::{Assigned, consumer_positions, figures, learn_cluster_offsets, share_positions};
 use crate::clients::{ConnectionRecord, Rejection};
 use crate::clock::now_ms;
 use crate::groups::Group;
+use crate::lag::{self, PartitionLag, Totals};
 use crate::state::Broker;
 use crate::uuid_text;
 
 /// A group membership of a client instance.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-struct Membership {
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub(super) struct Membership {
     group: String,
     protocol: Cow<'static, str>,
     member_id: String,
     member_epoch: Option<i32>,
-    /// topic name -> partitions (KIP-848 members).
+    /// topic name -> partitions (KIP-848 and share members, and classic members of the
+    /// consumer protocol: their assignment decoded).
     assigned: BTreeMap<String, Vec<i32>>,
     /// The member ID is not the client instance's UUID in any encoding (KIP-1082 recommends
     /// they be equal); kept for compatibility, the negation of `aligned`.
@@ -50,6 +53,39 @@ struct Membership {
     /// leader's count, over the share partitions loaded on this broker).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     acquired_records: Option<u64>,
+    /// Each assigned partition: the committed offset (share members: the share partition's
+    /// start offset), high watermark, last stable offset and lag (see [`crate::lag`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    partitions: Vec<PartitionLag>,
+    /// Records behind over the assigned partitions whose lag is known (null: none is).
+    #[serde(default)]
+    lag_records: Option<i64>,
+    /// The most seconds behind of the assigned partitions (null: unknown for all).
+    #[serde(default)]
+    lag_seconds: Option<f64>,
+}
+
+impl Membership {
+    /// Fills in the lag figures of its assigned partitions.
+    fn set_lag(&mut self, partitions: Vec<PartitionLag>) {
+        let totals = lag::totals(partitions.iter().map(PartitionLag::totals));
+        self.partitions = partitions;
+        self.lag_records = totals.records;
+        self.lag_seconds = totals.seconds;
+    }
+
+    fn lag(&self) -> Totals {
+        Totals {
+            records: self.lag_records,
+            seconds: self.lag_seconds,
+        }
+    }
+
+    /// A share-partition leader's partial entry (cluster mode): records it holds for a member
+    /// of a group coordinated elsewhere.
+    fn is_partial_share(&self) -> bool {
+        self.protocol == "share" && self.member_epoch.is_none()
+    }
 }
 
 /// A producer ID the client instance was given, with its transaction if it is transactional.
@@ -98,6 +134,12 @@ pub(super) struct InstanceView {
     /// KIP-1313 ID (an open connection's) or as a group member ID, in any encoding.
     #[serde(default)]
     telemetry_aligned: Option<bool>,
+    /// Records behind over all its memberships, and the most seconds behind (see
+    /// [`crate::lag`]); null when unknown.
+    #[serde(default)]
+    lag_records: Option<i64>,
+    #[serde(default)]
+    lag_seconds: Option<f64>,
 }
 
 /// What a broker publishes of its client instances in cluster mode (read back entry by entry,
@@ -144,6 +186,9 @@ fn membership(
         aligned,
         member_id_encoding: encoding,
         acquired_records,
+        partitions: Vec::new(),
+        lag_records: None,
+        lag_seconds: None,
     }
 }
 
@@ -164,7 +209,33 @@ fn by_name(
         .collect()
 }
 
-fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
+/// A membership as gathered under the coordinator's lock: its instance, the membership, and
+/// its assigned partitions with the member's positions (for the lag figures, read after).
+type Gathered = (Option<Uuid>, Membership, Vec<Assigned>);
+
+/// A classic member's assignment as partitions by topic name, when its group speaks the
+/// consumer protocol (other protocols' assignments are opaque).
+fn classic_assignment(
+    group_id: &str,
+    protocol_type: Option<&str>,
+    bytes: &[u8],
+) -> BTreeMap<String, Vec<i32>> {
+    if protocol_type != Some(skiff_group::embedded::CONSUMER_PROTOCOL_TYPE) {
+        return BTreeMap::new();
+    }
+    match skiff_group::embedded::decode_assignment(bytes) {
+        Ok(assignment) => assignment.partitions,
+        Err(e) => {
+            tracing::debug!(group = group_id, error = %e.message, "a classic member's assignment is unreadable");
+            BTreeMap::new()
+        }
+    }
+}
+
+/// Every membership of the groups this broker coordinates (and, in cluster mode, the share
+/// records it leads for groups coordinated elsewhere), with what the lag figures need of the
+/// coordinator, copied while its lock is held.
+fn gather_memberships(broker: &Broker) -> Vec<Gathered> {
     // Counted before the coordinator's lock is taken: the share-partition leader writes through
     // the coordinator while it holds a share partition's lock.
     let acquired = broker.share.acquired_by_member();
@@ -180,6 +251,7 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                         .member_instance(group_id, &id)
                         .or_else(|| member_uuid(&id));
                     let assigned = by_name(&inner.topics, member.assigned_partitions());
+                    let positions = consumer_positions(&inner, group_id, &assigned);
                     let epoch = Some(member.member_epoch());
                     out.push((
                         instance,
@@ -197,6 +269,7 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                             assigned,
                             None,
                         ),
+                        positions,
                     ));
                 }
             }
@@ -214,10 +287,18 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                         .copied()
                         .unwrap_or(0);
                     let assigned = by_name(&inner.topics, member.assigned_partitions());
+                    // In cluster mode a share partition's state is its leader's, in PostgreSQL:
+                    // the coordinator's copy is not current, so no lag is shown from it.
+                    let positions = if broker.cluster().is_some() {
+                        Vec::new()
+                    } else {
+                        share_positions(&inner, group_id, &assigned)
+                    };
                     let epoch = Some(member.member_epoch());
                     out.push((
                         instance,
                         membership(instance, group_id, "share", id, epoch, assigned, Some(held)),
+                        positions,
                     ));
                 }
             }
@@ -225,17 +306,13 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                 for member in g.members() {
                     let id = member.member_id.to_string();
                     let instance = broker.clients.member_instance(group_id, &id);
+                    let assigned =
+                        classic_assignment(group_id, g.protocol_type(), member.assignment);
+                    let positions = consumer_positions(&inner, group_id, &assigned);
                     out.push((
                         instance,
-                        membership(
-                            instance,
-                            group_id,
-                            "classic",
-                            id,
-                            None,
-                            BTreeMap::new(),
-                            None,
-                        ),
+                        membership(instance, group_id, "classic", id, None, assigned, None),
+                        positions,
                     ));
                 }
             }
@@ -264,10 +341,31 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                     BTreeMap::new(),
                     Some(*held),
                 ),
+                Vec::new(),
             ));
         }
     }
     out
+}
+
+/// The gathered memberships with their lag figures, read now that the coordinator's lock is
+/// released.
+fn with_lag(broker: &Broker, gathered: Vec<Gathered>) -> Vec<(Option<Uuid>, Membership)> {
+    let now = now_ms();
+    gathered
+        .into_iter()
+        .map(|(instance, mut membership, assigned)| {
+            if !assigned.is_empty() {
+                membership.set_lag(figures(broker, &assigned, now));
+            }
+            (instance, membership)
+        })
+        .collect()
+}
+
+/// Every membership this broker knows, with its lag.
+pub(super) fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
+    with_lag(broker, gather_memberships(broker))
 }
 
 fn producers(broker: &Broker, instance: Uuid) -> Vec<ProducerView> {
@@ -353,6 +451,8 @@ fn instance_view(
         kip1313_rejections: rejections(broker, Some(id)),
         telemetry: telemetry.get(&text).cloned(),
         telemetry_aligned: None,
+        lag_records: None,
+        lag_seconds: None,
         client_instance_id: Some(text),
     }
 }
@@ -386,10 +486,12 @@ pub(super) struct Alignment {
     pub telemetry_unaligned: u64,
 }
 
-/// Counts this broker's memberships (of the groups it coordinates) and telemetry instances by
-/// alignment.
-pub(super) fn alignment_counts(broker: &Broker) -> Alignment {
-    let members = memberships(broker);
+/// Counts this broker's memberships (`members`: of the groups it coordinates) and telemetry
+/// instances by alignment.
+pub(super) fn alignment_counts(
+    broker: &Broker,
+    members: &[(Option<Uuid>, Membership)],
+) -> Alignment {
     let mut counts = Alignment::default();
     for name in uuid_text::Encoding::ALL.map(uuid_text::Encoding::name) {
         counts.member_id_encodings.insert(name, 0);
@@ -397,9 +499,7 @@ pub(super) fn alignment_counts(broker: &Broker) -> Alignment {
     counts.member_id_encodings.insert("other", 0);
     // Partial share entries (records led here for a group coordinated elsewhere) are the other
     // broker's memberships.
-    let own = members
-        .iter()
-        .filter(|(_, m)| !(m.protocol == "share" && m.member_epoch.is_none()));
+    let own = members.iter().filter(|(_, m)| !m.is_partial_share());
     for (_, m) in own {
         if m.aligned {
             counts.memberships_aligned += 1;
@@ -435,8 +535,33 @@ pub(super) fn alignment_counts(broker: &Broker) -> Alignment {
     counts
 }
 
+/// Each client instance's lag over the memberships of the groups this broker coordinates
+/// (`members`), by instance ID; instances without a known figure are left out.
+pub(super) fn lag_by_instance(members: &[(Option<Uuid>, Membership)]) -> BTreeMap<String, Totals> {
+    let mut by_instance: BTreeMap<String, Totals> = BTreeMap::new();
+    for (instance, m) in members {
+        let (Some(instance), lag) = (instance, m.lag()) else {
+            continue;
+        };
+        if lag == Totals::default() {
+            continue;
+        }
+        let entry = by_instance.entry(instance.to_string()).or_default();
+        *entry = lag::totals([*entry, lag]);
+    }
+    by_instance
+}
+
 /// This broker's own view: its client instances by ID, then its connections without one.
 fn instance_views(broker: &Broker) -> Vec<InstanceView> {
+    instance_views_of(broker, memberships(broker))
+}
+
+/// [`instance_views`] with the memberships already gathered.
+fn instance_views_of(
+    broker: &Broker,
+    members: Vec<(Option<Uuid>, Membership)>,
+) -> Vec<InstanceView> {
     let node_id = broker.node_id();
     let connections: Vec<ConnectionView> = broker
         .clients
@@ -444,7 +569,6 @@ fn instance_views(broker: &Broker) -> Vec<InstanceView> {
         .into_iter()
         .map(|record| ConnectionView { node_id, record })
         .collect();
-    let members = memberships(broker);
     let telemetry = telemetry_views(broker);
     let mut ids = broker.clients.known_instances();
     ids.extend(members.iter().filter_map(|(i, _)| *i));
@@ -468,6 +592,8 @@ fn instance_views(broker: &Broker) -> Vec<InstanceView> {
                 kip1313_rejections: Vec::new(),
                 telemetry: None,
                 telemetry_aligned: None,
+                lag_records: None,
+                lag_seconds: None,
             }),
     );
     views
@@ -568,6 +694,9 @@ fn fold_share_memberships(memberships: &mut Vec<Membership>) {
                 if f.member_epoch.is_none() {
                     f.member_epoch = m.member_epoch;
                     f.assigned = m.assigned;
+                    f.partitions = m.partitions;
+                    f.lag_records = m.lag_records;
+                    f.lag_seconds = m.lag_seconds;
                     f.member_id_differs = m.member_id_differs;
                     f.aligned = m.aligned;
                     f.member_id_encoding = m.member_id_encoding;
@@ -664,7 +793,17 @@ fn merge(
 async fn views(broker: &Broker) -> Vec<InstanceView> {
     let mut views = gathered(broker).await;
     mark_telemetry_alignment(&mut views);
+    mark_lag(&mut views);
     views
+}
+
+/// Fills in each entry's lag totals from its memberships.
+fn mark_lag(views: &mut [InstanceView]) {
+    for view in views {
+        let totals = lag::totals(view.memberships.iter().map(Membership::lag));
+        view.lag_records = totals.records;
+        view.lag_seconds = totals.seconds;
+    }
 }
 
 async fn gathered(broker: &Broker) -> Vec<InstanceView> {
@@ -672,7 +811,11 @@ async fn gathered(broker: &Broker) -> Vec<InstanceView> {
         return instance_views(broker);
     };
     let peers = crate::cluster::clients::peer_summaries(cluster).await;
-    let local = instance_views(broker);
+    // Offsets of assigned partitions this broker has not heard of yet, asked for first.
+    let gathered = gather_memberships(broker);
+    let assigned: Vec<Assigned> = gathered.iter().flat_map(|(_, _, a)| a.clone()).collect();
+    learn_cluster_offsets(broker, &assigned).await;
+    let local = instance_views_of(broker, with_lag(broker, gathered));
     match peers {
         Ok(peers) => merge(
             local,
@@ -735,7 +878,7 @@ pub(super) async fn group(State(broker): State<Arc<Broker>>, Path(id): Path<Stri
         .into_iter()
         // This broker's own partial entries (records it leads for a group coordinated
         // elsewhere) are not this group's members here.
-        .filter(|(_, m)| m.group == id && !(m.protocol == "share" && m.member_epoch.is_none()))
+        .filter(|(_, m)| m.group == id && !m.is_partial_share())
         .map(|(instance, mut membership)| {
             if let Some(n) = elsewhere.get(&membership.member_id) {
                 membership.acquired_records =
@@ -979,6 +1122,9 @@ mod tests {
             aligned: true,
             member_id_encoding: None,
             acquired_records: None,
+            partitions: Vec::new(),
+            lag_records: None,
+            lag_seconds: None,
         }
     }
 
@@ -1006,6 +1152,8 @@ mod tests {
             kip1313_rejections: Vec::new(),
             telemetry: None,
             telemetry_aligned: None,
+            lag_records: None,
+            lag_seconds: None,
         }
     }
 
@@ -1082,6 +1230,9 @@ mod tests {
             aligned: true,
             member_id_encoding: None,
             acquired_records: Some(held),
+            partitions: Vec::new(),
+            lag_records: None,
+            lag_seconds: None,
         };
         // A leader's partial entry first, then the coordinator's, then another leader's.
         let mut here = instance(a, Vec::new());
