@@ -610,9 +610,36 @@ fn client_summary(broker: &Broker) -> serde_json::Value {
         serde_json::Value::Null
     });
     if value.to_string().len() > SUMMARY_MAX_BYTES {
+        omit_recent_values(&mut value);
+    }
+    if value.to_string().len() > SUMMARY_MAX_BYTES {
         omit_metrics(&mut value);
     }
     value
+}
+
+/// The telemetry metrics of a summary's instances (for changing them in place).
+fn summary_metrics(
+    summary: &mut serde_json::Value,
+) -> impl Iterator<Item = &mut serde_json::Value> {
+    summary
+        .get_mut("instances")
+        .and_then(serde_json::Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter_map(|instance| instance.get_mut("telemetry")?.get_mut("metrics"))
+}
+
+/// Leaves out the series' recent values (the charts of the broker the client pushes to still
+/// have them), the first thing to go from a summary that is too large.
+fn omit_recent_values(summary: &mut serde_json::Value) {
+    for metrics in summary_metrics(summary) {
+        for point in metrics.as_array_mut().into_iter().flatten() {
+            if let Some(point) = point.as_object_mut() {
+                point.remove("recent");
+            }
+        }
+    }
 }
 
 /// A summary larger than this is published without its instances' latest metric values (their
@@ -1419,6 +1446,10 @@ mod tests {
             {"client_instance_id": "a", "telemetry": {"metrics": [{"name": "x"}], "subscription_id": 1}},
             {"client_instance_id": "b", "telemetry": null},
         ]});
+        let mut with_recent = summary.clone();
+        with_recent["instances"][0]["telemetry"]["metrics"][0]["recent"] = json!([[1, 2.0]]);
+        omit_recent_values(&mut with_recent);
+        assert_eq!(with_recent, summary, "only the recent values go first");
         omit_metrics(&mut summary);
         assert_eq!(
             summary["instances"][0]["telemetry"],
