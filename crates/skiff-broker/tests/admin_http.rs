@@ -155,10 +155,20 @@ async fn health_metrics_and_the_client_instance_view() {
     let (status, _) = http_get(admin, "/clients/AAAAAAAAAAAAAAAAAAAAAQ").await;
     assert_eq!(status, 404);
 
+    // The page: one self-contained document (it reads the JSON above itself), for the list
+    // and for one instance, served with a policy that runs only its own script.
     let (status, page) = http_get(admin, "/ui/clients").await;
     assert_eq!(status, 200);
-    assert!(page.contains(&id.to_string()) && page.contains("view-group"));
-    assert!(page.contains("viewed-txn"), "{page}");
+    assert!(page.contains("<main id=\"app\">"), "{page}");
+    let (status, instance_page) = http_get(admin, &format!("/ui/clients/{id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(instance_page, page);
+    let head = http_head(admin, "/ui/clients").await;
+    assert!(
+        head.contains("content-security-policy: default-src 'none'; script-src 'sha256-"),
+        "{head}"
+    );
+    assert!(head.contains("content-type: text/html"), "{head}");
     broker.stop().await;
 }
 
@@ -446,6 +456,22 @@ async fn member_ids_in_any_encoding_are_aligned() {
     }
     drop(clients);
     broker.stop().await;
+}
+
+/// The status line and headers of a GET, lower-cased.
+async fn http_head(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut raw = Vec::new();
+    tokio::time::timeout(common::TIMEOUT, stream.read_to_end(&mut raw))
+        .await
+        .expect("in time")
+        .expect("read");
+    let text = String::from_utf8_lossy(&raw).to_lowercase();
+    text.split_once("\r\n\r\n")
+        .map_or(text.clone(), |(head, _)| head.to_string())
 }
 
 /// One batch of `count` records, all written at `timestamp_ms`.

@@ -1,5 +1,5 @@
-//! The client-instance view: `/clients`, `/clients/{id}` (JSON) and the `/ui/clients` page; and
-//! one group's members, `/groups/{id}`, with the records each share member holds acquired.
+//! The client-instance view: `/clients`, `/clients/{id}` (JSON, read by the `/ui/clients` page
+//! too), with each membership's lag ([`super::lag`]); and one group's members, `/groups/{id}`, with the records each share member holds acquired.
 //!
 //! In cluster mode the view is cluster-wide: every broker publishes a summary of its own client
 //! instances (this view, serialized: [`client_summary`], [`publish_clients`]) and the view
@@ -10,12 +10,11 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::response::{Html, IntoResponse, Json, Response};
+use axum::response::{IntoResponse, Json, Response};
 use serde::{Deserialize, Serialize};
 use skiff_protocol::Uuid;
 use tokio::sync::watch;
@@ -963,165 +962,6 @@ pub(super) async fn client(State(broker): State<Arc<Broker>>, Path(id): Path<Str
         Some(view) => Json(view).into_response(),
         None => (StatusCode::NOT_FOUND, "unknown client instance").into_response(),
     }
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-/// A server-rendered page: one row per client instance, details below each.
-pub(super) async fn ui(State(broker): State<Arc<Broker>>) -> Html<String> {
-    let views = views(&broker).await;
-    let cluster = broker.cluster().is_some();
-    let mut page = String::from(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Skiff clients</title><style>\
-         body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:.5em 0 1.5em}\
-         td,th{border:1px solid #bbb;padding:.3em .6em;text-align:left}th{background:#eef}\
-         .id{font-family:monospace}.warn{color:#a40}</style></head><body>",
-    );
-    let _ = write!(
-        page,
-        "<h1>Client instances</h1><p>Cluster <span class=\"id\">{}</span>, node {}{}. {} instance(s).</p>",
-        escape(&broker.cluster_id),
-        broker.node_id(),
-        if cluster {
-            " (the client instances of every live broker)"
-        } else {
-            ""
-        },
-        views.len()
-    );
-    instances_table(&mut page, &views);
-    for v in &views {
-        let id = v.client_instance_id.as_deref().unwrap_or("(none)");
-        let _ = write!(page, "<h2 id=\"{0}\" class=\"id\">{0}</h2>", escape(id));
-        connections_table(&mut page, &v.connections, cluster);
-        memberships_table(&mut page, &v.memberships);
-        producers_table(&mut page, &v.producers);
-    }
-    page.push_str("</body></html>");
-    Html(page)
-}
-
-/// The page's summary: one row per client instance.
-fn instances_table(page: &mut String, views: &[InstanceView]) {
-    page.push_str("<table id=\"instances\"><tr><th>client instance ID</th><th>client ID</th><th>software</th><th>connections</th><th>groups</th><th>KIP-1313 rejections</th></tr>");
-    for v in views {
-        let first = v.connections.first().map(|c| &c.record);
-        let _ = write!(
-            page,
-            "<tr><td class=\"id\"><a href=\"#{0}\">{0}</a></td><td>{1}</td><td>{2}</td><td>{3}</td><td>{4}</td><td>{5}</td></tr>",
-            escape(v.client_instance_id.as_deref().unwrap_or("(none)")),
-            escape(first.and_then(|c| c.client_id.as_deref()).unwrap_or("")),
-            escape(&first.map_or(String::new(), |c| format!(
-                "{} {}",
-                c.software_name.as_deref().unwrap_or(""),
-                c.software_version.as_deref().unwrap_or("")
-            ))),
-            v.connections.len(),
-            escape(
-                &v.memberships
-                    .iter()
-                    .map(|m| m.group.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            v.kip1313_rejections.len(),
-        );
-    }
-    page.push_str("</table>");
-}
-
-/// An instance's connections (in cluster mode with the node each is on).
-fn connections_table(page: &mut String, connections: &[ConnectionView], cluster: bool) {
-    let node = if cluster { "<th>node</th>" } else { "" };
-    let _ = write!(
-        page,
-        "<table><tr>{node}<th>connection</th><th>peer</th><th>listener</th><th>principal</th><th>since (ms)</th><th>requests</th></tr>"
-    );
-    for c in connections {
-        let requests = c
-            .record
-            .requests
-            .iter()
-            .map(|(api, n)| format!("{api}: {n}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let node = if cluster {
-            format!("<td>{}</td>", c.node_id)
-        } else {
-            String::new()
-        };
-        let c = &c.record;
-        let _ = write!(
-            page,
-            "<tr>{node}<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            c.id,
-            escape(&c.peer),
-            escape(&c.listener),
-            escape(c.principal.as_deref().unwrap_or("(not authenticated)")),
-            c.connected_since_ms,
-            escape(&requests)
-        );
-    }
-    page.push_str("</table>");
-}
-
-/// An instance's group memberships, if any.
-fn memberships_table(page: &mut String, memberships: &[Membership]) {
-    if memberships.is_empty() {
-        return;
-    }
-    page.push_str("<table><tr><th>group</th><th>protocol</th><th>member ID</th><th>epoch</th><th>assigned</th><th>acquired</th></tr>");
-    for m in memberships {
-        let assigned = m
-            .assigned
-            .iter()
-            .map(|(t, p)| format!("{t}{p:?}"))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let _ = write!(
-            page,
-            "<tr><td>{}</td><td>{}</td><td class=\"id{}\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(&m.group),
-            escape(&m.protocol),
-            if m.member_id_differs { " warn" } else { "" },
-            escape(&m.member_id),
-            m.member_epoch.map_or(String::new(), |e| e.to_string()),
-            escape(&assigned),
-            m.acquired_records.map_or(String::new(), |n| n.to_string())
-        );
-    }
-    page.push_str("</table>");
-}
-
-/// An instance's producer IDs, if any.
-fn producers_table(page: &mut String, producers: &[ProducerView]) {
-    if producers.is_empty() {
-        return;
-    }
-    page.push_str("<table><tr><th>producer ID</th><th>epoch</th><th>transactional ID</th><th>transaction</th><th>partitions</th></tr>");
-    for p in producers {
-        let partitions = p
-            .transaction_partitions
-            .iter()
-            .map(|(t, parts)| format!("{t}{parts:?}"))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let _ = write!(
-            page,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            p.producer_id,
-            p.producer_epoch,
-            escape(p.transactional_id.as_deref().unwrap_or("")),
-            escape(p.transaction_state.as_deref().unwrap_or("")),
-            escape(&partitions)
-        );
-    }
-    page.push_str("</table>");
 }
 
 #[cfg(test)]
