@@ -12,15 +12,7 @@ use skiff_protocol::{Response, Uuid};
 
 #[tokio::test]
 async fn health_metrics_and_the_client_instance_view() {
-    let broker = TestBroker::start_with(|config| {
-        config.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
-    })
-    .await;
-    let admin = broker
-        .running
-        .as_ref()
-        .and_then(|r| r.admin_addr)
-        .expect("admin listener");
+    let (broker, admin) = with_admin(|_| {}).await;
 
     let id = Uuid::random().expect("random");
     let mut c = broker.client().await;
@@ -177,39 +169,18 @@ async fn health_metrics_and_the_client_instance_view() {
 /// records it holds acquired, which follows its acquisitions and acknowledgements.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn share_members_show_the_records_they_hold() {
-    use skiff_protocol::generated::create_topics_request::CreatableTopic;
     use skiff_protocol::generated::share_fetch_request::{
         AcknowledgementBatch, FetchPartition as SharePartition, FetchTopic as ShareTopic,
     };
-    use skiff_protocol::generated::{
-        CreateTopicsRequest, ShareFetchRequest, ShareGroupHeartbeatRequest,
-    };
+    use skiff_protocol::generated::{ShareFetchRequest, ShareGroupHeartbeatRequest};
 
-    let broker = TestBroker::start_with(|config| {
-        config.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    let (broker, admin) = with_admin(|config| {
         config.share_groups_enabled = true;
     })
     .await;
-    let admin = broker
-        .running
-        .as_ref()
-        .and_then(|r| r.admin_addr)
-        .expect("admin listener");
     let mut c = broker.client().await;
-    let create = CreateTopicsRequest {
-        topics: vec![CreatableTopic {
-            name: "jobs".into(),
-            num_partitions: 1,
-            replication_factor: 1,
-            ..Default::default()
-        }],
-        timeout_ms: 5000,
-        ..Default::default()
-    };
-    let Response::CreateTopics(r) = c.call(create, 7).await else {
-        panic!("not a CreateTopics response");
-    };
-    let topic = r.topics[0].topic_id;
+    let created = create_topic(&mut c, "jobs", 1).await;
+    let topic = created;
 
     let id = Uuid::random().expect("random");
     let mut member = broker.client().await;
@@ -344,15 +315,7 @@ async fn share_members_show_the_records_they_hold() {
 async fn member_ids_in_any_encoding_are_aligned() {
     use skiff_protocol::generated::GetTelemetrySubscriptionsRequest;
 
-    let broker = TestBroker::start_with(|config| {
-        config.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
-    })
-    .await;
-    let admin = broker
-        .running
-        .as_ref()
-        .and_then(|r| r.admin_addr)
-        .expect("admin listener");
+    let (broker, admin) = with_admin(|_| {}).await;
     let mut setup = broker.client().await;
     common::create_topic(&mut setup, "aligned").await;
 
@@ -458,6 +421,44 @@ async fn member_ids_in_any_encoding_are_aligned() {
     broker.stop().await;
 }
 
+/// A broker with its admin listener on a free port (and `adjust` applied), and that address.
+async fn with_admin(
+    adjust: impl FnOnce(&mut skiff_broker::BrokerConfig),
+) -> (TestBroker, std::net::SocketAddr) {
+    let broker = TestBroker::start_with(|config| {
+        config.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+        adjust(config);
+    })
+    .await;
+    let admin = broker
+        .running
+        .as_ref()
+        .and_then(|r| r.admin_addr)
+        .expect("admin listener");
+    (broker, admin)
+}
+
+/// Creates a topic (CreateTopics v7); its topic ID.
+async fn create_topic(c: &mut common::Client, name: &str, partitions: i32) -> Uuid {
+    use skiff_protocol::generated::CreateTopicsRequest;
+    use skiff_protocol::generated::create_topics_request::CreatableTopic;
+    let create = CreateTopicsRequest {
+        topics: vec![CreatableTopic {
+            name: name.into(),
+            num_partitions: partitions,
+            replication_factor: 1,
+            ..Default::default()
+        }],
+        timeout_ms: 5000,
+        ..Default::default()
+    };
+    let Response::CreateTopics(r) = c.call(create, 7).await else {
+        panic!("not a CreateTopics response");
+    };
+    assert_eq!(r.topics[0].error_code, 0, "{r:?}");
+    r.topics[0].topic_id
+}
+
 /// The status line and headers of a GET, lower-cased.
 async fn http_head(addr: std::net::SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -546,37 +547,18 @@ fn now_ms() -> i64 {
 #[tokio::test]
 async fn lag_per_instance_from_committed_offsets_and_record_times() {
     use skiff_protocol::generated::consumer_group_heartbeat_response::ConsumerGroupHeartbeatResponse;
-    use skiff_protocol::generated::create_topics_request::CreatableTopic;
     use skiff_protocol::generated::join_group_request::JoinGroupRequestProtocol;
     use skiff_protocol::generated::sync_group_request::SyncGroupRequestAssignment;
-    use skiff_protocol::generated::{CreateTopicsRequest, JoinGroupRequest, SyncGroupRequest};
+    use skiff_protocol::generated::{JoinGroupRequest, SyncGroupRequest};
 
-    let broker = TestBroker::start_with(|config| {
-        config.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    let (broker, admin) = with_admin(|config| {
         config.groups.classic_initial_rebalance_delay_ms = 0;
         config.client_lag_metrics_max_instances = 1;
     })
     .await;
-    let admin = broker
-        .running
-        .as_ref()
-        .and_then(|r| r.admin_addr)
-        .expect("admin listener");
     let mut c = broker.client().await;
-    let create = CreateTopicsRequest {
-        topics: vec![CreatableTopic {
-            name: "lagged".into(),
-            num_partitions: 2,
-            replication_factor: 1,
-            ..Default::default()
-        }],
-        timeout_ms: 5000,
-        ..Default::default()
-    };
-    let Response::CreateTopics(r) = c.call(create, 7).await else {
-        panic!("not a CreateTopics response");
-    };
-    assert_eq!(r.topics[0].error_code, 0, "{r:?}");
+    let created = create_topic(&mut c, "lagged", 2).await;
+    assert!(!created.is_zero());
     // Batch k (offsets 10k..10k+9) of each partition was written at `written + k` seconds.
     let written = now_ms() - 3_600_000;
     for partition in 0..2 {
