@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::create_topic_with_partitions as create_topic;
+
 use common::{TestBroker, http_get};
 use skiff_protocol::generated::consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest;
 use skiff_protocol::generated::fetch_request::{FetchPartition, FetchTopic};
@@ -436,27 +438,6 @@ async fn with_admin(
         .and_then(|r| r.admin_addr)
         .expect("admin listener");
     (broker, admin)
-}
-
-/// Creates a topic (CreateTopics v7); its topic ID.
-async fn create_topic(c: &mut common::Client, name: &str, partitions: i32) -> Uuid {
-    use skiff_protocol::generated::CreateTopicsRequest;
-    use skiff_protocol::generated::create_topics_request::CreatableTopic;
-    let create = CreateTopicsRequest {
-        topics: vec![CreatableTopic {
-            name: name.into(),
-            num_partitions: partitions,
-            replication_factor: 1,
-            ..Default::default()
-        }],
-        timeout_ms: 5000,
-        ..Default::default()
-    };
-    let Response::CreateTopics(r) = c.call(create, 7).await else {
-        panic!("not a CreateTopics response");
-    };
-    assert_eq!(r.topics[0].error_code, 0, "{r:?}");
-    r.topics[0].topic_id
 }
 
 /// The status line and headers of a GET, lower-cased.
