@@ -18,6 +18,7 @@ mod handlers;
 pub mod identity;
 mod journal;
 mod kv_log;
+mod lag;
 mod node_file;
 pub mod otlp;
 mod owners;

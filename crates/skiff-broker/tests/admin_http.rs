@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::create_topic_with_partitions as create_topic;
+
 use common::{TestBroker, http_get};
 use skiff_protocol::generated::consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest;
 use skiff_protocol::generated::fetch_request::{FetchPartition, FetchTopic};
@@ -12,15 +14,7 @@ use skiff_protocol::{Response, Uuid};
 
 #[tokio::test]
 async fn health_metrics_and_the_client_instance_view() {
-    let broker = TestBroker::start_with(|config| {
-        config.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
-    })
-    .await;
-    let admin = broker
-        .running
-        .as_ref()
-        .and_then(|r| r.admin_addr)
-        .expect("admin listener");
+    let (broker, admin) = with_admin(|_| {}).await;
 
     let id = Uuid::random().expect("random");
     let mut c = broker.client().await;
@@ -155,10 +149,20 @@ async fn health_metrics_and_the_client_instance_view() {
     let (status, _) = http_get(admin, "/clients/AAAAAAAAAAAAAAAAAAAAAQ").await;
     assert_eq!(status, 404);
 
+    // The page: one self-contained document (it reads the JSON above itself), for the list
+    // and for one instance, served with a policy that runs only its own script.
     let (status, page) = http_get(admin, "/ui/clients").await;
     assert_eq!(status, 200);
-    assert!(page.contains(&id.to_string()) && page.contains("view-group"));
-    assert!(page.contains("viewed-txn"), "{page}");
+    assert!(page.contains("<main id=\"app\">"), "{page}");
+    let (status, instance_page) = http_get(admin, &format!("/ui/clients/{id}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(instance_page, page);
+    let head = http_head(admin, "/ui/clients").await;
+    assert!(
+        head.contains("content-security-policy: default-src 'none'; script-src 'sha256-"),
+        "{head}"
+    );
+    assert!(head.contains("content-type: text/html"), "{head}");
     broker.stop().await;
 }
 
@@ -167,39 +171,18 @@ async fn health_metrics_and_the_client_instance_view() {
 /// records it holds acquired, which follows its acquisitions and acknowledgements.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn share_members_show_the_records_they_hold() {
-    use skiff_protocol::generated::create_topics_request::CreatableTopic;
     use skiff_protocol::generated::share_fetch_request::{
         AcknowledgementBatch, FetchPartition as SharePartition, FetchTopic as ShareTopic,
     };
-    use skiff_protocol::generated::{
-        CreateTopicsRequest, ShareFetchRequest, ShareGroupHeartbeatRequest,
-    };
+    use skiff_protocol::generated::{ShareFetchRequest, ShareGroupHeartbeatRequest};
 
-    let broker = TestBroker::start_with(|config| {
-        config.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+    let (broker, admin) = with_admin(|config| {
         config.share_groups_enabled = true;
     })
     .await;
-    let admin = broker
-        .running
-        .as_ref()
-        .and_then(|r| r.admin_addr)
-        .expect("admin listener");
     let mut c = broker.client().await;
-    let create = CreateTopicsRequest {
-        topics: vec![CreatableTopic {
-            name: "jobs".into(),
-            num_partitions: 1,
-            replication_factor: 1,
-            ..Default::default()
-        }],
-        timeout_ms: 5000,
-        ..Default::default()
-    };
-    let Response::CreateTopics(r) = c.call(create, 7).await else {
-        panic!("not a CreateTopics response");
-    };
-    let topic = r.topics[0].topic_id;
+    let created = create_topic(&mut c, "jobs", 1).await;
+    let topic = created;
 
     let id = Uuid::random().expect("random");
     let mut member = broker.client().await;
@@ -313,8 +296,10 @@ async fn share_members_show_the_records_they_hold() {
     let m = share_membership(&view);
     assert_eq!(m["acquired_records"], 1);
     assert_eq!(m["assigned"], serde_json::json!({"jobs": [0]}));
-    let (_, page) = http_get(admin, "/ui/clients").await;
-    assert!(page.contains("<th>acquired</th>"), "{page}");
+    // Its lag: the 5 records less the 2 acknowledged (Kafka's share-partition lag).
+    assert_eq!(m["lag_records"], 3, "{m}");
+    assert_eq!(m["partitions"][0]["high_watermark"], 5, "{m}");
+    assert_eq!(view["lag_records"], 3, "{view}");
 
     // Unknown groups are 404; a group ID is percent-decoded.
     let (status, _) = http_get(admin, "/groups/nobody").await;
@@ -332,15 +317,7 @@ async fn share_members_show_the_records_they_hold() {
 async fn member_ids_in_any_encoding_are_aligned() {
     use skiff_protocol::generated::GetTelemetrySubscriptionsRequest;
 
-    let broker = TestBroker::start_with(|config| {
-        config.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
-    })
-    .await;
-    let admin = broker
-        .running
-        .as_ref()
-        .and_then(|r| r.admin_addr)
-        .expect("admin listener");
+    let (broker, admin) = with_admin(|_| {}).await;
     let mut setup = broker.client().await;
     common::create_topic(&mut setup, "aligned").await;
 
@@ -443,5 +420,372 @@ async fn member_ids_in_any_encoding_are_aligned() {
         assert!(metrics.contains(line), "{line} missing from\n{metrics}");
     }
     drop(clients);
+    broker.stop().await;
+}
+
+/// A broker with its admin listener on a free port (and `adjust` applied), and that address.
+async fn with_admin(
+    adjust: impl FnOnce(&mut skiff_broker::BrokerConfig),
+) -> (TestBroker, std::net::SocketAddr) {
+    let broker = TestBroker::start_with(|config| {
+        config.admin_listen = Some("127.0.0.1:0".parse().expect("addr"));
+        adjust(config);
+    })
+    .await;
+    let admin = broker
+        .running
+        .as_ref()
+        .and_then(|r| r.admin_addr)
+        .expect("admin listener");
+    (broker, admin)
+}
+
+/// The status line and headers of a GET, lower-cased.
+async fn http_head(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut raw = Vec::new();
+    tokio::time::timeout(common::TIMEOUT, stream.read_to_end(&mut raw))
+        .await
+        .expect("in time")
+        .expect("read");
+    let text = String::from_utf8_lossy(&raw).to_lowercase();
+    text.split_once("\r\n\r\n")
+        .map_or(text.clone(), |(head, _)| head.to_string())
+}
+
+/// One batch of `count` records, all written at `timestamp_ms`.
+fn records_at(count: usize, timestamp_ms: i64) -> bytes::Bytes {
+    let mut builder = skiff_records::RecordBatchBuilder::new();
+    for i in 0..count {
+        builder
+            .append(timestamp_ms, None, Some(format!("v{i}").as_bytes()), &[])
+            .expect("append record");
+    }
+    builder.build().expect("build batch").into_bytes()
+}
+
+fn offset_commit(
+    group: &str,
+    member: &str,
+    epoch: i32,
+    topic: &str,
+    offsets: &[(i32, i64)],
+) -> skiff_protocol::generated::OffsetCommitRequest {
+    use skiff_protocol::generated::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    skiff_protocol::generated::OffsetCommitRequest {
+        group_id: group.into(),
+        generation_id_or_member_epoch: epoch,
+        member_id: member.into(),
+        retention_time_ms: -1,
+        topics: vec![OffsetCommitRequestTopic {
+            name: topic.into(),
+            partitions: offsets
+                .iter()
+                .map(|(p, o)| OffsetCommitRequestPartition {
+                    partition_index: *p,
+                    committed_offset: *o,
+                    committed_leader_epoch: -1,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+async fn commit(c: &mut common::Client, request: skiff_protocol::generated::OffsetCommitRequest) {
+    match c.call(request, 9).await {
+        Response::OffsetCommit(r) => {
+            for t in &r.topics {
+                for p in &t.partitions {
+                    assert_eq!(p.error_code, 0, "{r:?}");
+                }
+            }
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Lag per client instance: a KIP-848 member and a classic consumer (its assignment decoded
+/// from the consumer protocol) over two partitions of 100 records each, written an hour ago in
+/// batches of ten a second apart. The view's offsets, records and seconds behind are what the
+/// test computes from what it produced and committed, per partition, per membership and per
+/// instance; `/metrics` shows the instances' gauges (at most `client.lag.metrics.max.instances`
+/// of them); committing to the end brings everything to 0.
+#[tokio::test]
+async fn lag_per_instance_from_committed_offsets_and_record_times() {
+    use skiff_protocol::generated::consumer_group_heartbeat_response::ConsumerGroupHeartbeatResponse;
+    use skiff_protocol::generated::join_group_request::JoinGroupRequestProtocol;
+    use skiff_protocol::generated::sync_group_request::SyncGroupRequestAssignment;
+    use skiff_protocol::generated::{JoinGroupRequest, SyncGroupRequest};
+
+    let (broker, admin) = with_admin(|config| {
+        config.groups.classic_initial_rebalance_delay_ms = 0;
+        config.client_lag_metrics_max_instances = 1;
+    })
+    .await;
+    let mut c = broker.client().await;
+    let created = create_topic(&mut c, "lagged", 2).await;
+    assert!(!created.is_zero());
+    // Batch k (offsets 10k..10k+9) of each partition was written at `written + k` seconds.
+    let written = now_ms() - 3_600_000;
+    for partition in 0..2 {
+        for k in 0..10 {
+            let batch = records_at(10, written + k * 1000);
+            match c
+                .call(common::produce_request("lagged", partition, -1, batch), 9)
+                .await
+            {
+                Response::Produce(r) => {
+                    assert_eq!(r.responses[0].partition_responses[0].error_code, 0)
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    // A KIP-848 member, heartbeating until it owns both partitions.
+    let id = Uuid::random().expect("random");
+    let mut member = broker.client().await;
+    member.instance_id = Some(id);
+    let mut epoch = 0;
+    let mut owned = 0;
+    for _ in 0..50 {
+        let heartbeat = ConsumerGroupHeartbeatRequest {
+            group_id: "lag-group".into(),
+            member_id: id.to_string().into(),
+            member_epoch: epoch,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_names: (epoch == 0).then(|| vec!["lagged".into()]),
+            topic_partitions: (epoch == 0).then(Vec::new),
+            ..Default::default()
+        };
+        let r: ConsumerGroupHeartbeatResponse = match member.call(heartbeat, 1).await {
+            Response::ConsumerGroupHeartbeat(r) => r,
+            other => panic!("unexpected {other:?}"),
+        };
+        assert_eq!(r.error_code, 0, "{r:?}");
+        epoch = r.member_epoch;
+        if let Some(a) = &r.assignment {
+            owned = a.topic_partitions.iter().map(|t| t.partitions.len()).sum();
+        }
+        if owned == 2 {
+            break;
+        }
+    }
+    assert_eq!(owned, 2, "the member never got both partitions");
+    commit(
+        &mut member,
+        offset_commit(
+            "lag-group",
+            &id.to_string(),
+            epoch,
+            "lagged",
+            &[(0, 30), (1, 50)],
+        ),
+    )
+    .await;
+
+    // A classic consumer (another instance) in its own group, assigned both partitions by its
+    // leader (itself), committed at 10 and at the end.
+    let classic = Uuid::random().expect("random");
+    let mut old = broker.client().await;
+    old.instance_id = Some(classic);
+    let join = |member_id: &str| JoinGroupRequest {
+        group_id: "lag-classic".into(),
+        session_timeout_ms: 30_000,
+        rebalance_timeout_ms: 30_000,
+        member_id: member_id.into(),
+        protocol_type: "consumer".into(),
+        protocols: vec![JoinGroupRequestProtocol {
+            name: "range".into(),
+            metadata: skiff_group::embedded::encode_subscription(
+                1,
+                &["lagged"],
+                &Default::default(),
+            ),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let Response::JoinGroup(r) = old.call(join(""), 9).await else {
+        panic!("not a JoinGroup response");
+    };
+    let classic_member = r.member_id.to_string();
+    let Response::JoinGroup(r) = old.call(join(&classic_member), 9).await else {
+        panic!("not a JoinGroup response");
+    };
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let generation = r.generation_id;
+    let assignment = skiff_group::embedded::encode_assignment(
+        1,
+        &[("lagged".to_string(), vec![0, 1])].into_iter().collect(),
+    );
+    let sync = SyncGroupRequest {
+        group_id: "lag-classic".into(),
+        generation_id: generation,
+        member_id: classic_member.as_str().into(),
+        protocol_type: Some("consumer".into()),
+        protocol_name: Some("range".into()),
+        assignments: vec![SyncGroupRequestAssignment {
+            member_id: classic_member.as_str().into(),
+            assignment,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let Response::SyncGroup(r) = old.call(sync, 5).await else {
+        panic!("not a SyncGroup response");
+    };
+    assert_eq!(r.error_code, 0, "{r:?}");
+    commit(
+        &mut old,
+        offset_commit(
+            "lag-classic",
+            &classic_member,
+            generation,
+            "lagged",
+            &[(0, 10), (1, 100)],
+        ),
+    )
+    .await;
+
+    let before = now_ms();
+    let (status, body) = http_get(admin, &format!("/clients/{id}")).await;
+    let after = now_ms();
+    assert_eq!(status, 200, "{body}");
+    let view: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let m = &view["memberships"][0];
+    assert_eq!(
+        (&m["group"], &m["protocol"]),
+        (&"lag-group".into(), &"consumer".into())
+    );
+    let partitions = m["partitions"].as_array().expect("partitions");
+    assert_eq!(partitions.len(), 2, "{m}");
+    // Seconds behind: from the batch holding the committed offset (batch 3, and batch 5).
+    let behind = |(before, after): (i64, i64), batch: i64, seconds: &serde_json::Value| {
+        let s = seconds
+            .as_f64()
+            .unwrap_or_else(|| panic!("no seconds: {seconds}"));
+        let at = written + batch * 1000;
+        assert!(
+            s >= (before - at) as f64 / 1000.0 && s <= (after - at) as f64 / 1000.0,
+            "{s} s behind batch {batch}"
+        );
+        s
+    };
+    for (p, (partition, committed, lag, batch)) in
+        partitions.iter().zip([(0, 30, 70, 3), (1, 50, 50, 5)])
+    {
+        assert_eq!(p["topic"], "lagged");
+        assert_eq!(p["partition"], partition);
+        assert_eq!(p["committed_offset"], committed);
+        assert_eq!(p["high_watermark"], 100);
+        assert_eq!(p["last_stable_offset"], 100);
+        assert_eq!(p["lag_records"], lag);
+        behind((before, after), batch, &p["lag_seconds"]);
+    }
+    assert_eq!(m["lag_records"], 70 + 50);
+    let oldest = behind((before, after), 3, &m["lag_seconds"]);
+    assert!(oldest > 3000.0, "{oldest}");
+    assert_eq!(view["lag_records"], 120);
+    assert_eq!(view["lag_seconds"], m["lag_seconds"]);
+
+    // The classic consumer's assignment, decoded, with its lag.
+    let before = now_ms();
+    let (status, body) = http_get(admin, &format!("/clients/{classic}")).await;
+    let after = now_ms();
+    assert_eq!(status, 200, "{body}");
+    let view: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let m = &view["memberships"][0];
+    assert_eq!(
+        (&m["group"], &m["protocol"]),
+        (&"lag-classic".into(), &"classic".into())
+    );
+    assert_eq!(m["assigned"], serde_json::json!({"lagged": [0, 1]}));
+    let lags: Vec<(i64, i64)> = m["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .map(|p| {
+            (
+                p["committed_offset"].as_i64().unwrap_or(-1),
+                p["lag_records"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+    assert_eq!(lags, vec![(10, 90), (100, 0)]);
+    assert_eq!(m["partitions"][1]["lag_seconds"], 0.0, "caught up: 0 s");
+    assert_eq!(view["lag_records"], 90);
+    behind((before, after), 1, &view["lag_seconds"]);
+
+    // `/metrics`: the one instance furthest behind (client.lag.metrics.max.instances = 1).
+    let (_, metrics) = http_get(admin, "/metrics").await;
+    assert!(
+        metrics.contains(&format!(
+            "\nskiff_client_lag_records{{client_instance_id=\"{id}\"}} 120\n"
+        )),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains(&format!(
+            "skiff_client_lag_records{{client_instance_id=\"{classic}\"}}"
+        )),
+        "{metrics}"
+    );
+    // By seconds the classic consumer is further behind (batch 1 against batch 3).
+    assert!(
+        metrics.contains(&format!(
+            "\nskiff_client_lag_seconds{{client_instance_id=\"{classic}\"}} "
+        )),
+        "{metrics}"
+    );
+
+    // Committed to the end: nothing behind.
+    commit(
+        &mut member,
+        offset_commit(
+            "lag-group",
+            &id.to_string(),
+            epoch,
+            "lagged",
+            &[(0, 100), (1, 100)],
+        ),
+    )
+    .await;
+    let (_, body) = http_get(admin, &format!("/clients/{id}")).await;
+    let view: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(view["lag_records"], 0, "{view}");
+    assert_eq!(view["lag_seconds"], 0.0, "{view}");
+    for p in view["memberships"][0]["partitions"]
+        .as_array()
+        .expect("partitions")
+    {
+        assert_eq!(
+            (&p["lag_records"], &p["lag_seconds"]),
+            (&0.into(), &0.0.into()),
+            "{p}"
+        );
+    }
+    let (_, metrics) = http_get(admin, "/metrics").await;
+    assert!(
+        metrics.contains(&format!(
+            "\nskiff_client_lag_records{{client_instance_id=\"{classic}\"}} 90\n"
+        )),
+        "{metrics}"
+    );
     broker.stop().await;
 }

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::create_topic_with_partitions as create_topic;
+
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -12,7 +14,6 @@ use common::{Client, TIMEOUT, TestBroker};
 use skiff_protocol::generated::consumer_group_describe_response::DescribedGroup as CgDescribed;
 use skiff_protocol::generated::consumer_group_heartbeat_request::TopicPartitions as OwnedTopic;
 use skiff_protocol::generated::consumer_group_heartbeat_response::Assignment as HbAssignment;
-use skiff_protocol::generated::create_topics_request::CreatableTopic;
 use skiff_protocol::generated::describe_groups_response::DescribedGroup as ClassicDescribed;
 use skiff_protocol::generated::join_group_request::JoinGroupRequestProtocol;
 use skiff_protocol::generated::leave_group_request::MemberIdentity;
@@ -33,10 +34,10 @@ use skiff_protocol::generated::offset_fetch_response::{
 use skiff_protocol::generated::sync_group_request::SyncGroupRequestAssignment;
 use skiff_protocol::generated::{
     ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
-    CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest, DescribeGroupsRequest,
-    FindCoordinatorRequest, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse,
-    LeaveGroupRequest, ListGroupsRequest, OffsetCommitRequest, OffsetDeleteRequest,
-    OffsetFetchRequest, SyncGroupRequest, SyncGroupResponse,
+    DeleteGroupsRequest, DeleteTopicsRequest, DescribeGroupsRequest, FindCoordinatorRequest,
+    HeartbeatRequest, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, ListGroupsRequest,
+    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, SyncGroupRequest,
+    SyncGroupResponse,
 };
 use skiff_protocol::{ApiKey, Request, Response, Uuid, error_codes};
 
@@ -54,27 +55,6 @@ fn short_timeouts(groups: &mut skiff_group::GroupConfig) {
     groups.consumer_heartbeat_interval_ms = 500;
     groups.classic_initial_rebalance_delay_ms = 0;
     groups.classic_min_session_timeout_ms = 100;
-}
-
-async fn create_topic(c: &mut Client, name: &str, partitions: i32) -> Uuid {
-    let request = CreateTopicsRequest {
-        topics: vec![CreatableTopic {
-            name: name.into(),
-            num_partitions: partitions,
-            replication_factor: 1,
-            ..Default::default()
-        }],
-        timeout_ms: 5000,
-        ..Default::default()
-    };
-    match c.call(request, 7).await {
-        Response::CreateTopics(r) => {
-            assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0]);
-            assert!(!r.topics[0].topic_id.is_zero());
-            r.topics[0].topic_id
-        }
-        other => panic!("unexpected {other:?}"),
-    }
 }
 
 fn join_request(group: &str, member: &str, topics: &[&str]) -> ConsumerGroupHeartbeatRequest {

@@ -6,11 +6,12 @@
 
 mod common;
 
+use common::create_topic_with_partitions as create_topic;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use common::{Client, TIMEOUT, TestBroker, batch, produce_request};
-use skiff_protocol::generated::create_topics_request::CreatableTopic;
 use skiff_protocol::generated::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
@@ -18,9 +19,9 @@ use skiff_protocol::generated::join_group_request::JoinGroupRequestProtocol;
 use skiff_protocol::generated::share_group_describe_response::DescribedGroup;
 use skiff_protocol::generated::share_group_heartbeat_response::ShareGroupHeartbeatResponse;
 use skiff_protocol::generated::{
-    ApiVersionsRequest, ConsumerGroupHeartbeatRequest, CreateTopicsRequest, DeleteGroupsRequest,
-    DescribeGroupsRequest, IncrementalAlterConfigsRequest, JoinGroupRequest, ListGroupsRequest,
-    ShareGroupDescribeRequest, ShareGroupHeartbeatRequest,
+    ApiVersionsRequest, ConsumerGroupHeartbeatRequest, DeleteGroupsRequest, DescribeGroupsRequest,
+    IncrementalAlterConfigsRequest, JoinGroupRequest, ListGroupsRequest, ShareGroupDescribeRequest,
+    ShareGroupHeartbeatRequest,
 };
 use skiff_protocol::{ApiKey, Response, Uuid, error_codes};
 
@@ -33,26 +34,6 @@ fn share_config(config: &mut skiff_broker::BrokerConfig) {
     config.share_groups_enabled = true;
     config.groups.share_session_timeout_ms = SESSION_MS;
     config.groups.share_heartbeat_interval_ms = HEARTBEAT_MS;
-}
-
-async fn create_topic(c: &mut Client, name: &str, partitions: i32) -> Uuid {
-    let request = CreateTopicsRequest {
-        topics: vec![CreatableTopic {
-            name: name.into(),
-            num_partitions: partitions,
-            replication_factor: 1,
-            ..Default::default()
-        }],
-        timeout_ms: 5000,
-        ..Default::default()
-    };
-    match c.call(request, 7).await {
-        Response::CreateTopics(r) => {
-            assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0]);
-            r.topics[0].topic_id
-        }
-        other => panic!("unexpected {other:?}"),
-    }
 }
 
 async fn heartbeat(

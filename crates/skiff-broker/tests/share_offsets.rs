@@ -5,12 +5,13 @@
 
 mod common;
 
+use common::create_topic_with_partitions as create_topic;
+
 use common::{Client, TestBroker, batch, produce_request};
 use skiff_protocol::generated::alter_share_group_offsets_request::{
     AlterShareGroupOffsetsRequestPartition, AlterShareGroupOffsetsRequestTopic,
 };
 use skiff_protocol::generated::alter_share_group_offsets_response::AlterShareGroupOffsetsResponse;
-use skiff_protocol::generated::create_topics_request::CreatableTopic;
 use skiff_protocol::generated::delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic;
 use skiff_protocol::generated::delete_share_group_offsets_response::DeleteShareGroupOffsetsResponse;
 use skiff_protocol::generated::describe_share_group_offsets_request::{
@@ -21,9 +22,8 @@ use skiff_protocol::generated::share_fetch_request::{
     AcknowledgementBatch, FetchPartition, FetchTopic,
 };
 use skiff_protocol::generated::{
-    AlterShareGroupOffsetsRequest, ConsumerGroupHeartbeatRequest, CreateTopicsRequest,
-    DeleteShareGroupOffsetsRequest, DescribeShareGroupOffsetsRequest, ShareFetchRequest,
-    ShareGroupHeartbeatRequest,
+    AlterShareGroupOffsetsRequest, ConsumerGroupHeartbeatRequest, DeleteShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsRequest, ShareFetchRequest, ShareGroupHeartbeatRequest,
 };
 use skiff_protocol::{Response, Uuid, error_codes};
 
@@ -34,26 +34,6 @@ const REJECT: i8 = 3;
 
 fn share_config(config: &mut skiff_broker::BrokerConfig) {
     config.share_groups_enabled = true;
-}
-
-async fn create_topic(c: &mut Client, name: &str, partitions: i32) -> Uuid {
-    let request = CreateTopicsRequest {
-        topics: vec![CreatableTopic {
-            name: name.into(),
-            num_partitions: partitions,
-            replication_factor: 1,
-            ..Default::default()
-        }],
-        timeout_ms: 5000,
-        ..Default::default()
-    };
-    match c.call(request, 7).await {
-        Response::CreateTopics(r) => {
-            assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0]);
-            r.topics[0].topic_id
-        }
-        other => panic!("unexpected {other:?}"),
-    }
 }
 
 /// Produces `n` single-record batches to partition 0.

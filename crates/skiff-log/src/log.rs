@@ -528,6 +528,21 @@ impl PartitionLog {
         })
     }
 
+    /// The header of the batch holding `offset` (or the first batch after it, past a gap), if
+    /// `offset` is within the log and below its end: one header read (plus the few the sparse
+    /// index leaves between its entry and the batch), no record bytes.
+    pub fn batch_header_at(&self, offset: i64) -> Result<Option<BatchHeader>> {
+        if offset < self.log_start_offset || offset >= self.log_end_offset {
+            return Ok(None);
+        }
+        for segment in self.segments().filter(|s| s.next_offset() > offset) {
+            if let Some((_, header)) = segment.find(offset)? {
+                return Ok(Some(header));
+            }
+        }
+        Ok(None)
+    }
+
     /// Visits the headers of the batches from the one holding `from_offset` (clamped to the log
     /// start) to the log end, in order. Reads one 61-byte header per batch and no record bytes,
     /// so a long stretch of large batches is cheap (used to rebuild producer state at start).

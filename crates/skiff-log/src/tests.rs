@@ -250,6 +250,32 @@ fn rolls_segments_and_finds_every_offset_through_the_index() {
 }
 
 #[test]
+fn the_header_of_the_batch_holding_an_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = PartitionLog::open(dir.path(), small_segments()).unwrap();
+    fill(&mut log, 30);
+    // A batch of three records at offsets 30-32: every one of them finds its header.
+    log.append(batch(3, 5_000, 10), 0).unwrap();
+    for offset in [0, 17, 29] {
+        let header = log.batch_header_at(offset).unwrap().expect("a header");
+        assert_eq!(
+            (header.base_offset, header.base_timestamp),
+            (offset, 1_000 + 10 * offset)
+        );
+    }
+    for offset in 30..33 {
+        let header = log.batch_header_at(offset).unwrap().expect("a header");
+        assert_eq!((header.base_offset, header.base_timestamp), (30, 5_000));
+    }
+    // Nothing at the end, past it, or before the start.
+    assert_eq!(log.batch_header_at(33).unwrap(), None);
+    assert_eq!(log.batch_header_at(99).unwrap(), None);
+    log.delete_records_before(10).unwrap();
+    assert_eq!(log.batch_header_at(9).unwrap(), None);
+    assert!(log.batch_header_at(10).unwrap().is_some());
+}
+
+#[test]
 fn reopen_keeps_data_and_rebuilds_missing_or_bad_indexes() {
     let dir = tempfile::tempdir().unwrap();
     let before = {

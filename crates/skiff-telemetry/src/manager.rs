@@ -1,6 +1,6 @@
 //! Client instances and the GetTelemetrySubscriptions / PushTelemetry state machine.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::Serialize;
 use skiff_protocol::generated::{
@@ -137,15 +137,20 @@ impl Instance {
                 point.kind = sample.kind;
                 point.time_unix_nano = sample.time_unix_nano;
                 point.updated_ms = now_ms;
+                point.remember(now_ms);
             } else if self.series.len() < max_series {
-                let point = MetricPoint {
+                let mut point = MetricPoint {
                     name: key.0.clone(),
                     kind: sample.kind,
                     attributes: key.1.clone(),
                     value: sample.value,
                     time_unix_nano: sample.time_unix_nano,
                     updated_ms: now_ms,
+                    recent: VecDeque::new(),
+                    // The first series of an instance keep their recent values (bounded).
+                    keeps_recent: self.series.len() < crate::point::HISTORY_SERIES,
                 };
+                point.remember(now_ms);
                 self.series.insert(key, point);
             } else {
                 self.dropped_series += 1;

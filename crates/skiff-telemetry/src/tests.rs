@@ -1085,3 +1085,77 @@ fn prometheus_mixed_kinds_and_colliding_labels() {
          x_y{client_instance_id=\"AQAAAAAAAAAAAAAAAAAAAA\",client_id=\"producer-1\",a_b=\"1\"} 1\n"
     );
 }
+
+// ---- recent values, for charts ----
+
+#[test]
+fn each_series_keeps_a_short_ring_of_recent_values() {
+    let (mut m, id, sub) = subscribed();
+    let gauge_at = |v: f64| {
+        encode(&metrics_data(vec![gauge(
+            "org.apache.kafka.producer.record.queue.time.avg",
+            vec![number_point(vec![kv("topic", "t")], v, 5)],
+        )]))
+    };
+    let pushes = crate::point::HISTORY_POINTS as i64 + 5;
+    for i in 0..pushes {
+        let at = T0 + i * i64::from(INTERVAL);
+        let code = push(&mut m, &push_req(id, sub, 0, &gauge_at(i as f64)), at);
+        assert_eq!(code, NONE, "push {i}");
+    }
+    let view = m.instance_view(id).expect("the instance");
+    let recent: Vec<(i64, f64)> = view.metrics[0].recent.iter().copied().collect();
+    assert_eq!(recent.len(), crate::point::HISTORY_POINTS, "bounded");
+    let first = pushes - crate::point::HISTORY_POINTS as i64;
+    let expected: Vec<(i64, f64)> = (first..pushes)
+        .map(|i| (T0 + i * i64::from(INTERVAL), i as f64))
+        .collect();
+    assert_eq!(recent, expected, "the newest, oldest first");
+    let json = serde_json::to_value(&view.metrics[0]).expect("serializes");
+    assert_eq!(
+        json["recent"][0],
+        serde_json::json!([expected[0].0, expected[0].1])
+    );
+}
+
+#[test]
+fn only_the_first_series_keep_recent_values() {
+    let mut point = MetricPoint {
+        name: "m".into(),
+        kind: crate::otlp::MetricKind::Gauge,
+        attributes: BTreeMap::new(),
+        value: crate::otlp::MetricValue::Distribution { count: 0, sum: 0.0 },
+        time_unix_nano: 0,
+        updated_ms: 0,
+        recent: Default::default(),
+        keeps_recent: true,
+    };
+    point.remember(1);
+    assert!(
+        point.recent.is_empty(),
+        "a histogram without counts has no mean yet"
+    );
+    point.value = crate::otlp::MetricValue::Distribution {
+        count: 4,
+        sum: 10.0,
+    };
+    point.remember(2);
+    point.value = crate::otlp::MetricValue::Distribution {
+        count: 5,
+        sum: 15.0,
+    };
+    point.remember(2);
+    assert_eq!(point.recent, [(2, 3.0)], "one value per push: its mean");
+    point.keeps_recent = false;
+    point.remember(3);
+    assert_eq!(point.recent.len(), 1);
+    assert!(
+        serde_json::to_value(&MetricPoint {
+            recent: Default::default(),
+            ..point
+        })
+        .expect("serializes")
+        .get("recent")
+        .is_none()
+    );
+}

@@ -272,6 +272,7 @@ fn clients_lists_and_shows_instances_from_the_admin_http() {
         "CLIENT ID",
         "SOFTWARE",
         "GROUPS",
+        "LAG",
         "REJECTIONS",
         id.as_str(),
         "watchers",
@@ -292,6 +293,10 @@ fn clients_lists_and_shows_instances_from_the_admin_http() {
         "seen:",
         "METRIC",
         "ConsumerGroupHeartbeat=",
+        // Lag: the instance's total, per membership, per assigned partition.
+        "  lag:",
+        "LAG",
+        "HIGH WATERMARK",
     ] {
         assert!(text.contains(word), "{word} missing:\n{text}");
     }

@@ -1,5 +1,6 @@
 //! `/metrics`: the broker's counters and gauges in Prometheus's text format.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -10,6 +11,7 @@ use axum::response::IntoResponse;
 use skiff_protocol::ApiKey;
 
 use crate::identity::RejectReason;
+use crate::lag::Totals;
 use crate::state::Broker;
 
 /// Prometheus text exposition format, version 0.0.4.
@@ -342,7 +344,8 @@ pub fn render_metrics(broker: &Broker) -> String {
             );
         }
     }
-    let alignment = super::views::alignment_counts(broker);
+    let members = super::views::memberships(broker);
+    let alignment = super::views::alignment_counts(broker, &members);
     let _ = writeln!(
         out,
         "# HELP skiff_client_memberships Group memberships this broker coordinates, by whether the member ID is the client instance's UUID (in any encoding).\n# TYPE skiff_client_memberships gauge"
@@ -379,6 +382,37 @@ pub fn render_metrics(broker: &Broker) -> String {
             "skiff_client_telemetry_instances{{alignment=\"{label}\"}} {value}"
         );
     }
+    lag_gauges(
+        &mut out,
+        &super::views::lag_by_instance(&members),
+        broker.config.client_lag_metrics_max_instances,
+    );
     broker.quotas.metrics(&mut out);
     out
+}
+
+/// The client instances furthest behind, `max` of them per gauge (by records, and by seconds),
+/// so that the series stay few however many clients there are.
+fn lag_gauges(out: &mut String, lag: &BTreeMap<String, Totals>, max: usize) {
+    /// A gauge's name, help, and its value for an instance.
+    type LagGauge = (&'static str, &'static str, fn(&Totals) -> Option<f64>);
+    let gauges: [LagGauge; 2] = [
+        (
+            "skiff_client_lag_records",
+            "Records behind over a client instance's memberships of the groups this broker coordinates (the client.lag.metrics.max.instances instances furthest behind).",
+            |t| t.records.map(|r| r as f64),
+        ),
+        (
+            "skiff_client_lag_seconds",
+            "Seconds since the oldest unconsumed record of a client instance's assigned partitions was written (the client.lag.metrics.max.instances instances furthest behind).",
+            |t| t.seconds,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        let values = lag.iter().map(|(id, t)| (id.as_str(), value(t)));
+        for (id, v) in crate::lag::top(values, max) {
+            let _ = writeln!(out, "{name}{{client_instance_id=\"{id}\"}} {v}");
+        }
+    }
 }

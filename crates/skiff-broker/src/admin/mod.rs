@@ -1,8 +1,9 @@
 //! The admin HTTP listener (`admin.listen`, default 127.0.0.1:9644): `/health`, Prometheus
-//! `/metrics`, the client-instance view `/clients`, `/clients/{id}` (JSON), each instance's
-//! journal `/clients/{id}/events` (JSON), and `/ui/clients`
-//! (a small HTML page, no scripts from anywhere else), and `/groups/{id}` (a group's members
-//! with, for share groups, the records each holds acquired).
+//! `/metrics`, the client-instance view `/clients`, `/clients/{id}` (JSON, with each
+//! membership's lag), each instance's journal `/clients/{id}/events` (JSON), the page
+//! `/ui/clients` and `/ui/clients/{id}` (one self-contained HTML document that reads those; see
+//! [`ui`]), and `/groups/{id}` (a group's members with, for share groups, the records each
+//! holds acquired).
 //!
 //! Off loopback the listener must be protected, or the broker does not start: TLS
 //! (`admin.ssl.*`, the listener TLS keys) and a bearer token (`admin.token.file`) that every
@@ -19,7 +20,9 @@
 
 mod access;
 mod journal;
+mod lag;
 mod metrics;
+mod ui;
 mod views;
 
 use std::net::SocketAddr;
@@ -46,7 +49,7 @@ use crate::state::Broker;
 use access::{BearerToken, TlsListener, reload_files, require_token};
 use metrics::metrics;
 pub(crate) use views::publish_clients;
-use views::{client, clients, group, ui};
+use views::{client, clients, group};
 
 /// Binds the admin listener; returns its address and the serving task. Off loopback the
 /// listener needs TLS and a token (see [`check_exposure`]); a certificate or token file that
@@ -127,7 +130,8 @@ fn router(broker: Arc<Broker>, token: Option<Arc<BearerToken>>) -> Router {
         .route("/clients/{id}", get(client))
         .route("/clients/{id}/events", get(journal::events))
         .route("/groups/{id}", get(group))
-        .route("/ui/clients", get(ui));
+        .route("/ui/clients", get(ui::page))
+        .route("/ui/clients/{id}", get(ui::page));
     if let Some(token) = token {
         app = app.route_layer(middleware::from_fn_with_state(token, require_token));
     }

@@ -1,5 +1,5 @@
-//! The client-instance view: `/clients`, `/clients/{id}` (JSON) and the `/ui/clients` page; and
-//! one group's members, `/groups/{id}`, with the records each share member holds acquired.
+//! The client-instance view: `/clients`, `/clients/{id}` (JSON, read by the `/ui/clients` page
+//! too), with each membership's lag ([`super::lag`]); and one group's members, `/groups/{id}`, with the records each share member holds acquired.
 //!
 //! In cluster mode the view is cluster-wide: every broker publishes a summary of its own client
 //! instances (this view, serialized: [`client_summary`], [`publish_clients`]) and the view
@@ -10,30 +10,32 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::response::{Html, IntoResponse, Json, Response};
+use axum::response::{IntoResponse, Json, Response};
 use serde::{Deserialize, Serialize};
 use skiff_protocol::Uuid;
 use tokio::sync::watch;
 
+use super::lag::{Assigned, consumer_positions, figures, learn_cluster_offsets, share_positions};
 use crate::clients::{ConnectionRecord, Rejection};
 use crate::clock::now_ms;
 use crate::groups::Group;
+use crate::lag::{self, PartitionLag, Totals};
 use crate::state::Broker;
 use crate::uuid_text;
 
 /// A group membership of a client instance.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-struct Membership {
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub(super) struct Membership {
     group: String,
     protocol: Cow<'static, str>,
     member_id: String,
     member_epoch: Option<i32>,
-    /// topic name -> partitions (KIP-848 members).
+    /// topic name -> partitions (KIP-848 and share members, and classic members of the
+    /// consumer protocol: their assignment decoded).
     assigned: BTreeMap<String, Vec<i32>>,
     /// The member ID is not the client instance's UUID in any encoding (KIP-1082 recommends
     /// they be equal); kept for compatibility, the negation of `aligned`.
@@ -50,6 +52,39 @@ struct Membership {
     /// leader's count, over the share partitions loaded on this broker).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     acquired_records: Option<u64>,
+    /// Each assigned partition: the committed offset (share members: the share partition's
+    /// start offset), high watermark, last stable offset and lag (see [`crate::lag`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    partitions: Vec<PartitionLag>,
+    /// Records behind over the assigned partitions whose lag is known (null: none is).
+    #[serde(default)]
+    lag_records: Option<i64>,
+    /// The most seconds behind of the assigned partitions (null: unknown for all).
+    #[serde(default)]
+    lag_seconds: Option<f64>,
+}
+
+impl Membership {
+    /// Fills in the lag figures of its assigned partitions.
+    fn set_lag(&mut self, partitions: Vec<PartitionLag>) {
+        let totals = lag::totals(partitions.iter().map(PartitionLag::totals));
+        self.partitions = partitions;
+        self.lag_records = totals.records;
+        self.lag_seconds = totals.seconds;
+    }
+
+    fn lag(&self) -> Totals {
+        Totals {
+            records: self.lag_records,
+            seconds: self.lag_seconds,
+        }
+    }
+
+    /// A share-partition leader's partial entry (cluster mode): records it holds for a member
+    /// of a group coordinated elsewhere.
+    fn is_partial_share(&self) -> bool {
+        self.protocol == "share" && self.member_epoch.is_none()
+    }
 }
 
 /// A producer ID the client instance was given, with its transaction if it is transactional.
@@ -98,6 +133,12 @@ pub(super) struct InstanceView {
     /// KIP-1313 ID (an open connection's) or as a group member ID, in any encoding.
     #[serde(default)]
     telemetry_aligned: Option<bool>,
+    /// Records behind over all its memberships, and the most seconds behind (see
+    /// [`crate::lag`]); null when unknown.
+    #[serde(default)]
+    lag_records: Option<i64>,
+    #[serde(default)]
+    lag_seconds: Option<f64>,
 }
 
 /// What a broker publishes of its client instances in cluster mode (read back entry by entry,
@@ -144,6 +185,9 @@ fn membership(
         aligned,
         member_id_encoding: encoding,
         acquired_records,
+        partitions: Vec::new(),
+        lag_records: None,
+        lag_seconds: None,
     }
 }
 
@@ -164,7 +208,33 @@ fn by_name(
         .collect()
 }
 
-fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
+/// A membership as gathered under the coordinator's lock: its instance, the membership, and
+/// its assigned partitions with the member's positions (for the lag figures, read after).
+type Gathered = (Option<Uuid>, Membership, Vec<Assigned>);
+
+/// A classic member's assignment as partitions by topic name, when its group speaks the
+/// consumer protocol (other protocols' assignments are opaque).
+fn classic_assignment(
+    group_id: &str,
+    protocol_type: Option<&str>,
+    bytes: &[u8],
+) -> BTreeMap<String, Vec<i32>> {
+    if protocol_type != Some(skiff_group::embedded::CONSUMER_PROTOCOL_TYPE) {
+        return BTreeMap::new();
+    }
+    match skiff_group::embedded::decode_assignment(bytes) {
+        Ok(assignment) => assignment.partitions,
+        Err(e) => {
+            tracing::debug!(group = group_id, error = %e.message, "a classic member's assignment is unreadable");
+            BTreeMap::new()
+        }
+    }
+}
+
+/// Every membership of the groups this broker coordinates (and, in cluster mode, the share
+/// records it leads for groups coordinated elsewhere), with what the lag figures need of the
+/// coordinator, copied while its lock is held.
+fn gather_memberships(broker: &Broker) -> Vec<Gathered> {
     // Counted before the coordinator's lock is taken: the share-partition leader writes through
     // the coordinator while it holds a share partition's lock.
     let acquired = broker.share.acquired_by_member();
@@ -180,6 +250,7 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                         .member_instance(group_id, &id)
                         .or_else(|| member_uuid(&id));
                     let assigned = by_name(&inner.topics, member.assigned_partitions());
+                    let positions = consumer_positions(&inner, group_id, &assigned);
                     let epoch = Some(member.member_epoch());
                     out.push((
                         instance,
@@ -197,6 +268,7 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                             assigned,
                             None,
                         ),
+                        positions,
                     ));
                 }
             }
@@ -214,10 +286,18 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                         .copied()
                         .unwrap_or(0);
                     let assigned = by_name(&inner.topics, member.assigned_partitions());
+                    // In cluster mode a share partition's state is its leader's, in PostgreSQL:
+                    // the coordinator's copy is not current, so no lag is shown from it.
+                    let positions = if broker.cluster().is_some() {
+                        Vec::new()
+                    } else {
+                        share_positions(&inner, group_id, &assigned)
+                    };
                     let epoch = Some(member.member_epoch());
                     out.push((
                         instance,
                         membership(instance, group_id, "share", id, epoch, assigned, Some(held)),
+                        positions,
                     ));
                 }
             }
@@ -225,17 +305,13 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                 for member in g.members() {
                     let id = member.member_id.to_string();
                     let instance = broker.clients.member_instance(group_id, &id);
+                    let assigned =
+                        classic_assignment(group_id, g.protocol_type(), member.assignment);
+                    let positions = consumer_positions(&inner, group_id, &assigned);
                     out.push((
                         instance,
-                        membership(
-                            instance,
-                            group_id,
-                            "classic",
-                            id,
-                            None,
-                            BTreeMap::new(),
-                            None,
-                        ),
+                        membership(instance, group_id, "classic", id, None, assigned, None),
+                        positions,
                     ));
                 }
             }
@@ -264,10 +340,31 @@ fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
                     BTreeMap::new(),
                     Some(*held),
                 ),
+                Vec::new(),
             ));
         }
     }
     out
+}
+
+/// The gathered memberships with their lag figures, read now that the coordinator's lock is
+/// released.
+fn with_lag(broker: &Broker, gathered: Vec<Gathered>) -> Vec<(Option<Uuid>, Membership)> {
+    let now = now_ms();
+    gathered
+        .into_iter()
+        .map(|(instance, mut membership, assigned)| {
+            if !assigned.is_empty() {
+                membership.set_lag(figures(broker, &assigned, now));
+            }
+            (instance, membership)
+        })
+        .collect()
+}
+
+/// Every membership this broker knows, with its lag.
+pub(super) fn memberships(broker: &Broker) -> Vec<(Option<Uuid>, Membership)> {
+    with_lag(broker, gather_memberships(broker))
 }
 
 fn producers(broker: &Broker, instance: Uuid) -> Vec<ProducerView> {
@@ -353,6 +450,8 @@ fn instance_view(
         kip1313_rejections: rejections(broker, Some(id)),
         telemetry: telemetry.get(&text).cloned(),
         telemetry_aligned: None,
+        lag_records: None,
+        lag_seconds: None,
         client_instance_id: Some(text),
     }
 }
@@ -386,10 +485,12 @@ pub(super) struct Alignment {
     pub telemetry_unaligned: u64,
 }
 
-/// Counts this broker's memberships (of the groups it coordinates) and telemetry instances by
-/// alignment.
-pub(super) fn alignment_counts(broker: &Broker) -> Alignment {
-    let members = memberships(broker);
+/// Counts this broker's memberships (`members`: of the groups it coordinates) and telemetry
+/// instances by alignment.
+pub(super) fn alignment_counts(
+    broker: &Broker,
+    members: &[(Option<Uuid>, Membership)],
+) -> Alignment {
     let mut counts = Alignment::default();
     for name in uuid_text::Encoding::ALL.map(uuid_text::Encoding::name) {
         counts.member_id_encodings.insert(name, 0);
@@ -397,9 +498,7 @@ pub(super) fn alignment_counts(broker: &Broker) -> Alignment {
     counts.member_id_encodings.insert("other", 0);
     // Partial share entries (records led here for a group coordinated elsewhere) are the other
     // broker's memberships.
-    let own = members
-        .iter()
-        .filter(|(_, m)| !(m.protocol == "share" && m.member_epoch.is_none()));
+    let own = members.iter().filter(|(_, m)| !m.is_partial_share());
     for (_, m) in own {
         if m.aligned {
             counts.memberships_aligned += 1;
@@ -435,8 +534,33 @@ pub(super) fn alignment_counts(broker: &Broker) -> Alignment {
     counts
 }
 
+/// Each client instance's lag over the memberships of the groups this broker coordinates
+/// (`members`), by instance ID; instances without a known figure are left out.
+pub(super) fn lag_by_instance(members: &[(Option<Uuid>, Membership)]) -> BTreeMap<String, Totals> {
+    let mut by_instance: BTreeMap<String, Totals> = BTreeMap::new();
+    for (instance, m) in members {
+        let (Some(instance), lag) = (instance, m.lag()) else {
+            continue;
+        };
+        if lag == Totals::default() {
+            continue;
+        }
+        let entry = by_instance.entry(instance.to_string()).or_default();
+        *entry = lag::totals([*entry, lag]);
+    }
+    by_instance
+}
+
 /// This broker's own view: its client instances by ID, then its connections without one.
 fn instance_views(broker: &Broker) -> Vec<InstanceView> {
+    instance_views_of(broker, memberships(broker))
+}
+
+/// [`instance_views`] with the memberships already gathered.
+fn instance_views_of(
+    broker: &Broker,
+    members: Vec<(Option<Uuid>, Membership)>,
+) -> Vec<InstanceView> {
     let node_id = broker.node_id();
     let connections: Vec<ConnectionView> = broker
         .clients
@@ -444,7 +568,6 @@ fn instance_views(broker: &Broker) -> Vec<InstanceView> {
         .into_iter()
         .map(|record| ConnectionView { node_id, record })
         .collect();
-    let members = memberships(broker);
     let telemetry = telemetry_views(broker);
     let mut ids = broker.clients.known_instances();
     ids.extend(members.iter().filter_map(|(i, _)| *i));
@@ -468,6 +591,8 @@ fn instance_views(broker: &Broker) -> Vec<InstanceView> {
                 kip1313_rejections: Vec::new(),
                 telemetry: None,
                 telemetry_aligned: None,
+                lag_records: None,
+                lag_seconds: None,
             }),
     );
     views
@@ -484,9 +609,36 @@ fn client_summary(broker: &Broker) -> serde_json::Value {
         serde_json::Value::Null
     });
     if value.to_string().len() > SUMMARY_MAX_BYTES {
+        omit_recent_values(&mut value);
+    }
+    if value.to_string().len() > SUMMARY_MAX_BYTES {
         omit_metrics(&mut value);
     }
     value
+}
+
+/// The telemetry metrics of a summary's instances (for changing them in place).
+fn summary_metrics(
+    summary: &mut serde_json::Value,
+) -> impl Iterator<Item = &mut serde_json::Value> {
+    summary
+        .get_mut("instances")
+        .and_then(serde_json::Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter_map(|instance| instance.get_mut("telemetry")?.get_mut("metrics"))
+}
+
+/// Leaves out the series' recent values (the charts of the broker the client pushes to still
+/// have them), the first thing to go from a summary that is too large.
+fn omit_recent_values(summary: &mut serde_json::Value) {
+    for metrics in summary_metrics(summary) {
+        for point in metrics.as_array_mut().into_iter().flatten() {
+            if let Some(point) = point.as_object_mut() {
+                point.remove("recent");
+            }
+        }
+    }
 }
 
 /// A summary larger than this is published without its instances' latest metric values (their
@@ -568,6 +720,9 @@ fn fold_share_memberships(memberships: &mut Vec<Membership>) {
                 if f.member_epoch.is_none() {
                     f.member_epoch = m.member_epoch;
                     f.assigned = m.assigned;
+                    f.partitions = m.partitions;
+                    f.lag_records = m.lag_records;
+                    f.lag_seconds = m.lag_seconds;
                     f.member_id_differs = m.member_id_differs;
                     f.aligned = m.aligned;
                     f.member_id_encoding = m.member_id_encoding;
@@ -664,7 +819,17 @@ fn merge(
 async fn views(broker: &Broker) -> Vec<InstanceView> {
     let mut views = gathered(broker).await;
     mark_telemetry_alignment(&mut views);
+    mark_lag(&mut views);
     views
+}
+
+/// Fills in each entry's lag totals from its memberships.
+fn mark_lag(views: &mut [InstanceView]) {
+    for view in views {
+        let totals = lag::totals(view.memberships.iter().map(Membership::lag));
+        view.lag_records = totals.records;
+        view.lag_seconds = totals.seconds;
+    }
 }
 
 async fn gathered(broker: &Broker) -> Vec<InstanceView> {
@@ -672,7 +837,11 @@ async fn gathered(broker: &Broker) -> Vec<InstanceView> {
         return instance_views(broker);
     };
     let peers = crate::cluster::clients::peer_summaries(cluster).await;
-    let local = instance_views(broker);
+    // Offsets of assigned partitions this broker has not heard of yet, asked for first.
+    let gathered = gather_memberships(broker);
+    let assigned: Vec<Assigned> = gathered.iter().flat_map(|(_, _, a)| a.clone()).collect();
+    learn_cluster_offsets(broker, &assigned).await;
+    let local = instance_views_of(broker, with_lag(broker, gathered));
     match peers {
         Ok(peers) => merge(
             local,
@@ -735,7 +904,7 @@ pub(super) async fn group(State(broker): State<Arc<Broker>>, Path(id): Path<Stri
         .into_iter()
         // This broker's own partial entries (records it leads for a group coordinated
         // elsewhere) are not this group's members here.
-        .filter(|(_, m)| m.group == id && !(m.protocol == "share" && m.member_epoch.is_none()))
+        .filter(|(_, m)| m.group == id && !m.is_partial_share())
         .map(|(instance, mut membership)| {
             if let Some(n) = elsewhere.get(&membership.member_id) {
                 membership.acquired_records =
@@ -795,165 +964,6 @@ pub(super) async fn client(State(broker): State<Arc<Broker>>, Path(id): Path<Str
     }
 }
 
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-/// A server-rendered page: one row per client instance, details below each.
-pub(super) async fn ui(State(broker): State<Arc<Broker>>) -> Html<String> {
-    let views = views(&broker).await;
-    let cluster = broker.cluster().is_some();
-    let mut page = String::from(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Skiff clients</title><style>\
-         body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:.5em 0 1.5em}\
-         td,th{border:1px solid #bbb;padding:.3em .6em;text-align:left}th{background:#eef}\
-         .id{font-family:monospace}.warn{color:#a40}</style></head><body>",
-    );
-    let _ = write!(
-        page,
-        "<h1>Client instances</h1><p>Cluster <span class=\"id\">{}</span>, node {}{}. {} instance(s).</p>",
-        escape(&broker.cluster_id),
-        broker.node_id(),
-        if cluster {
-            " (the client instances of every live broker)"
-        } else {
-            ""
-        },
-        views.len()
-    );
-    instances_table(&mut page, &views);
-    for v in &views {
-        let id = v.client_instance_id.as_deref().unwrap_or("(none)");
-        let _ = write!(page, "<h2 id=\"{0}\" class=\"id\">{0}</h2>", escape(id));
-        connections_table(&mut page, &v.connections, cluster);
-        memberships_table(&mut page, &v.memberships);
-        producers_table(&mut page, &v.producers);
-    }
-    page.push_str("</body></html>");
-    Html(page)
-}
-
-/// The page's summary: one row per client instance.
-fn instances_table(page: &mut String, views: &[InstanceView]) {
-    page.push_str("<table id=\"instances\"><tr><th>client instance ID</th><th>client ID</th><th>software</th><th>connections</th><th>groups</th><th>KIP-1313 rejections</th></tr>");
-    for v in views {
-        let first = v.connections.first().map(|c| &c.record);
-        let _ = write!(
-            page,
-            "<tr><td class=\"id\"><a href=\"#{0}\">{0}</a></td><td>{1}</td><td>{2}</td><td>{3}</td><td>{4}</td><td>{5}</td></tr>",
-            escape(v.client_instance_id.as_deref().unwrap_or("(none)")),
-            escape(first.and_then(|c| c.client_id.as_deref()).unwrap_or("")),
-            escape(&first.map_or(String::new(), |c| format!(
-                "{} {}",
-                c.software_name.as_deref().unwrap_or(""),
-                c.software_version.as_deref().unwrap_or("")
-            ))),
-            v.connections.len(),
-            escape(
-                &v.memberships
-                    .iter()
-                    .map(|m| m.group.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            v.kip1313_rejections.len(),
-        );
-    }
-    page.push_str("</table>");
-}
-
-/// An instance's connections (in cluster mode with the node each is on).
-fn connections_table(page: &mut String, connections: &[ConnectionView], cluster: bool) {
-    let node = if cluster { "<th>node</th>" } else { "" };
-    let _ = write!(
-        page,
-        "<table><tr>{node}<th>connection</th><th>peer</th><th>listener</th><th>principal</th><th>since (ms)</th><th>requests</th></tr>"
-    );
-    for c in connections {
-        let requests = c
-            .record
-            .requests
-            .iter()
-            .map(|(api, n)| format!("{api}: {n}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let node = if cluster {
-            format!("<td>{}</td>", c.node_id)
-        } else {
-            String::new()
-        };
-        let c = &c.record;
-        let _ = write!(
-            page,
-            "<tr>{node}<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            c.id,
-            escape(&c.peer),
-            escape(&c.listener),
-            escape(c.principal.as_deref().unwrap_or("(not authenticated)")),
-            c.connected_since_ms,
-            escape(&requests)
-        );
-    }
-    page.push_str("</table>");
-}
-
-/// An instance's group memberships, if any.
-fn memberships_table(page: &mut String, memberships: &[Membership]) {
-    if memberships.is_empty() {
-        return;
-    }
-    page.push_str("<table><tr><th>group</th><th>protocol</th><th>member ID</th><th>epoch</th><th>assigned</th><th>acquired</th></tr>");
-    for m in memberships {
-        let assigned = m
-            .assigned
-            .iter()
-            .map(|(t, p)| format!("{t}{p:?}"))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let _ = write!(
-            page,
-            "<tr><td>{}</td><td>{}</td><td class=\"id{}\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(&m.group),
-            escape(&m.protocol),
-            if m.member_id_differs { " warn" } else { "" },
-            escape(&m.member_id),
-            m.member_epoch.map_or(String::new(), |e| e.to_string()),
-            escape(&assigned),
-            m.acquired_records.map_or(String::new(), |n| n.to_string())
-        );
-    }
-    page.push_str("</table>");
-}
-
-/// An instance's producer IDs, if any.
-fn producers_table(page: &mut String, producers: &[ProducerView]) {
-    if producers.is_empty() {
-        return;
-    }
-    page.push_str("<table><tr><th>producer ID</th><th>epoch</th><th>transactional ID</th><th>transaction</th><th>partitions</th></tr>");
-    for p in producers {
-        let partitions = p
-            .transaction_partitions
-            .iter()
-            .map(|(t, parts)| format!("{t}{parts:?}"))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let _ = write!(
-            page,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            p.producer_id,
-            p.producer_epoch,
-            escape(p.transactional_id.as_deref().unwrap_or("")),
-            escape(p.transaction_state.as_deref().unwrap_or("")),
-            escape(&partitions)
-        );
-    }
-    page.push_str("</table>");
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -979,6 +989,9 @@ mod tests {
             aligned: true,
             member_id_encoding: None,
             acquired_records: None,
+            partitions: Vec::new(),
+            lag_records: None,
+            lag_seconds: None,
         }
     }
 
@@ -1006,6 +1019,8 @@ mod tests {
             kip1313_rejections: Vec::new(),
             telemetry: None,
             telemetry_aligned: None,
+            lag_records: None,
+            lag_seconds: None,
         }
     }
 
@@ -1082,6 +1097,9 @@ mod tests {
             aligned: true,
             member_id_encoding: None,
             acquired_records: Some(held),
+            partitions: Vec::new(),
+            lag_records: None,
+            lag_seconds: None,
         };
         // A leader's partial entry first, then the coordinator's, then another leader's.
         let mut here = instance(a, Vec::new());
@@ -1268,6 +1286,10 @@ mod tests {
             {"client_instance_id": "a", "telemetry": {"metrics": [{"name": "x"}], "subscription_id": 1}},
             {"client_instance_id": "b", "telemetry": null},
         ]});
+        let mut with_recent = summary.clone();
+        with_recent["instances"][0]["telemetry"]["metrics"][0]["recent"] = json!([[1, 2.0]]);
+        omit_recent_values(&mut with_recent);
+        assert_eq!(with_recent, summary, "only the recent values go first");
         omit_metrics(&mut summary);
         assert_eq!(
             summary["instances"][0]["telemetry"],

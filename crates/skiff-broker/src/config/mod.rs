@@ -147,6 +147,9 @@ pub struct BrokerConfig {
     /// `client.journal.max.events`: journal events kept over all client instances (the oldest
     /// go first); the journal's file holds at most twice as many lines.
     pub client_journal_max_events: usize,
+    /// `client.lag.metrics.max.instances`: how many client instances `/metrics` shows lag
+    /// gauges for (the furthest behind), so that their series stay few.
+    pub client_lag_metrics_max_instances: usize,
     /// Group coordinator settings (`group.*` keys).
     pub groups: skiff_group::GroupConfig,
     /// Transaction coordinator settings (`transaction.max.timeout.ms`,
@@ -164,6 +167,9 @@ pub struct BrokerConfig {
 pub const DEFAULT_JOURNAL_PER_INSTANCE: usize = 256;
 /// `client.journal.max.events` default.
 pub const DEFAULT_JOURNAL_EVENTS: usize = 50_000;
+
+/// `client.lag.metrics.max.instances` default.
+pub const DEFAULT_LAG_METRICS_INSTANCES: usize = 20;
 
 /// Kafka's `group.share.max.share.sessions` default.
 pub const DEFAULT_SHARE_MAX_SESSIONS: usize = 2000;
@@ -194,6 +200,7 @@ impl Default for BrokerConfig {
             connections_max_idle_ms: Some(600_000),
             client_journal_max_events_per_instance: DEFAULT_JOURNAL_PER_INSTANCE,
             client_journal_max_events: DEFAULT_JOURNAL_EVENTS,
+            client_lag_metrics_max_instances: DEFAULT_LAG_METRICS_INSTANCES,
             groups: skiff_group::GroupConfig::default(),
             transactions: skiff_txn::TxnConfig::default(),
             security: SecurityConfig::default(),
@@ -345,6 +352,10 @@ impl BrokerConfig {
         if let Some(v) = entries.remove("client.journal.max.events") {
             config.client_journal_max_events =
                 parse_num(&v, "client.journal.max.events", 1, 10_000_000)? as usize;
+        }
+        if let Some(v) = entries.remove("client.lag.metrics.max.instances") {
+            config.client_lag_metrics_max_instances =
+                parse_num(&v, "client.lag.metrics.max.instances", 0, 10_000)? as usize;
         }
         if let Some(v) = entries.remove("telemetry.otlp.endpoint") {
             config.telemetry_otlp_endpoint = match v.trim() {

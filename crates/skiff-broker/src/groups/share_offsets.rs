@@ -136,6 +136,14 @@ fn alter_partition(
     }
 }
 
+impl Inner {
+    /// The persisted position of one share partition, if it has state (the client-instance
+    /// view's share lag, read under the coordinator's lock).
+    pub fn share_summary(&self, key: &SharePartitionKey) -> Option<ShareStateSummary> {
+        self.share_states.get(key).map(ShareStateSummary::of)
+    }
+}
+
 impl GroupCoordinator {
     /// DescribeShareGroupOffsets of one group: the named topics' partitions (`None`: every
     /// share partition of the group with state, by topic name).

@@ -663,11 +663,17 @@ pub fn join_group(ctx: &RequestContext, request: JoinGroupRequest) -> Reply {
                 std::sync::Arc::clone(&ctx.principal),
             );
             let instance = ctx.journal_instance();
+            let speaker = ctx.instance_id;
             let claim = move |response: &Response| {
                 if let Response::JoinGroup(r) = response
                     && r.error_code == 0
                     && !r.member_id.is_empty()
                 {
+                    // The member is this instance's from its join on (its heartbeats say so
+                    // again), so the client-instance view files it there at once.
+                    if let Some(speaker) = speaker {
+                        broker.clients.note_member(&group, &r.member_id, speaker);
+                    }
                     super::journaling::classic_joined(
                         &broker,
                         instance,

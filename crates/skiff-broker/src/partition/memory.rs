@@ -95,6 +95,17 @@ impl PartitionStore for MemoryStore {
         Ok(())
     }
 
+    fn header_at(&self, offset: i64) -> Result<Option<BatchHeader>, LogError> {
+        if offset < self.start || offset >= self.end {
+            return Ok(None);
+        }
+        Ok(self
+            .batches
+            .iter()
+            .map(|(h, _)| *h)
+            .find(|h| h.last_offset() >= offset))
+    }
+
     fn offsets(&self) -> (i64, i64) {
         (self.start, self.end)
     }

@@ -524,6 +524,12 @@ impl Partition {
         }
     }
 
+    /// What a reader at `offset` would meet first: the header of the batch holding it (no
+    /// record bytes are read); `None` at or past the log end, or before the log start.
+    pub fn batch_header_at(&self, offset: i64) -> Result<Option<BatchHeader>, LogError> {
+        self.lock_log().header_at(offset)
+    }
+
     /// The first record with a timestamp at or after `timestamp`.
     pub fn offset_for_timestamp(
         &self,

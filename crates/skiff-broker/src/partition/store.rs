@@ -51,6 +51,9 @@ pub trait PartitionStore: Send {
         offset: i64,
         visit: &mut dyn FnMut(&BatchHeader),
     ) -> Result<(), LogError>;
+    /// The header of the batch holding `offset` (the first after it, past a gap); `None` at or
+    /// past the log end, or before its start. Reads no record bytes.
+    fn header_at(&self, offset: i64) -> Result<Option<BatchHeader>, LogError>;
     /// The log start and end offsets.
     fn offsets(&self) -> (i64, i64);
     fn find(&self, query: TimeQuery) -> Result<Option<TimestampOffset>, LogError>;
@@ -98,6 +101,10 @@ impl PartitionStore for PartitionLog {
         visit: &mut dyn FnMut(&BatchHeader),
     ) -> Result<(), LogError> {
         self.for_each_batch_header(offset, visit)
+    }
+
+    fn header_at(&self, offset: i64) -> Result<Option<BatchHeader>, LogError> {
+        self.batch_header_at(offset)
     }
 
     fn offsets(&self) -> (i64, i64) {

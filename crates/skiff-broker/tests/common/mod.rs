@@ -249,6 +249,30 @@ pub async fn create_topic(c: &mut Client, name: &str) -> Uuid {
     }
 }
 
+/// Creates a topic of `partitions` partitions with CreateTopics v7; returns its topic ID.
+pub async fn create_topic_with_partitions(c: &mut Client, name: &str, partitions: i32) -> Uuid {
+    use skiff_protocol::generated::CreateTopicsRequest;
+    use skiff_protocol::generated::create_topics_request::CreatableTopic;
+    let request = CreateTopicsRequest {
+        topics: vec![CreatableTopic {
+            name: name.into(),
+            num_partitions: partitions,
+            replication_factor: 1,
+            ..Default::default()
+        }],
+        timeout_ms: 5000,
+        ..Default::default()
+    };
+    match c.call(request, 7).await {
+        Response::CreateTopics(r) => {
+            assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0]);
+            assert!(!r.topics[0].topic_id.is_zero());
+            r.topics[0].topic_id
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
 /// A Produce request for one partition.
 pub fn produce_request(topic: &str, partition: i32, acks: i16, records: Bytes) -> ProduceRequest {
     ProduceRequest {

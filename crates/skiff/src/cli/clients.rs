@@ -315,6 +315,19 @@ fn telemetry_summary(v: &Value) -> (String, String) {
     (sub, push)
 }
 
+/// Records and seconds behind (`lag_records`, `lag_seconds` of a membership, an instance or a
+/// partition) as `120 (3599.0 s)`, `0`, or `-` when unknown.
+fn lag_text(v: &Value) -> String {
+    let records = v.get("lag_records").and_then(Value::as_i64);
+    let seconds = v.get("lag_seconds").and_then(Value::as_f64);
+    match (records, seconds) {
+        (None, _) => "-".into(),
+        (Some(0), _) => "0".into(),
+        (Some(n), Some(s)) => format!("{n} ({s:.1} s)"),
+        (Some(n), None) => n.to_string(),
+    }
+}
+
 fn print_list(value: &Value) {
     let items = value.as_array().map_or(&[][..], Vec::as_slice);
     let rows: Vec<Vec<String>> = items
@@ -348,6 +361,7 @@ fn print_list(value: &Value) {
                 } else {
                     groups.join(",")
                 },
+                lag_text(v),
                 sub,
                 push,
                 arr(v, "kip1313_rejections").len().to_string(),
@@ -361,6 +375,7 @@ fn print_list(value: &Value) {
             "SOFTWARE",
             "CONNECTIONS",
             "GROUPS",
+            "LAG",
             "TELEMETRY SUBSCRIPTION",
             "LAST PUSH",
             "REJECTIONS",
@@ -399,6 +414,7 @@ fn print_show(v: &Value) {
         "  KIP-1313 rejections: {}",
         arr(v, "kip1313_rejections").len()
     );
+    println!("  lag:        {}", lag_text(v));
 
     println!();
     let rows: Vec<Vec<String>> = conns
@@ -448,6 +464,7 @@ fn print_show(v: &Value) {
                 member_id_form(m),
                 text(m.get("member_epoch").unwrap_or(&Value::Null)),
                 assigned,
+                lag_text(m),
             ]
         })
         .collect();
@@ -459,9 +476,11 @@ fn print_show(v: &Value) {
             "ID FORM",
             "EPOCH",
             "ASSIGNED",
+            "LAG",
         ],
         &rows,
     );
+    print_partition_lags(arr(v, "memberships"));
 
     let producers = arr(v, "producers");
     if !producers.is_empty() {
@@ -537,6 +556,48 @@ fn print_show(v: &Value) {
     print_table(&["METRIC", "KIND", "VALUE", "ATTRIBUTES"], &rows);
 }
 
+/// Each assigned partition of each membership: its offsets and lag (share members: the share
+/// partition's start offset is the committed one).
+fn print_partition_lags(memberships: &[Value]) {
+    let rows: Vec<Vec<String>> = memberships
+        .iter()
+        .flat_map(|m| {
+            arr(m, "partitions").iter().map(move |p| {
+                let field = |key: &str| text(p.get(key).unwrap_or(&Value::Null));
+                vec![
+                    text(m.get("group").unwrap_or(&Value::Null)),
+                    field("topic"),
+                    field("partition"),
+                    field("committed_offset"),
+                    field("high_watermark"),
+                    field("last_stable_offset"),
+                    field("lag_records"),
+                    p.get("lag_seconds")
+                        .and_then(Value::as_f64)
+                        .map_or_else(|| "-".into(), |s| format!("{s:.1}")),
+                ]
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    println!();
+    print_table(
+        &[
+            "GROUP",
+            "TOPIC",
+            "PARTITION",
+            "COMMITTED",
+            "HIGH WATERMARK",
+            "LAST STABLE",
+            "LAG",
+            "LAG (S)",
+        ],
+        &rows,
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -553,6 +614,25 @@ mod tests {
             "2000-02-29T11:59:59.999Z"
         );
         assert_eq!(clock(&Value::Null), "-");
+    }
+
+    #[test]
+    fn lag_as_records_and_seconds() {
+        let lag = |v: Value| lag_text(&v);
+        assert_eq!(
+            lag(serde_json::json!({"lag_records": 120, "lag_seconds": 3599.02})),
+            "120 (3599.0 s)"
+        );
+        assert_eq!(
+            lag(serde_json::json!({"lag_records": 7, "lag_seconds": null})),
+            "7"
+        );
+        assert_eq!(
+            lag(serde_json::json!({"lag_records": 0, "lag_seconds": 0.0})),
+            "0"
+        );
+        assert_eq!(lag(serde_json::json!({"lag_records": null})), "-");
+        assert_eq!(lag(serde_json::json!({})), "-", "a broker from before lag");
     }
 
     #[test]
