@@ -8,7 +8,8 @@ connection and a group membership open, and a librdkafka producer whose client I
 connected too. The list must show both, the hostile client ID as text only; a search by group finds
 the consumer alone; the consumer's page must show its connections, its membership with each
 partition's offsets and lag, its telemetry as inline SVG charts and its journal. Screenshots (the
-list, the instance, the instance at a phone's width; kept in the test's ``tmp_path``) must be real
+list, the instance, the instance at a phone's width; copied to ``target/test-artefacts/ui/`` under
+the cargo target directory, where CI keeps them) must be real
 renderings (PNGs over 5 KB that are not a single colour — decoded here with ``zlib``/``struct``, no
 imaging library).
 
@@ -31,7 +32,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from skiff_harness import require_tool, skiff_bin
+from skiff_harness import REPO_ROOT, require_tool, skiff_bin
 from test_telemetry import alter_client_metrics
 
 pytestmark = pytest.mark.timeout(180)
@@ -223,7 +224,14 @@ def test_clients_page_in_headless_chromium(broker, tmp_path):
         screenshot(browser, tmp_path / "profile-shot", page, tmp_path / "clients.png", (1200, 800))
         screenshot(browser, tmp_path / "profile-shot2", f"{page}/{instance}", tmp_path / "instance.png", (1200, 1400))
         screenshot(browser, tmp_path / "profile-shot3", f"{page}/{instance}", tmp_path / "instance-phone.png", (390, 844))
-        print(f"screenshots in {tmp_path}")
+        artefacts = Path(os.environ.get("CARGO_TARGET_DIR", REPO_ROOT / "target"))
+        if not artefacts.is_absolute():
+            artefacts = REPO_ROOT / artefacts
+        artefacts = artefacts / "test-artefacts" / "ui"
+        artefacts.mkdir(parents=True, exist_ok=True)
+        for name in ("clients.png", "instance.png", "instance-phone.png"):
+            (artefacts / name).write_bytes((tmp_path / name).read_bytes())
+        print(f"screenshots in {artefacts}")
     finally:
         hostile.flush(5)
         del hostile
