@@ -242,22 +242,7 @@ impl ConsumerGroup {
             .map_err(&fail)?;
 
         // From here on the request is accepted and the group changes.
-        let mut persist = false;
-        match plan {
-            MemberPlan::Existing => {}
-            MemberPlan::New => {
-                let seq = self.allocate_seq(&member_id);
-                self.members.insert(
-                    member_id.clone(),
-                    ConsumerMember::new(member_id.clone(), seq),
-                );
-                persist = true;
-            }
-            MemberPlan::ReplaceStatic { old_member_id } => {
-                self.replace_static_member(&old_member_id, &member_id);
-                persist = true;
-            }
-        }
+        let mut persist = self.apply_member_plan(plan, &member_id);
         let Some(member) = self.members.get_mut(&member_id) else {
             return Err(fail(error(
                 error_codes::UNKNOWN_SERVER_ERROR,

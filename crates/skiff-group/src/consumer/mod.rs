@@ -486,23 +486,8 @@ impl ConsumerGroup {
         }
 
         // From here on the request is accepted and the group changes.
-        let mut persist = false;
         let bump = self.group_epoch == 0;
-        match plan {
-            MemberPlan::Existing => {}
-            MemberPlan::New => {
-                let seq = self.allocate_seq(&member_id);
-                self.members.insert(
-                    member_id.clone(),
-                    ConsumerMember::new(member_id.clone(), seq),
-                );
-                persist = true;
-            }
-            MemberPlan::ReplaceStatic { old_member_id } => {
-                self.replace_static_member(&old_member_id, &member_id);
-                persist = true;
-            }
-        }
+        let mut persist = self.apply_member_plan(plan, &member_id);
         if let Some((pattern, regex)) = compiled_regex {
             self.compiled.insert(pattern, regex);
         }
@@ -865,6 +850,26 @@ impl ConsumerGroup {
         for key in member.owned_partitions() {
             if self.owners.get(&key) == Some(&member.seq) {
                 self.owners.remove(&key);
+            }
+        }
+    }
+
+    /// Carries out a member plan decided before anything changed: a new member is added, a
+    /// static member's replacement takes over the old one. Whether the group changed.
+    fn apply_member_plan(&mut self, plan: MemberPlan, member_id: &str) -> bool {
+        match plan {
+            MemberPlan::Existing => false,
+            MemberPlan::New => {
+                let seq = self.allocate_seq(member_id);
+                self.members.insert(
+                    member_id.to_string(),
+                    ConsumerMember::new(member_id.to_string(), seq),
+                );
+                true
+            }
+            MemberPlan::ReplaceStatic { old_member_id } => {
+                self.replace_static_member(&old_member_id, member_id);
+                true
             }
         }
     }
