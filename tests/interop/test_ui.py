@@ -217,6 +217,9 @@ def test_clients_page_in_headless_chromium(broker, tmp_path):
         assert len(re.findall(r'<tr class="partition">', html)) == 2, html
         assert re.search(r'<div class="v" id="instance-lag">0</div>', html), html
         assert 'id="telemetry"' in html and "<polyline" in html, "no chart of a telemetry series"
+        assert "every 500 ms" in html, "the push interval, as subscribed"
+        assert re.search(r"<strong>\d+</strong>", html) and not re.search(r"<strong>\{", html), \
+            "a series' value shown as JSON, not as a number"
         assert 'id="journal"' in html and f"joined consumer group {group}" in html
         assert "since (ms)" not in html and re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", html), "times as dates"
 
