@@ -186,9 +186,14 @@ def test_clients_page_in_headless_chromium(broker, tmp_path):
         wait_for(lambda: any(len(m.get("recent", [])) >= 2
                              for m in (http_json(f"{broker.admin_url}/clients/{instance}")["telemetry"] or {}).get("metrics", [])),
                  "two telemetry pushes")
-        wait_for(lambda: any(c.get("client_id") == HOSTILE_CLIENT_ID
+        # librdkafka sends no KIP-1313 ID but gets a KIP-714 one: its connection is filed under
+        # that telemetry ID (one instance, not also a connection without an ID).
+        wait_for(lambda: any(c.get("client_id") == HOSTILE_CLIENT_ID and v["client_instance_id"]
+                             and c.get("telemetry_instance_id") == v["client_instance_id"]
                              for v in http_json(f"{broker.admin_url}/clients") for c in v["connections"]),
-                 "the hostile client in /clients")
+                 "the hostile client in /clients under its telemetry ID")
+        assert not any(c.get("client_id") == HOSTILE_CLIENT_ID for v in http_json(f"{broker.admin_url}/clients")
+                       if not v["client_instance_id"] for c in v["connections"])
 
         # The list: every instance, the hostile client ID as text, no element made of it.
         page = f"{broker.admin_url}/ui/clients"

@@ -63,6 +63,11 @@ pub struct ConnectionRecord {
     pub connected_since_ms: i64,
     /// The KIP-1313 ID this connection fixed, if any (text form).
     pub client_instance_id: Option<String>,
+    /// The KIP-714 client instance ID its client got (GetTelemetrySubscriptions) or pushed
+    /// with on this connection, if any (text form): without a KIP-1313 ID, the connection is
+    /// filed under this instance.
+    #[serde(default)]
+    pub telemetry_instance_id: Option<String>,
     /// Requests by API name (names borrowed here, owned when read back from another broker).
     pub requests: BTreeMap<Cow<'static, str>, u64>,
 }
@@ -80,8 +85,17 @@ impl ConnectionRecord {
             software_version: None,
             connected_since_ms: now_ms,
             client_instance_id: None,
+            telemetry_instance_id: None,
             requests: BTreeMap::new(),
         }
+    }
+
+    /// The client instance the connection is filed under: its KIP-1313 ID, else the KIP-714
+    /// telemetry ID its client goes by on it.
+    pub fn instance(&self) -> Option<&str> {
+        self.client_instance_id
+            .as_deref()
+            .or(self.telemetry_instance_id.as_deref())
     }
 
     pub fn count(&mut self, api: ApiKey, client_id: Option<&str>) {

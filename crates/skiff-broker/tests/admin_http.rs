@@ -423,6 +423,69 @@ async fn member_ids_in_any_encoding_are_aligned() {
     broker.stop().await;
 }
 
+/// A client that sends no KIP-1313 ID but gets a KIP-714 client instance ID (librdkafka 2.16,
+/// for one) is one instance in `/clients`: its connection is filed under the telemetry ID, not
+/// listed again as a connection without an ID.
+#[tokio::test]
+async fn a_connection_without_a_kip1313_id_is_filed_under_its_telemetry_id() {
+    use skiff_protocol::generated::GetTelemetrySubscriptionsRequest;
+
+    let (broker, admin) = with_admin(|_| {}).await;
+    let mut c = broker.client().await;
+    assert!(c.instance_id.is_none());
+    let telemetry_id = match c.call(GetTelemetrySubscriptionsRequest::default(), 0).await {
+        Response::GetTelemetrySubscriptions(r) => {
+            assert_eq!(r.error_code, 0, "{r:?}");
+            r.client_instance_id
+        }
+        other => panic!("unexpected {other:?}"),
+    };
+    assert!(!telemetry_id.is_zero());
+    // A second connection that never says who it is stays on its own.
+    let _anonymous = broker.client().await;
+
+    let (status, body) = http_get(admin, "/clients").await;
+    assert_eq!(status, 200, "{body}");
+    let list: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let list = list.as_array().expect("a list");
+    let mine: Vec<&serde_json::Value> = list
+        .iter()
+        .filter(|v| v["client_instance_id"] == telemetry_id.to_string().as_str())
+        .collect();
+    assert_eq!(mine.len(), 1, "{body}");
+    let connections = mine[0]["connections"].as_array().expect("connections");
+    assert_eq!(connections.len(), 1, "{body}");
+    assert!(connections[0]["client_instance_id"].is_null(), "{body}");
+    assert_eq!(
+        connections[0]["telemetry_instance_id"],
+        telemetry_id.to_string().as_str()
+    );
+    let filed = connections[0]["id"].clone();
+    let without_id: Vec<&serde_json::Value> = list
+        .iter()
+        .filter(|v| v["client_instance_id"].is_null())
+        .collect();
+    assert!(
+        without_id.iter().all(|v| v["connections"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().all(|c| c["id"] != filed))),
+        "the connection is listed twice: {body}"
+    );
+    assert!(
+        !without_id.is_empty(),
+        "the anonymous connection is gone: {body}"
+    );
+
+    let (status, body) = http_get(admin, &format!("/clients/{telemetry_id}")).await;
+    assert_eq!(status, 200, "{body}");
+    let view: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(
+        view["connections"].as_array().map(Vec::len),
+        Some(1),
+        "{body}"
+    );
+}
+
 /// A broker with its admin listener on a free port (and `adjust` applied), and that address.
 async fn with_admin(
     adjust: impl FnOnce(&mut skiff_broker::BrokerConfig),

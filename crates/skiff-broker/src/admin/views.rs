@@ -438,7 +438,7 @@ fn instance_view(
     InstanceView {
         connections: connections
             .iter()
-            .filter(|c| c.record.client_instance_id.as_deref() == Some(&text))
+            .filter(|c| c.record.instance() == Some(&text))
             .cloned()
             .collect(),
         memberships: members
@@ -573,6 +573,13 @@ fn instance_views_of(
     ids.extend(members.iter().filter_map(|(i, _)| *i));
     ids.extend(broker.clients.producer_instances());
     ids.extend(telemetry.keys().filter_map(|k| k.parse::<Uuid>().ok()));
+    ids.extend(connections.iter().filter_map(|c| {
+        c.record
+            .telemetry_instance_id
+            .as_deref()?
+            .parse::<Uuid>()
+            .ok()
+    }));
     ids.sort();
     ids.dedup();
     let mut views: Vec<InstanceView> = ids
@@ -582,7 +589,7 @@ fn instance_views_of(
     views.extend(
         connections
             .into_iter()
-            .filter(|c| c.record.client_instance_id.is_none())
+            .filter(|c| c.record.instance().is_none())
             .map(|c| InstanceView {
                 client_instance_id: None,
                 connections: vec![c],

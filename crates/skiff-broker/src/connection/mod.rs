@@ -378,6 +378,19 @@ impl Connection {
         }
     }
 
+    /// The KIP-714 client instance ID the client goes by on this connection (from a
+    /// GetTelemetrySubscriptions answer or a push), kept for the connection's record too.
+    fn learn_telemetry_instance(&mut self, id: skiff_protocol::Uuid) {
+        if self.telemetry_instance == Some(id) {
+            return;
+        }
+        self.telemetry_instance = Some(id);
+        self.record
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .telemetry_instance_id = Some(id.to_string());
+    }
+
     /// Files the connection under `instance` in the journal (once): its opening, and the
     /// software it named if ApiVersions came first.
     fn journal_connected(&mut self, instance: skiff_protocol::Uuid, by: IdentifiedBy) {
@@ -641,14 +654,14 @@ impl Connection {
         if let Request::PushTelemetry(r) = &request
             && r.client_instance_id != skiff_protocol::Uuid::ZERO
         {
-            self.telemetry_instance = Some(r.client_instance_id);
+            self.learn_telemetry_instance(r.client_instance_id);
         }
         let started = std::time::Instant::now();
         let reply = handlers::dispatch(&ctx, request);
         if let Reply::Now(Response::GetTelemetrySubscriptions(r)) = &reply
             && r.client_instance_id != skiff_protocol::Uuid::ZERO
         {
-            self.telemetry_instance = Some(r.client_instance_id);
+            self.learn_telemetry_instance(r.client_instance_id);
         }
         if self.identity.instance_id().is_none()
             && let Some(telemetry) = self.telemetry_instance
