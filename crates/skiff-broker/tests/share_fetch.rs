@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{Client, TIMEOUT, TestBroker, batch, http_get, produce_request, txn};
-use skiff_protocol::generated::create_topics_request::CreatableTopic;
 use skiff_protocol::generated::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
@@ -23,8 +22,8 @@ use skiff_protocol::generated::share_fetch_request::{
 };
 use skiff_protocol::generated::share_fetch_response::ShareFetchResponse;
 use skiff_protocol::generated::{
-    ApiVersionsRequest, CreateTopicsRequest, IncrementalAlterConfigsRequest,
-    ShareAcknowledgeRequest, ShareFetchRequest, ShareGroupHeartbeatRequest,
+    ApiVersionsRequest, IncrementalAlterConfigsRequest, ShareAcknowledgeRequest, ShareFetchRequest,
+    ShareGroupHeartbeatRequest,
 };
 use skiff_protocol::{ApiKey, Response, Uuid, error_codes};
 use skiff_records::RecordBatches;
@@ -42,24 +41,9 @@ fn share_config(config: &mut skiff_broker::BrokerConfig) {
     config.groups.share_min_record_lock_duration_ms = 1000;
 }
 
+/// A one-partition topic made with CreateTopics.
 async fn create_topic(c: &mut Client, name: &str) -> Uuid {
-    let request = CreateTopicsRequest {
-        topics: vec![CreatableTopic {
-            name: name.into(),
-            num_partitions: 1,
-            replication_factor: 1,
-            ..Default::default()
-        }],
-        timeout_ms: 5000,
-        ..Default::default()
-    };
-    match c.call(request, 7).await {
-        Response::CreateTopics(r) => {
-            assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0]);
-            r.topics[0].topic_id
-        }
-        other => panic!("unexpected {other:?}"),
-    }
+    common::create_topic_with_partitions(c, name, 1).await
 }
 
 /// Produces one single-record batch per value (so that record limits cut between records).
