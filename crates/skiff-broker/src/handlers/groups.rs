@@ -438,35 +438,14 @@ pub fn consumer_group_heartbeat(
         ctx.broker
             .groups
             .consumer_heartbeat(&ctx.broker, &request, ctx.version, client, now_ms());
-    {
-        let (error_code, member_id, member_epoch, assignment) = match &result {
-            Ok(r) => (
-                r.error_code,
-                r.member_id.as_deref(),
-                r.member_epoch,
-                r.assignment.as_ref().map(|a| {
-                    super::journaling::by_name(
-                        ctx,
-                        a.topic_partitions
-                            .iter()
-                            .map(|t| (t.topic_id, t.partitions.as_slice())),
-                    )
-                }),
-            ),
-            Err(e) => (e.code.code(), None, -1, None),
-        };
-        super::journaling::heartbeat(
-            ctx,
-            &request.group_id,
-            "consumer",
-            &request.member_id,
-            request.member_epoch,
-            error_code,
-            member_id,
-            member_epoch,
-            assignment,
-        );
-    }
+    super::journaling::heartbeat(
+        ctx,
+        &request.group_id,
+        "consumer",
+        &request.member_id,
+        request.member_epoch,
+        result.as_ref().map_err(|e| e.code.code()),
+    );
     if let (Ok(response), Some(instance)) = (&result, ctx.instance_id)
         && let Some(member) = &response.member_id
     {

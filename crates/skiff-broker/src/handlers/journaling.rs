@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use skiff_protocol::generated::{ConsumerGroupHeartbeatResponse, ShareGroupHeartbeatResponse};
 use skiff_protocol::{ErrorCode, Uuid};
 
 use super::RequestContext;
@@ -37,19 +38,61 @@ pub fn by_name<'a>(
         .collect()
 }
 
-/// A KIP-848 or KIP-932 heartbeat and its answer.
-#[allow(clippy::too_many_arguments)]
+/// What the journal reads of a KIP-848 or KIP-932 heartbeat's answer.
+pub trait HeartbeatAnswer {
+    fn error_code(&self) -> i16;
+    fn member_id(&self) -> Option<&str>;
+    fn member_epoch(&self) -> i32;
+    /// The assignment, when the answer carries one: topic ID and partitions.
+    fn assignment(&self) -> Option<Vec<(Uuid, &[i32])>>;
+}
+
+/// Both heartbeat responses name these fields alike.
+macro_rules! heartbeat_answer {
+    ($($response:ty),*) => {$(
+        impl HeartbeatAnswer for $response {
+            fn error_code(&self) -> i16 {
+                self.error_code
+            }
+            fn member_id(&self) -> Option<&str> {
+                self.member_id.as_deref()
+            }
+            fn member_epoch(&self) -> i32 {
+                self.member_epoch
+            }
+            fn assignment(&self) -> Option<Vec<(Uuid, &[i32])>> {
+                self.assignment.as_ref().map(|a| {
+                    a.topic_partitions
+                        .iter()
+                        .map(|t| (t.topic_id, t.partitions.as_slice()))
+                        .collect()
+                })
+            }
+        }
+    )*};
+}
+
+heartbeat_answer!(ConsumerGroupHeartbeatResponse, ShareGroupHeartbeatResponse);
+
+/// A KIP-848 or KIP-932 heartbeat and its answer (`Err`: the error code of a refusal that
+/// produced no response body).
 pub fn heartbeat(
     ctx: &RequestContext,
     group: &str,
     protocol: &str,
     request_member_id: &str,
     request_epoch: i32,
-    error_code: i16,
-    member_id: Option<&str>,
-    member_epoch: i32,
-    assignment: Option<BTreeMap<String, Vec<i32>>>,
+    answer: Result<&impl HeartbeatAnswer, i16>,
 ) {
+    let (error_code, member_id, member_epoch, assignment) = match answer {
+        Ok(r) => (
+            r.error_code(),
+            r.member_id(),
+            r.member_epoch(),
+            r.assignment().map(|topics| by_name(ctx, topics)),
+        ),
+        Err(code) => (code, None, -1, None),
+    };
     let member_id = member_id
         .filter(|m| !m.is_empty())
         .unwrap_or(request_member_id);

@@ -96,38 +96,17 @@ pub fn heartbeat(ctx: &RequestContext, request: ShareGroupHeartbeatRequest) -> R
         .broker
         .groups
         .share_heartbeat(&ctx.broker, &request, client, now);
-    {
-        let (error_code, member_id, member_epoch, assignment) = match &answered {
-            Ok(outcome) => {
-                let r = &outcome.response;
-                (
-                    r.error_code,
-                    r.member_id.as_deref(),
-                    r.member_epoch,
-                    r.assignment.as_ref().map(|a| {
-                        super::journaling::by_name(
-                            ctx,
-                            a.topic_partitions
-                                .iter()
-                                .map(|t| (t.topic_id, t.partitions.as_slice())),
-                        )
-                    }),
-                )
-            }
-            Err(e) => (e.code.code(), None, -1, None),
-        };
-        super::journaling::heartbeat(
-            ctx,
-            &request.group_id,
-            "share",
-            &request.member_id,
-            request.member_epoch,
-            error_code,
-            member_id,
-            member_epoch,
-            assignment,
-        );
-    }
+    super::journaling::heartbeat(
+        ctx,
+        &request.group_id,
+        "share",
+        &request.member_id,
+        request.member_epoch,
+        answered
+            .as_ref()
+            .map(|outcome| &outcome.response)
+            .map_err(|e| e.code.code()),
+    );
     let response = match answered {
         Ok(outcome) => {
             if request.member_epoch == LEAVE_EPOCH {
