@@ -27,10 +27,13 @@ def skiff_bin() -> Path:
     env = os.environ.get("SKIFF_BIN")
     if env:
         return Path(env).resolve()
+    return target_dir() / "debug" / "skiff"
+
+
+def target_dir() -> Path:
+    """Cargo's target directory: ``$CARGO_TARGET_DIR`` (relative to the repository) or ``target``."""
     target = Path(os.environ.get("CARGO_TARGET_DIR", REPO_ROOT / "target"))
-    if not target.is_absolute():
-        target = REPO_ROOT / target
-    return target / "debug" / "skiff"
+    return target if target.is_absolute() else REPO_ROOT / target
 
 
 def broker_required() -> bool:

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from skiff_harness import REPO_ROOT, require_tool, skiff_bin
+from skiff_harness import require_tool, skiff_bin, target_dir
 from test_telemetry import alter_client_metrics
 
 pytestmark = pytest.mark.timeout(180)
@@ -130,7 +130,7 @@ def dump_dom(browser: str, profile: Path, url: str) -> str:
 
 
 def screenshot(browser: str, profile: Path, url: str, png: Path, size: tuple[int, int]) -> None:
-    """A screenshot of `url` (kept in the test's tmp_path), checked to be a real rendering."""
+    """A screenshot of `url` saved as `png`, checked to be a real rendering."""
     shot = run_chromium(browser, profile, "--virtual-time-budget=4000", f"--screenshot={png}",
                         f"--window-size={size[0]},{size[1]}", url)
     assert shot.returncode == 0 and png.is_file(), shot.stderr[-2000:]
@@ -228,17 +228,12 @@ def test_clients_page_in_headless_chromium(broker, tmp_path):
         assert 'id="journal"' in html and f"joined consumer group {group}" in html
         assert "since (ms)" not in html and re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", html), "times as dates"
 
-        # Screenshots (kept in tmp_path): the list, the instance, and the instance on a phone.
-        screenshot(browser, tmp_path / "profile-shot", page, tmp_path / "clients.png", (1200, 800))
-        screenshot(browser, tmp_path / "profile-shot2", f"{page}/{instance}", tmp_path / "instance.png", (1200, 1400))
-        screenshot(browser, tmp_path / "profile-shot3", f"{page}/{instance}", tmp_path / "instance-phone.png", (390, 844))
-        artefacts = Path(os.environ.get("CARGO_TARGET_DIR", REPO_ROOT / "target"))
-        if not artefacts.is_absolute():
-            artefacts = REPO_ROOT / artefacts
-        artefacts = artefacts / "test-artefacts" / "ui"
+        # Screenshots, where CI keeps them: the list, the instance, and the instance on a phone.
+        artefacts = target_dir() / "test-artefacts" / "ui"
         artefacts.mkdir(parents=True, exist_ok=True)
-        for name in ("clients.png", "instance.png", "instance-phone.png"):
-            (artefacts / name).write_bytes((tmp_path / name).read_bytes())
+        screenshot(browser, tmp_path / "profile-shot", page, artefacts / "clients.png", (1200, 800))
+        screenshot(browser, tmp_path / "profile-shot2", f"{page}/{instance}", artefacts / "instance.png", (1200, 1400))
+        screenshot(browser, tmp_path / "profile-shot3", f"{page}/{instance}", artefacts / "instance-phone.png", (390, 844))
         print(f"screenshots in {artefacts}")
     finally:
         hostile.flush(5)

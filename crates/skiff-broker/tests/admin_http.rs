@@ -441,8 +441,19 @@ async fn a_connection_without_a_kip1313_id_is_filed_under_its_telemetry_id() {
         other => panic!("unexpected {other:?}"),
     };
     assert!(!telemetry_id.is_zero());
-    // A second connection that never says who it is stays on its own.
-    let _anonymous = broker.client().await;
+    // A second connection that never says who it is stays on its own, even after a push with an
+    // ID the broker never gave out (refused: it names no one).
+    let mut anonymous = broker.client().await;
+    let bogus = Uuid::random().expect("random");
+    let push = skiff_protocol::generated::PushTelemetryRequest {
+        client_instance_id: bogus,
+        subscription_id: 1,
+        ..Default::default()
+    };
+    match anonymous.call(push, 0).await {
+        Response::PushTelemetry(r) => assert_ne!(r.error_code, 0, "{r:?}"),
+        other => panic!("unexpected {other:?}"),
+    }
 
     let (status, body) = http_get(admin, "/clients").await;
     assert_eq!(status, 200, "{body}");
@@ -474,6 +485,13 @@ async fn a_connection_without_a_kip1313_id_is_filed_under_its_telemetry_id() {
     assert!(
         !without_id.is_empty(),
         "the anonymous connection is gone: {body}"
+    );
+    // (The telemetry manager keeps the refused ID's record, as Kafka's does: no connection.)
+    assert!(
+        list.iter()
+            .filter(|v| v["client_instance_id"] == bogus.to_string().as_str())
+            .all(|v| v["connections"].as_array().is_some_and(Vec::is_empty)),
+        "a refused push filed a connection: {body}"
     );
 
     let (status, body) = http_get(admin, &format!("/clients/{telemetry_id}")).await;

@@ -651,17 +651,21 @@ impl Connection {
                     .zip(record.software_version.clone())
             },
         };
-        if let Request::PushTelemetry(r) = &request
-            && r.client_instance_id != skiff_protocol::Uuid::ZERO
-        {
-            self.learn_telemetry_instance(r.client_instance_id);
-        }
+        let pushed_as = match &request {
+            Request::PushTelemetry(r) => Some(r.client_instance_id),
+            _ => None,
+        };
         let started = std::time::Instant::now();
         let reply = handlers::dispatch(&ctx, request);
-        if let Reply::Now(Response::GetTelemetrySubscriptions(r)) = &reply
-            && r.client_instance_id != skiff_protocol::Uuid::ZERO
-        {
-            self.learn_telemetry_instance(r.client_instance_id);
+        // The telemetry ID the client goes by: one the broker gave it, or one it pushed with and
+        // the broker took (a refused push names no one).
+        let telemetry_id = match &reply {
+            Reply::Now(Response::GetTelemetrySubscriptions(r)) => Some(r.client_instance_id),
+            Reply::Now(Response::PushTelemetry(r)) if r.error_code == 0 => pushed_as,
+            _ => None,
+        };
+        if let Some(id) = telemetry_id.filter(|id| *id != skiff_protocol::Uuid::ZERO) {
+            self.learn_telemetry_instance(id);
         }
         if self.identity.instance_id().is_none()
             && let Some(telemetry) = self.telemetry_instance
