@@ -33,13 +33,47 @@ pub struct RunningBroker {
     pub broker: Arc<Broker>,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<Result<()>>,
+    /// The admin HTTP listener's task, when enabled (it stops with the broker).
+    admin: Option<JoinHandle<()>>,
 }
 
+/// How long a stopped broker's last tasks (the admin listener finishing its answers, blocking
+/// work in flight) may keep its state before [`RunningBroker::shutdown`] gives up on them.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl RunningBroker {
-    /// Asks the broker to stop and waits until it has.
+    /// Asks the broker to stop and waits until it has: its connections closed, its logs
+    /// flushed, and its state dropped, so the data directory is free for the next broker.
     pub async fn shutdown(self) -> Result<()> {
-        let _ = self.shutdown.send(true);
-        self.task.await.context("broker task panicked")?
+        let RunningBroker {
+            broker,
+            shutdown,
+            task,
+            admin,
+            ..
+        } = self;
+        let released = broker.released();
+        drop(broker);
+        let _ = shutdown.send(true);
+        let stopped = task.await.context("broker task panicked")?;
+        if let Some(mut admin) = admin
+            && tokio::time::timeout(RELEASE_TIMEOUT, &mut admin)
+                .await
+                .is_err()
+        {
+            tracing::warn!("the admin listener did not stop in time; aborting it");
+            admin.abort();
+            let _ = admin.await;
+        }
+        stopped?;
+        tokio::time::timeout(RELEASE_TIMEOUT, released)
+            .await
+            .map_err(|_| {
+                anyhow::anyhow!(
+                    "the broker stopped but its state is still in use {RELEASE_TIMEOUT:?} later \
+                     (the data directory stays locked until it is released)"
+                )
+            })
     }
 
     /// Waits until the broker stops by itself (it only does on a fatal error).
@@ -118,7 +152,7 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker> {
         }
         None => None,
     };
-    let admin_addr = admin.as_ref().map(|(addr, _)| *addr);
+    let (admin_addr, admin) = admin.unzip();
     let task = tokio::spawn(serve(
         listeners.into_iter().zip(security).collect(),
         Arc::clone(&broker),
@@ -139,6 +173,7 @@ pub async fn start(config: BrokerConfig) -> Result<RunningBroker> {
         broker,
         shutdown,
         task,
+        admin,
     })
 }
 
@@ -218,7 +253,7 @@ async fn serve(
         ),
         None => Vec::new(),
     };
-    tokio::spawn(crate::admin::publish_clients(
+    let publish_clients = tokio::spawn(crate::admin::publish_clients(
         Arc::clone(&broker),
         shutdown.clone(),
     ));
@@ -355,18 +390,26 @@ async fn serve(
     }
     for task in cluster_tasks {
         task.abort();
+        let _ = task.await;
     }
     if let Some(cluster) = broker.cluster() {
         cluster.leave().await;
     }
-    maintenance.abort();
-    certificates.abort();
-    oauth_keys.abort();
-    group_timers.abort();
-    if let Some(task) = share_timers {
+    // Each holds the broker: it is dropped (not just asked to stop) before the final flush, so
+    // the state is released when the caller lets go of it.
+    let background = [
+        Some(maintenance),
+        Some(certificates),
+        Some(oauth_keys),
+        Some(group_timers),
+        share_timers,
+        Some(txn_timers),
+        Some(publish_clients),
+    ];
+    for task in background.into_iter().flatten() {
         task.abort();
+        let _ = task.await;
     }
-    txn_timers.abort();
     let flushing = Arc::clone(&broker);
     tokio::task::spawn_blocking(move || {
         flushing.flush_due(true);

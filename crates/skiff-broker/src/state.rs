@@ -331,9 +331,22 @@ pub struct Broker {
     /// Cluster mode: PostgreSQL and object storage hold the topics and their records; the
     /// topics here are a mirror without local partitions.
     pub(crate) cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// Last, so it is dropped after every other field, the data directory's lock included:
+    /// [`Broker::released`] waits for it.
+    released: tokio::sync::watch::Sender<()>,
 }
 
 impl Broker {
+    /// Resolves once this broker's state is dropped (every `Arc` to it gone) and the data
+    /// directory is free for another broker.
+    pub fn released(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut receiver = self.released.subscribe();
+        async move {
+            // Nothing is ever sent: `changed` ends only when the sender is dropped.
+            while receiver.changed().await.is_ok() {}
+        }
+    }
+
     /// Opens the data directory: metadata, every partition log (with recovery), producer IDs.
     /// Must run inside a tokio runtime (group committers are tasks).
     /// `bound`: the address each listener bound, in `BrokerConfig::effective_listeners` order.
@@ -466,6 +479,7 @@ impl Broker {
             files: skiff_log::FileCacheHandle(skiff_log::FileCache::new(open_files_max)),
             security,
             cluster,
+            released: tokio::sync::watch::Sender::new(()),
         });
         if broker.cluster.is_some() {
             broker.mirror_cluster_topics();

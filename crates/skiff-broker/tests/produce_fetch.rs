@@ -957,3 +957,43 @@ fn last_batch_len(bytes: &[u8]) -> u64 {
     }
     last as u64
 }
+
+/// `shutdown` returns once the broker's state is dropped, so the data directory is free for the
+/// next broker: while anything still holds the state it waits (here, with the clock paused, past
+/// its bound, and says why), and the directory stays locked until the last holder lets go.
+#[tokio::test(start_paused = true)]
+async fn shutdown_waits_for_the_broker_state_and_its_data_directory_lock() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = || skiff_broker::BrokerConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        data_dir: dir.path().to_path_buf(),
+        ..Default::default()
+    };
+    let running = skiff_broker::start(config()).await.expect("broker starts");
+    let held = std::sync::Arc::clone(&running.broker);
+    let refused = running
+        .shutdown()
+        .await
+        .expect_err("shutdown cannot finish while the state is held");
+    assert!(
+        refused.to_string().contains("still in use"),
+        "unexpected: {refused:#}"
+    );
+    let locked = skiff_broker::start(config())
+        .await
+        .err()
+        .expect("the directory is still locked");
+    assert!(
+        format!("{locked:#}").contains("locked by another process"),
+        "unexpected: {locked:#}"
+    );
+    drop(held);
+    let again = skiff_broker::start(config())
+        .await
+        .expect("the directory is free once the state is dropped");
+    again.shutdown().await.expect("a clean shutdown");
+    let last = skiff_broker::start(config())
+        .await
+        .expect("free again the moment shutdown returned");
+    last.shutdown().await.expect("a clean shutdown");
+}
