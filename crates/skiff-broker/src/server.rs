@@ -19,9 +19,6 @@ use crate::security::Listener;
 use crate::shutdown::stopped;
 use crate::state::Broker;
 
-/// How often retention runs (Kafka's `log.retention.check.interval.ms` default).
-const RETENTION_INTERVAL: Duration = Duration::from_secs(300);
-
 /// A broker running on a tokio runtime.
 pub struct RunningBroker {
     /// The first listener's bound address.
@@ -527,13 +524,16 @@ async fn txn_timers(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     }
 }
 
-/// Periodic work: retention, and `flush = interval` syncs.
+/// Periodic work: retention (every `log.retention.check.interval.ms`), telemetry expiry, and
+/// `flush = interval` syncs.
 async fn maintenance(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     let flush_every = match broker.config.flush {
         FlushMode::Interval { flush_ms } => Some(Duration::from_millis(flush_ms.max(1))),
         FlushMode::Always => None,
     };
-    let mut retention = tokio::time::interval(RETENTION_INTERVAL);
+    let every = broker.retention_check_interval_ms().max(100);
+    let mut retention = tokio::time::interval(Duration::from_millis(every));
+    retention.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut telemetry_expiry = tokio::time::interval(Duration::from_secs(10));
     let mut flush = tokio::time::interval(flush_every.unwrap_or(Duration::from_secs(3600)));
     loop {

@@ -212,10 +212,7 @@ impl crate::cluster::Host for Broker {
     }
 
     fn retention_check_interval_ms(&self) -> u64 {
-        self.meta()
-            .broker_value("log.retention.check.interval.ms")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(300_000)
+        Broker::retention_check_interval_ms(self)
     }
 }
 
@@ -337,6 +334,15 @@ pub struct Broker {
 }
 
 impl Broker {
+    /// `log.retention.check.interval.ms`: how often retention runs (Kafka's default, 5 minutes,
+    /// when unset or unreadable).
+    pub(crate) fn retention_check_interval_ms(&self) -> u64 {
+        self.meta()
+            .broker_value("log.retention.check.interval.ms")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(300_000)
+    }
+
     /// Resolves once this broker's state is dropped (every `Arc` to it gone) and the data
     /// directory is free for another broker.
     pub fn released(&self) -> impl std::future::Future<Output = ()> + Send + 'static {

@@ -997,3 +997,67 @@ async fn shutdown_waits_for_the_broker_state_and_its_data_directory_lock() {
         .expect("free again the moment shutdown returned");
     last.shutdown().await.expect("a clean shutdown");
 }
+
+/// Retention runs every `log.retention.check.interval.ms` (here 100 ms; Kafka's default is 5
+/// minutes): segments past `retention.ms` (records of 1970, past the default 7 days) are deleted
+/// soon after the next one is rolled.
+#[tokio::test]
+async fn retention_runs_every_log_retention_check_interval_ms() {
+    let broker = TestBroker::start_with(|config| {
+        config
+            .kafka
+            .insert("log.retention.check.interval.ms".into(), "100".into());
+        config
+            .kafka
+            .insert("log.segment.bytes".into(), "1048576".into());
+    })
+    .await;
+    let mut c = broker.client().await;
+    create_topic(&mut c, "expiring").await;
+    let value = vec![7u8; 700 * 1024];
+    for i in 0..3 {
+        let mut b = skiff_records::RecordBatchBuilder::new();
+        b.append(1_000 * (i + 1), None, Some(&value), &[])
+            .expect("append");
+        let answer = produce(
+            &mut c,
+            "expiring",
+            1,
+            b.build().expect("batch").into_bytes(),
+            9,
+        )
+        .await;
+        assert_eq!(answer.error_code, 0);
+    }
+    let earliest = ListOffsetsRequest {
+        replica_id: -1,
+        topics: vec![ListOffsetsTopic {
+            name: "expiring".into(),
+            partitions: vec![ListOffsetsPartition {
+                partition_index: 0,
+                current_leader_epoch: -1,
+                timestamp: -2,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let start = match c.call(earliest.clone(), 7).await {
+            Response::ListOffsets(r) => r.topics[0].partitions[0].offset,
+            other => panic!("unexpected {other:?}"),
+        };
+        // Each 700 KiB batch fills a 1 MiB segment: the first two segments expire.
+        if start >= 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "retention did not run within {TIMEOUT:?} (log start {start})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    broker.stop().await;
+}

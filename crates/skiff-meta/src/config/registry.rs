@@ -466,6 +466,9 @@ static BROKER_CONFIGS: &[ConfigDef] = &[
         .check(Validator::OneOf(TIMESTAMP_TYPES)),
     key("log.preallocate", Boolean, Some("false")).stored_only(),
     key("log.retention.bytes", Long, Some("-1")),
+    key("log.retention.check.interval.ms", Long, Some("300000"))
+        .check(Validator::AtLeast(1))
+        .read_only(),
     key("log.retention.hours", Int, Some("168")).read_only(),
     key("log.retention.minutes", Int, None).read_only(),
     key("log.retention.ms", Long, None).check(Validator::AtLeast(-1)),
