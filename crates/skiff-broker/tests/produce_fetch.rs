@@ -1029,26 +1029,9 @@ async fn retention_runs_every_log_retention_check_interval_ms() {
         .await;
         assert_eq!(answer.error_code, 0);
     }
-    let earliest = ListOffsetsRequest {
-        replica_id: -1,
-        topics: vec![ListOffsetsTopic {
-            name: "expiring".into(),
-            partitions: vec![ListOffsetsPartition {
-                partition_index: 0,
-                current_leader_epoch: -1,
-                timestamp: -2,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
     let deadline = Instant::now() + TIMEOUT;
     loop {
-        let start = match c.call(earliest.clone(), 7).await {
-            Response::ListOffsets(r) => r.topics[0].partitions[0].offset,
-            other => panic!("unexpected {other:?}"),
-        };
+        let start = common::list_offset(&mut c, "expiring", -2, false).await;
         // Each 700 KiB batch fills a 1 MiB segment: the first two segments expire.
         if start >= 2 {
             break;

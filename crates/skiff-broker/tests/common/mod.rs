@@ -274,6 +274,31 @@ pub async fn create_topic_with_partitions(c: &mut Client, name: &str, partitions
 }
 
 /// A Produce request for one partition.
+/// ListOffsets v5 for partition 0 of `topic` at `timestamp` (-2 earliest, -1 latest): the offset.
+pub async fn list_offset(c: &mut Client, topic: &str, timestamp: i64, read_committed: bool) -> i64 {
+    use skiff_protocol::generated::ListOffsetsRequest;
+    use skiff_protocol::generated::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    let request = ListOffsetsRequest {
+        replica_id: -1,
+        isolation_level: i8::from(read_committed),
+        topics: vec![ListOffsetsTopic {
+            name: topic.into(),
+            partitions: vec![ListOffsetsPartition {
+                partition_index: 0,
+                current_leader_epoch: -1,
+                timestamp,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    match c.call(request, 5).await {
+        Response::ListOffsets(r) => r.topics[0].partitions[0].offset,
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
 pub fn produce_request(topic: &str, partition: i32, acks: i16, records: Bytes) -> ProduceRequest {
     ProduceRequest {
         acks,

@@ -7,14 +7,13 @@ use skiff_protocol::Response;
 use skiff_protocol::Uuid;
 use skiff_protocol::generated::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use skiff_protocol::generated::fetch_response::PartitionData;
-use skiff_protocol::generated::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use skiff_protocol::generated::offset_fetch_request::OffsetFetchRequestTopic;
 use skiff_protocol::generated::txn_offset_commit_request::{
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };
 use skiff_protocol::generated::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, InitProducerIdRequest,
-    ListOffsetsRequest, OffsetFetchRequest, TxnOffsetCommitRequest,
+    OffsetFetchRequest, TxnOffsetCommitRequest,
 };
 use skiff_records::{RecordBatchBuilder, RecordBatches};
 
@@ -153,25 +152,7 @@ pub fn contents(p: &PartitionData) -> (Vec<(i64, Vec<u8>)>, Vec<i64>) {
 }
 
 pub async fn latest(c: &mut Client, topic: &str, read_committed: bool) -> i64 {
-    let request = ListOffsetsRequest {
-        replica_id: -1,
-        isolation_level: i8::from(read_committed),
-        topics: vec![ListOffsetsTopic {
-            name: topic.into(),
-            partitions: vec![ListOffsetsPartition {
-                partition_index: 0,
-                current_leader_epoch: -1,
-                timestamp: -1,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    match c.call(request, 5).await {
-        Response::ListOffsets(r) => r.topics[0].partitions[0].offset,
-        other => panic!("unexpected {other:?}"),
-    }
+    super::list_offset(c, topic, -1, read_committed).await
 }
 
 /// OffsetFetch v7 asking for stable offsets: (offset, partition error code).
