@@ -18,12 +18,12 @@ One run:
     clock starts (the producer with one untimed warm-up record, counted in "records");
   * then, on the same broker, runs target/release/examples/raw_load (Skiff's raw-protocol load
     generator: prebuilt 1 MiB batches, 4 connections x 8 in flight, no client library to speak
-    of) against the PLAINTEXT and the SASL_SSL listener, --raw-seconds (default 5) each, acks=1, twice with the order
-    swapped, and prints its output and the SASL_SSL/PLAINTEXT ratio within each run (the broker
-    slows down as its page cache fills, so a run's two targets, minutes apart from the other
-    run's, are the fair pair; the swapped order shows any first-position advantage); skipped
-    with a note when it is not
-    built (`cargo build --release -p skiff-interop --example raw_load`);
+    of) against one listener per run, PLAINTEXT, SASL_SSL, SASL_SSL, PLAINTEXT: each produces for
+    --raw-seconds (default 5, acks=1) and then consumes what it produced. It prints each run, the
+    SASL_SSL/PLAINTEXT ratios of the mean rates, and the ratio of the broker's CPU per MB moved
+    (with a client this cheap, the broker's own TLS + SASL cost: the throughput a broker with its
+    cores to itself keeps); skipped with a note when raw_load is not built
+    (`cargo build --release -p skiff-interop --example raw_load`);
   * with --authorizer, then runs `cargo bench -p skiff-auth --bench authorizer` (about 2 min to
     compile) and prints its per-check times.
 The broker is stopped (SIGTERM, SIGKILL after 10 s) and the temp dirs removed, whatever happens.
@@ -166,64 +166,73 @@ def consume(conf: dict, topic: str, expected: int) -> tuple[float, int]:
         c.close()
 
 
-def raw_load_bench(ports: dict[str, int], ca: Path, admin: AdminClient, seconds: int) -> None:
-    """raw_load against both listeners, twice with the order swapped; prints its output and the
-    SASL_SSL/PLAINTEXT ratio within each run. Its topics are deleted after each run (on a tmpfs
-    data dir, gigabytes of them would otherwise squeeze the page cache)."""
+def raw_load_bench(ports: dict[str, int], ca: Path, admin: AdminClient, pid: int, seconds: int) -> None:
+    """raw_load against one listener at a time, in the order PLAINTEXT, SASL_SSL, SASL_SSL,
+    PLAINTEXT (so that neither gains from going first or from the broker's drift over the run);
+    each run produces for `seconds` and then consumes what it produced. Prints each run, the
+    SASL_SSL/PLAINTEXT ratio of the mean rates, and of the broker's CPU per MB: with a client
+    that costs little, that last one is the broker's own TLS + SASL cost, what a broker with
+    its cores to itself would lose. Each run's topic is deleted after it (on a tmpfs data dir,
+    gigabytes of them would otherwise squeeze the page cache)."""
     if not RAW_LOAD.exists():
         print(f"\nraw_load: skipped ({RAW_LOAD} is missing: run "
               "`cargo build --release -p skiff-interop --example raw_load`)")
         return
-    targets = {"plaintext": f"127.0.0.1:{ports['PLAINTEXT']}",
-               "sasl_ssl": f"sasl_ssl://127.0.0.1:{ports['SASL_SSL']}"}
-    print(f"\n== raw_load (raw Kafka protocol, prebuilt batches: little client work), acks=1, {seconds} s per target")
-    # (run, position) -> {"name", "produce", "consume"} in MB/s
-    results: dict[tuple[int, int], dict] = {}
-    for run, order in enumerate([["plaintext", "sasl_ssl"], ["sasl_ssl", "plaintext"]], start=1):
-        cmd = [str(RAW_LOAD)]
-        for name in order:
-            cmd += ["--target", f"{name}={targets[name]}"]
-        cmd += ["--ca", str(ca), "--user", USER, "--password", PASSWORD, "--seconds", str(seconds), "--acks", "1"]
-        print(f"-- run {run}: {' then '.join(order)}", flush=True)
+    targets = {"PLAINTEXT": f"plaintext=127.0.0.1:{ports['PLAINTEXT']}",
+               "SASL_SSL": f"sasl_ssl=sasl_ssl://127.0.0.1:{ports['SASL_SSL']}"}
+    print(f"\n== raw_load (raw Kafka protocol, prebuilt batches: little client work), acks=1, {seconds} s "
+          "of produce per run, then its records consumed; one listener per run", flush=True)
+    # listener -> [(produce MB/s, consume MB/s, broker CPU ms per MB moved)]
+    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in targets}
+    for run, name in enumerate(["PLAINTEXT", "SASL_SSL", "SASL_SSL", "PLAINTEXT"], start=1):
+        cmd = [str(RAW_LOAD), "--target", targets[name], "--ca", str(ca), "--user", USER, "--password", PASSWORD,
+               "--seconds", str(seconds), "--acks", "1"]
+        cpu0 = cpu_seconds(pid)
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         except subprocess.TimeoutExpired:
-            print("  raw_load timed out after 600 s")
+            print(f"  run {run} {name}: raw_load timed out after 600 s")
             continue
+        cpu = cpu_seconds(pid) - cpu0
+        rates: dict[str, float] = {}
+        records = 0
         for line in r.stdout.splitlines():
-            print(f"  {line}")
-            m = re.match(r"(\S+)\s+(produce|consume)\b.*?([\d.]+) MB/s", line)
-            if m and m.group(1) in order:
-                entry = results.setdefault((run, order.index(m.group(1))), {"name": m.group(1)})
-                entry[m.group(2)] = float(m.group(3))
-        if r.returncode != 0 or r.stderr.strip():
-            print(f"  (exit {r.returncode}) {r.stderr.strip()[-2000:]}")
+            m = re.match(r"\S+\s+(produce|consume)\b.*?([\d.]+) MB/s", line)
+            if m:
+                rates[m.group(1)] = float(m.group(2))
+            m = re.search(r"\((\d+) records\)", line)
+            if m:
+                records = int(m.group(1))
+        if r.returncode != 0 or r.stderr.strip() or "produce" not in rates or "consume" not in rates or not records:
+            print(f"  run {run} {name}: (exit {r.returncode}) {r.stdout.strip()[-500:]} {r.stderr.strip()[-1500:]}")
+        else:
+            # Every record went in once and out once.
+            megabytes = 2 * records * 1024 / MB
+            per_mb = cpu * 1000 / megabytes
+            results[name].append((rates["produce"], rates["consume"], per_mb))
+            print(f"  run {run} {name:10} produce {rates['produce']:7.1f} MB/s   consume {rates['consume']:7.1f} MB/s"
+                  f"   broker CPU {per_mb:.2f} ms per MB moved ({records} records)", flush=True)
         done = [t for t in admin.list_topics(timeout=20).topics if t.startswith("raw-load-")]
         for topic, f in (admin.delete_topics(done).items() if done else []):
             try:
                 f.result(timeout=20)
             except KafkaException as e:
                 print(f"    (could not delete {topic}: {e})")
-    for run in (1, 2):
-        by_name = {e["name"]: e for (r, _), e in results.items() if r == run}
-        plain, secure = by_name.get("plaintext", {}), by_name.get("sasl_ssl", {})
-        for what in ("produce", "consume"):
-            if plain.get(what) and what in secure:
-                print(f"raw_load run {run} SASL_SSL / PLAINTEXT {what}: "
-                      f"{secure[what]:.1f} / {plain[what]:.1f} MB/s = {secure[what] / plain[what]:.2f}x")
-            else:
-                print(f"raw_load run {run} SASL_SSL / PLAINTEXT {what}: n/a")
-    # Each listener ran once first and once second: the mean of the two runs' ratios cancels the
-    # first position's advantage.
-    for what in ("produce", "consume"):
-        ratios = []
-        for run in (1, 2):
-            by_name = {e["name"]: e for (r, _), e in results.items() if r == run}
-            plain, secure = by_name.get("plaintext", {}), by_name.get("sasl_ssl", {})
-            if plain.get(what) and what in secure:
-                ratios.append(secure[what] / plain[what])
-        if len(ratios) == 2:
-            print(f"raw_load SASL_SSL / PLAINTEXT {what}, mean of both orders: {sum(ratios) / 2:.2f}x (target >= 0.7x)")
+    if not (results["PLAINTEXT"] and results["SASL_SSL"]):
+        print("raw_load SASL_SSL / PLAINTEXT: n/a")
+        return
+
+    def mean(name: str, index: int) -> float:
+        values = [r[index] for r in results[name]]
+        return sum(values) / len(values)
+
+    for index, what in ((0, "produce"), (1, "consume")):
+        plain, secure = mean("PLAINTEXT", index), mean("SASL_SSL", index)
+        print(f"raw_load SASL_SSL / PLAINTEXT {what}, mean of 2 runs each: {secure:.1f} / {plain:.1f} MB/s = "
+              f"{secure / plain:.2f}x (target >= 0.7x)")
+    plain, secure = mean("PLAINTEXT", 2), mean("SASL_SSL", 2)
+    print(f"raw_load broker CPU per MB moved, PLAINTEXT / SASL_SSL: {plain:.2f} / {secure:.2f} ms = {plain / secure:.2f}x "
+          "(the throughput a CPU-bound broker keeps over SASL_SSL; target >= 0.7x)")
 
 
 def authorizer_bench() -> None:
@@ -247,7 +256,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10, help="produce for this long per run (default 10)")
     ap.add_argument("--mib", type=float, help="produce this many MiB per run instead")
     ap.add_argument("--authorizer", action="store_true", help="also run the authorizer micro-benchmark")
-    ap.add_argument("--raw-seconds", type=int, default=5, help="raw_load's seconds per target (default 5)")
+    ap.add_argument("--raw-seconds", type=int, default=5, help="raw_load's seconds of produce per run (default 5)")
     ap.add_argument("--tmpdir", help="where the broker's temp data dir goes (e.g. /dev/shm, so that page-cache "
                     "writeback does not cap raw_load; default: the system's temp dir)")
     args = ap.parse_args()
@@ -310,7 +319,7 @@ def main() -> None:
             # SASL_SSL would still cost the client's TLS CPU on top of PLAINTEXT's total.
             print(f"  the client's own TLS CPU alone bounds the produce ratio here: with a broker that spent "
                   f"nothing on TLS, ({bp:.2f} + {cp:.2f}) / ({bp:.2f} + {cs:.2f}) = {(bp + cp) / (bp + cs):.2f}x")
-        raw_load_bench(ports, ca, admin, args.raw_seconds)
+        raw_load_bench(ports, ca, admin, proc.pid, args.raw_seconds)
         del admin  # before the broker stops, so that it does not log the lost connection
     finally:
         if proc is not None:
