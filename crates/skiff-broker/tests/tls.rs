@@ -1,7 +1,7 @@
 //! TLS listeners: Kafka requests over TLS, client certificates (`ssl.client.auth`) and the
 //! principal their subject maps to, clients the listener must refuse (plaintext, garbage,
 //! untrusted or missing certificates, a disabled TLS version), and certificates reloaded from
-//! changed files without a restart.
+//! changed files without a restart, and large requests that arrive in many TLS records.
 
 mod common;
 
@@ -318,5 +318,55 @@ async fn answers_to_a_reader_that_reads_late_arrive_whole_over_tls() {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+}
+
+/// A large produce request sent the way TLS clients send it, as many records with pauses in
+/// between, is read whole by the broker (which gathers such pieces instead of waking for each)
+/// and its records come back intact.
+#[tokio::test]
+async fn a_large_request_sent_in_pieces_over_tls_is_read_whole() {
+    let (tb, ca) = start(ClientAuth::None).await;
+    let mut c = tls_client(&tb, client_config(&ca.pem, None)).await;
+    let id = common::create_topic(&mut c, "pieces").await;
+    let value: Vec<u8> = (0..900 * 1024).map(|i| (i % 251) as u8).collect();
+    let request = skiff_protocol::Request::Produce(common::produce_request(
+        "pieces",
+        0,
+        1,
+        common::batch(&[&value]),
+    ));
+    let frame = skiff_protocol::header::encode_request_frame(&request, 9, 77, Some("t"), None)
+        .expect("encode");
+    for piece in frame.chunks(16 * 1024) {
+        c.send_raw(piece).await;
+        tokio::task::yield_now().await;
+    }
+    match c.receive(skiff_protocol::ApiKey::Produce, 9, 77).await {
+        Response::Produce(r) => assert_eq!(r.responses[0].partition_responses[0].error_code, 0),
+        other => panic!("unexpected {other:?}"),
+    }
+    let mut fetch = common::fetch_request("pieces", id, 0, 0, 0);
+    fetch.topics[0].partitions[0].partition_max_bytes = 2 * 1024 * 1024;
+    fetch.max_bytes = 2 * 1024 * 1024;
+    match c.call(fetch, 12).await {
+        Response::Fetch(r) => {
+            let records = r.responses[0].partitions[0]
+                .records
+                .clone()
+                .unwrap_or_default();
+            let batch = skiff_records::RecordBatches::new(records)
+                .next()
+                .expect("a batch")
+                .expect("a valid batch");
+            let record = batch
+                .records()
+                .expect("records")
+                .next()
+                .expect("a record")
+                .expect("valid");
+            assert_eq!(record.value.as_deref(), Some(&value[..]));
+        }
+        other => panic!("unexpected {other:?}"),
     }
 }

@@ -7,13 +7,25 @@
 //! already delivered a frame that large. An idle stream holds at most [`RETAINED_CAPACITY`]
 //! bytes: a larger buffer is released as soon as it has no unread bytes.
 //!
+//! Reading coalesced (for TLS streams): while a frame still misses at least
+//! [`COALESCE_MIN_MISSING`] bytes, a read that finds nothing after one that found some waits
+//! [`COALESCE_PAUSE`] and tries again, instead of waking up for every piece that arrives (if the
+//! pause brought nothing, the reader waits for the next arrival as usual: a stalled stream costs
+//! no timer wake-ups). A TLS client sends a large request as
+//! 16 KiB records, and waking for each cost the broker more than decrypting them (75 wake-ups per
+//! MB against 3 for the same client over PLAINTEXT). A frame is complete at most
+//! [`COALESCE_PAUSE`] later than it would have been, and only a frame that large.
+//!
 //! With a budget (a semaphore of bytes shared by every connection, Kafka's
 //! `queued.max.request.bytes`), the bytes of a frame's body are taken from the budget before they
 //! are read (in steps that grow with what arrived, so a declared size alone holds nothing), and
 //! travel with the frame: they return to the budget when the request is done. A stream whose
 //! next bytes do not fit waits: back-pressure.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -27,6 +39,12 @@ pub const RETAINED_CAPACITY: usize = 4 * 1024;
 
 /// The first step of a frame's body taken from the budget; later steps double with what arrived.
 const BUDGET_STEP: usize = 64 * 1024;
+
+/// A coalescing reader reads as usual once a frame misses fewer bytes than this.
+pub const COALESCE_MIN_MISSING: usize = 256 * 1024;
+
+/// How long a coalescing reader lets the pieces of a large frame gather when it found none.
+pub const COALESCE_PAUSE: Duration = Duration::from_millis(1);
 
 /// Why no frame could be read.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +79,10 @@ pub struct FrameReader<R> {
     budget: Option<(Arc<Semaphore>, usize)>,
     /// The budget held for the frame being read.
     held: Option<OwnedSemaphorePermit>,
+    /// See the module's documentation: set for TLS streams.
+    coalesce: bool,
+    /// The last read of a coalescing reader found nothing: pause before the next.
+    pause: bool,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -72,7 +94,16 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             proven: 0,
             budget: None,
             held: None,
+            coalesce: false,
+            pause: false,
         }
+    }
+
+    /// Lets the pieces of a large frame gather instead of waking for each (see the module's
+    /// documentation).
+    pub fn coalescing(mut self) -> Self {
+        self.coalesce = true;
+        self
     }
 
     /// Reads a body only once its size is acquired from `budget` (whose whole size is `total`:
@@ -139,12 +170,21 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             let declared = self.declared_size()?;
             let mut limit = usize::MAX;
             let mut permit = None;
+            let mut coalesced = false;
+            let mut slept = false;
             if let Some(size) = declared {
                 if let Some(body) = self.take_frame(size) {
+                    self.pause = false;
                     return Ok(Some(Frame {
                         body,
                         budget: self.held.take(),
                     }));
+                }
+                let missing = (4 + size).saturating_sub(self.buffer.len());
+                coalesced = self.coalesce && missing >= COALESCE_MIN_MISSING;
+                if coalesced && std::mem::take(&mut self.pause) {
+                    tokio::time::sleep(COALESCE_PAUSE).await;
+                    slept = true;
                 }
                 // Read at most the rest of this frame, in steps that grow with what arrived;
                 // each step's bytes are taken from the budget before they are read.
@@ -164,10 +204,32 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             if self.buffer.capacity() == self.buffer.len() {
                 self.buffer.reserve(self.room_to_reserve(declared));
             }
-            let read = (&mut self.reader)
-                .take(limit as u64)
-                .read_buf(&mut self.buffer)
-                .await?;
+            let read = {
+                let mut taken = (&mut self.reader).take(limit as u64);
+                let mut reading = std::pin::pin!(taken.read_buf(&mut self.buffer));
+                if coalesced {
+                    // Whatever is there, without waiting for more (a pending read keeps
+                    // nothing).
+                    // (Polled apart from the match: its `Context` must not live across the
+                    // await below, or the future would not be `Send`.)
+                    let polled = reading
+                        .as_mut()
+                        .poll(&mut Context::from_waker(Waker::noop()));
+                    match polled {
+                        Poll::Ready(read) => read?,
+                        // Nothing came during a pause: wait for the next arrival, so that a
+                        // stalled stream costs no timer wake-ups.
+                        Poll::Pending if slept => reading.await?,
+                        Poll::Pending => {
+                            // The budget taken for this read goes back with `permit`.
+                            self.pause = true;
+                            continue;
+                        }
+                    }
+                } else {
+                    reading.await?
+                }
+            };
             if let Some(mut permit) = permit {
                 // Keep what was read; give back the rest.
                 let unused = permit.num_permits().saturating_sub(read);
@@ -363,5 +425,47 @@ mod tests {
         assert_eq!(budget.available_permits(), 0);
         drop(frame);
         assert_eq!(budget.available_permits(), 10_000);
+    }
+
+    /// A coalescing reader gets a large frame sent in 16 KiB pieces (as a TLS client's records
+    /// arrive) whole, then the small frame after it and the end of the stream; the budget it
+    /// took is all back once the frames are dropped.
+    #[tokio::test]
+    async fn a_coalescing_reader_gathers_a_large_frame_sent_in_pieces() {
+        use tokio::io::AsyncWriteExt;
+        let large = COALESCE_MIN_MISSING * 3;
+        let data = frames(&[large, 10]);
+        let (mut tx, rx) = tokio::io::duplex(64 * 1024);
+        let writer = tokio::spawn(async move {
+            for piece in data.chunks(16 * 1024) {
+                tx.write_all(piece).await?;
+                tokio::task::yield_now().await;
+            }
+            Ok::<_, std::io::Error>(())
+        });
+        let total = 1 << 20;
+        let budget = Arc::new(Semaphore::new(total));
+        let mut reader = FrameReader::new(rx, 1 << 20)
+            .with_budget(Arc::clone(&budget), total)
+            .coalescing();
+        let first = reader
+            .next_frame()
+            .await
+            .ok()
+            .flatten()
+            .expect("the large frame");
+        assert_eq!(first.body.len(), large);
+        assert!(first.body.iter().all(|&b| b == 0));
+        let second = reader
+            .next_frame()
+            .await
+            .ok()
+            .flatten()
+            .expect("the small frame");
+        assert_eq!(&second.body[..], &[1u8; 10][..]);
+        assert!(matches!(writer.await, Ok(Ok(()))));
+        assert!(matches!(reader.next_frame().await, Ok(None)));
+        drop((first, second));
+        assert_eq!(budget.available_permits(), total);
     }
 }

@@ -164,6 +164,13 @@ impl Connection {
             None => broker.config.socket_request_max_bytes,
         };
         let reader = FrameReader::new(read, max);
+        // A TLS client's large requests arrive in 16 KiB records: gather them (see
+        // `FrameReader::coalescing`) rather than waking for each.
+        let reader = if listener.tls.is_some() {
+            reader.coalescing()
+        } else {
+            reader
+        };
         let reader = match budget {
             Some((budget, total)) => reader.with_budget(budget, total),
             None => reader,
