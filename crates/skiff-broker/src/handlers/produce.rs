@@ -130,21 +130,44 @@ pub fn handle(ctx: &RequestContext, request: ProduceRequest) -> Reply {
     }
     Reply::Later(Box::pin(async move {
         for (t, p, partition, end) in waits {
-            if let Err(e) = partition.wait_durable(end).await {
+            let synced = partition.wait_durable(end).await;
+            if let Err(e) = &synced {
                 tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "fdatasync failed");
-                if let Some(r) = response
+            }
+            if let Some((code, message)) = durable_outcome(synced, partition.is_removed())
+                && let Some(r) = response
                     .responses
                     .get_mut(t)
                     .and_then(|topic| topic.partition_responses.get_mut(p))
-                {
-                    r.error_code = error_codes::KAFKA_STORAGE_ERROR;
-                    r.error_message = Some(ByteString::from(format!("disk sync failed: {e}")));
-                    r.base_offset = -1;
-                }
+            {
+                r.error_code = code;
+                r.error_message = Some(ByteString::from(message));
+                r.base_offset = -1;
             }
         }
         Response::Produce(response)
     }))
+}
+
+/// The error an acks=all partition answers once its wait for durability is over, if any: the
+/// sync failed, or the topic was deleted while the records waited (as Kafka's delayed produce
+/// answers for a partition gone meanwhile), so that no acknowledgement names records whose
+/// files are being removed (a delete answered before it would have made them lost).
+fn durable_outcome(
+    synced: Result<(), skiff_log::LogError>,
+    removed: bool,
+) -> Option<(i16, String)> {
+    match synced {
+        Err(e) => Some((
+            error_codes::KAFKA_STORAGE_ERROR,
+            format!("disk sync failed: {e}"),
+        )),
+        Ok(()) if removed => Some((
+            error_codes::UNKNOWN_TOPIC_OR_PARTITION,
+            "the topic was deleted before the records were durable".into(),
+        )),
+        Ok(()) => None,
+    }
 }
 
 /// What a cluster-mode produce waits for, per partition.
@@ -378,4 +401,37 @@ fn cluster_produce(
         }
         Response::Produce(response)
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An acks=all answer is a success only for records synced into a partition that still
+    /// exists: a sync failure is KAFKA_STORAGE_ERROR, and a topic deleted during the wait is
+    /// UNKNOWN_TOPIC_OR_PARTITION (its files are being removed: an acknowledgement would be a
+    /// lie), whatever the sync did.
+    #[test]
+    fn an_acks_all_answer_after_the_wait_names_the_sync_and_the_deletion() {
+        let failed = || {
+            Err(skiff_log::LogError::Io {
+                op: "fdatasync",
+                path: "/x".into(),
+                source: std::io::Error::other("EIO"),
+            })
+        };
+        assert_eq!(durable_outcome(Ok(()), false), None);
+        assert_eq!(
+            durable_outcome(Ok(()), true).map(|(code, _)| code),
+            Some(error_codes::UNKNOWN_TOPIC_OR_PARTITION)
+        );
+        assert_eq!(
+            durable_outcome(failed(), false).map(|(code, _)| code),
+            Some(error_codes::KAFKA_STORAGE_ERROR)
+        );
+        assert_eq!(
+            durable_outcome(failed(), true).map(|(code, _)| code),
+            Some(error_codes::KAFKA_STORAGE_ERROR)
+        );
+    }
 }

@@ -631,6 +631,11 @@ impl Partition {
         self.removed.store(true, Ordering::Release);
     }
 
+    /// Whether the partition's topic was deleted (see [`Partition::mark_removed`]).
+    pub(crate) fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
+
     /// Publishes the transaction state of `states` (call with the producers lock held, after
     /// every change to it).
     fn publish_txn_state(&self, states: &ProducerStates) {
