@@ -8,13 +8,12 @@
 //! bytes: a larger buffer is released as soon as it has no unread bytes.
 //!
 //! Reading coalesced (for TLS streams): while a frame still misses at least
-//! [`COALESCE_MIN_MISSING`] bytes, a read that finds nothing after one that found some waits
-//! [`COALESCE_PAUSE`] and tries again, instead of waking up for every piece that arrives (if the
-//! pause brought nothing, the reader waits for the next arrival as usual: a stalled stream costs
-//! no timer wake-ups). A TLS client sends a large request as
-//! 16 KiB records, and waking for each cost the broker more than decrypting them (75 wake-ups per
-//! MB against 3 for the same client over PLAINTEXT). A frame is complete at most
-//! [`COALESCE_PAUSE`] later than it would have been, and only a frame that large.
+//! [`COALESCE_MIN_MISSING`] bytes, a read that finds nothing waits [`COALESCE_PAUSE`] and tries
+//! again, instead of waking up for every piece that arrives; if the pause brought nothing, the
+//! reader waits for the next arrival as usual (a stalled stream costs no timer wake-ups). A TLS
+//! client sends a large request as 16 KiB records, and waking for each cost the broker more than
+//! decrypting them (75 wake-ups per MB against 3 for the same client over PLAINTEXT). Such a
+//! frame is complete at most [`COALESCE_PAUSE`] later than it would have been.
 //!
 //! With a budget (a semaphore of bytes shared by every connection, Kafka's
 //! `queued.max.request.bytes`), the bytes of a frame's body are taken from the budget before they
@@ -180,7 +179,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                         budget: self.held.take(),
                     }));
                 }
-                let missing = (4 + size).saturating_sub(self.buffer.len());
+                let missing = (4 + size).saturating_sub(self.buffer.len()).max(1);
                 coalesced = self.coalesce && missing >= COALESCE_MIN_MISSING;
                 if coalesced && std::mem::take(&mut self.pause) {
                     tokio::time::sleep(COALESCE_PAUSE).await;
@@ -188,7 +187,6 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 }
                 // Read at most the rest of this frame, in steps that grow with what arrived;
                 // each step's bytes are taken from the budget before they are read.
-                let missing = (4 + size).saturating_sub(self.buffer.len()).max(1);
                 limit = missing.min(self.buffer.len().max(BUDGET_STEP));
                 if let Some((budget, total)) = &self.budget {
                     let held = self.held.as_ref().map_or(0, |p| p.num_permits());
