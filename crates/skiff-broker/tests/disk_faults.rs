@@ -1,5 +1,6 @@
 //! Disk faults injected through skiff-log's failpoints (EIO from fdatasync, from a segment
-//! write, from a checkpoint rename), against a real broker over TCP.
+//! write, from a checkpoint rename; an fdatasync held until the test lets it go, to order a
+//! race), against a real broker over TCP.
 //!
 //! What Skiff does, per partition (Kafka takes a whole log directory offline instead): a failed
 //! fdatasync or segment write takes that partition offline — every later append answers
@@ -17,7 +18,9 @@ use skiff_log::faults::{self, Fault};
 use skiff_protocol::generated::delete_records_request::{
     DeleteRecordsPartition, DeleteRecordsTopic,
 };
-use skiff_protocol::generated::{DeleteRecordsRequest, DescribeLogDirsRequest};
+use skiff_protocol::generated::{
+    DeleteRecordsRequest, DeleteTopicsRequest, DescribeLogDirsRequest,
+};
 use skiff_protocol::{Response, Uuid, error_codes};
 
 /// Produces one record; the partition's (error code, base offset).
@@ -244,4 +247,65 @@ async fn a_failed_checkpoint_rename_fails_the_delete_records_request_only() {
         vec![Bytes::from_static(b"c"), Bytes::from_static(b"d")]
     );
     tb.stop().await;
+}
+
+/// The race of #13's topic churn, ordered by a held fdatasync: an acks=all produce whose records
+/// were appended, and whose fdatasync is still running when its topic is deleted, must not be
+/// acknowledged once the deletion was answered (its records are gone with the topic).
+#[tokio::test]
+async fn an_acks_all_produce_waiting_for_its_fdatasync_is_not_acknowledged_after_its_topic_is_deleted()
+ {
+    let tb = TestBroker::start().await;
+    let mut admin = tb.client().await;
+    create_topic(&mut admin, "heldsync").await;
+    assert_eq!(produce(&mut admin, "heldsync", -1, b"first").await, (0, 0));
+
+    faults::hold(Fault::Sync, "heldsync-0");
+    // Released however the test ends: a held fdatasync would otherwise block shutdown.
+    let hold = Released("heldsync-0");
+    let mut producer = tb.client().await;
+    let produced =
+        tokio::spawn(async move { produce(&mut producer, "heldsync", -1, b"appended").await });
+    // The produce's records are in the log and its fdatasync is blocked.
+    let held = tokio::task::spawn_blocking(|| {
+        faults::wait_held("heldsync-0", std::time::Duration::from_secs(30))
+    })
+    .await
+    .expect("wait");
+    assert!(held, "the produce's fdatasync never started");
+
+    let deleted = match admin
+        .call(
+            DeleteTopicsRequest {
+                topic_names: vec!["heldsync".into()],
+                timeout_ms: 5000,
+                ..Default::default()
+            },
+            5,
+        )
+        .await
+    {
+        Response::DeleteTopics(r) => r.responses,
+        other => panic!("unexpected {other:?}"),
+    };
+    drop(hold);
+    assert_eq!(deleted.len(), 1);
+    assert_eq!(deleted[0].error_code, 0, "{deleted:?}");
+
+    let (code, base_offset) = produced.await.expect("produce");
+    assert_eq!(
+        (code, base_offset),
+        (error_codes::UNKNOWN_TOPIC_OR_PARTITION, -1),
+        "acknowledged records of a topic deleted before they were durable"
+    );
+    tb.stop().await;
+}
+
+/// Releases a held failpoint when dropped.
+struct Released(&'static str);
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        faults::release(self.0);
+    }
 }
