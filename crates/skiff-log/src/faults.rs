@@ -146,3 +146,35 @@ pub(crate) fn check(fault: Fault, path: &Path) -> io::Result<()> {
 pub(crate) fn check(_fault: Fault, _path: &Path) -> io::Result<()> {
     Ok(())
 }
+
+#[cfg(all(test, feature = "fault-injection"))]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::{Fault, check, hold, release, wait_held};
+
+    #[test]
+    fn a_held_call_waits_for_its_release_and_others_pass() {
+        let part = "faults-unit-held";
+        assert!(
+            !wait_held(part, Duration::from_millis(10)),
+            "nothing held yet"
+        );
+        hold(Fault::Sync, part);
+        // Another fault, or another path, is not held.
+        check(Fault::Write, Path::new("/x/faults-unit-held/0.log")).expect("write passes");
+        check(Fault::Sync, Path::new("/x/other/0.log")).expect("other path passes");
+        assert!(!wait_held(part, Duration::from_millis(10)));
+
+        let held =
+            std::thread::spawn(|| check(Fault::Sync, Path::new("/x/faults-unit-held/0.log")));
+        assert!(wait_held(part, Duration::from_secs(30)), "the sync is held");
+        assert!(!held.is_finished());
+        release(part);
+        held.join()
+            .expect("thread")
+            .expect("the released sync goes on");
+        assert!(!wait_held(part, Duration::from_millis(10)), "released");
+    }
+}
