@@ -531,8 +531,7 @@ async fn maintenance(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
         FlushMode::Interval { flush_ms } => Some(Duration::from_millis(flush_ms.max(1))),
         FlushMode::Always => None,
     };
-    let every = broker.retention_check_interval_ms().max(100);
-    let mut retention = tokio::time::interval(Duration::from_millis(every));
+    let mut retention = tokio::time::interval(broker.retention_check_interval());
     retention.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut telemetry_expiry = tokio::time::interval(Duration::from_secs(10));
     let mut flush = tokio::time::interval(flush_every.unwrap_or(Duration::from_secs(3600)));

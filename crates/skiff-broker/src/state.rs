@@ -33,6 +33,10 @@ fn flush_policy(mode: FlushMode) -> FlushPolicy {
     }
 }
 
+/// The shortest time between two retention runs, whatever `log.retention.check.interval.ms` says
+/// (each run visits every partition).
+pub(crate) const RETENTION_CHECK_MIN: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The client metrics subscriptions, inside the data directory.
 pub const SUBSCRIPTIONS_FILE: &str = "client-metrics.json";
 
@@ -211,8 +215,8 @@ impl crate::cluster::Host for Broker {
             .collect()
     }
 
-    fn retention_check_interval_ms(&self) -> u64 {
-        Broker::retention_check_interval_ms(self)
+    fn retention_check_interval(&self) -> std::time::Duration {
+        Broker::retention_check_interval(self)
     }
 }
 
@@ -335,12 +339,14 @@ pub struct Broker {
 
 impl Broker {
     /// `log.retention.check.interval.ms`: how often retention runs (Kafka's default, 5 minutes,
-    /// when unset or unreadable).
-    pub(crate) fn retention_check_interval_ms(&self) -> u64 {
-        self.meta()
+    /// when unset or unreadable), at least [`RETENTION_CHECK_MIN`] apart.
+    pub(crate) fn retention_check_interval(&self) -> std::time::Duration {
+        let ms = self
+            .meta()
             .broker_value("log.retention.check.interval.ms")
             .and_then(|v| v.parse().ok())
-            .unwrap_or(300_000)
+            .unwrap_or(300_000);
+        std::time::Duration::from_millis(ms).max(RETENTION_CHECK_MIN)
     }
 
     /// Resolves once this broker's state is dropped (every `Arc` to it gone) and the data

@@ -322,7 +322,7 @@ async fn answers_to_a_reader_that_reads_late_arrive_whole_over_tls() {
 }
 
 /// A large produce request sent the way TLS clients send it, as many records with pauses in
-/// between, is read whole by the broker (which gathers such pieces instead of waking for each)
+/// between, is read whole by the broker (which gathers such pieces instead of reading each alone)
 /// and its records come back intact.
 #[tokio::test]
 async fn a_large_request_sent_in_pieces_over_tls_is_read_whole() {

@@ -66,8 +66,9 @@ pub trait Host: Send + Sync + 'static {
     fn held_instances(&self) -> Option<(i64, Vec<(Uuid, String)>)>;
     /// The topics with a retention limit, and their limits.
     fn retention_targets(&self) -> Vec<RetentionTarget>;
-    /// `log.retention.check.interval.ms`.
-    fn retention_check_interval_ms(&self) -> u64;
+    /// How often retention runs: `log.retention.check.interval.ms`, at least
+    /// [`crate::state::RETENTION_CHECK_MIN`].
+    fn retention_check_interval(&self) -> std::time::Duration;
 }
 
 /// A topic whose log start retention may move.

@@ -305,8 +305,7 @@ async fn retention(
     cluster: Arc<Cluster>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let every = broker.retention_check_interval_ms().max(100);
-    let mut timer = tokio::time::interval(Duration::from_millis(every));
+    let mut timer = tokio::time::interval(broker.retention_check_interval());
     timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     timer.tick().await;
     loop {

@@ -165,7 +165,7 @@ impl Connection {
         };
         let reader = FrameReader::new(read, max);
         // A TLS client's large requests arrive in 16 KiB records: gather them (see
-        // `FrameReader::coalescing`) rather than waking for each.
+        // `FrameReader::coalescing`) rather than reading each alone.
         let reader = if listener.tls.is_some() {
             reader.coalescing()
         } else {

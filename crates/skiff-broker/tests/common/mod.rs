@@ -273,7 +273,6 @@ pub async fn create_topic_with_partitions(c: &mut Client, name: &str, partitions
     }
 }
 
-/// A Produce request for one partition.
 /// ListOffsets v5 for partition 0 of `topic` at `timestamp` (-2 earliest, -1 latest): the offset.
 pub async fn list_offset(c: &mut Client, topic: &str, timestamp: i64, read_committed: bool) -> i64 {
     use skiff_protocol::generated::ListOffsetsRequest;
@@ -299,6 +298,7 @@ pub async fn list_offset(c: &mut Client, topic: &str, timestamp: i64, read_commi
     }
 }
 
+/// A Produce request for one partition.
 pub fn produce_request(topic: &str, partition: i32, acks: i16, records: Bytes) -> ProduceRequest {
     ProduceRequest {
         acks,
