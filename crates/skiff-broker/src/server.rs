@@ -407,6 +407,9 @@ async fn serve(
         task.abort();
         let _ = task.await;
     }
+    // Transaction ends still running (they may wait on the produce pipeline or the
+    // coordinators' writer, stopped above); each is persisted and carried out again later.
+    broker.stop_detached().await;
     let flushing = Arc::clone(&broker);
     tokio::task::spawn_blocking(move || {
         flushing.flush_due(true);
@@ -553,5 +556,35 @@ async fn maintenance(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
             }
             _ = stopped(&mut shutdown) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Work a request left running (`Broker::spawn_detached`, as transaction ends are) holds
+    /// the broker's state and may wait forever on services that stopped first: shutdown stops
+    /// it, so that the state (and the data directory) is released. With the clock paused, a
+    /// shutdown that kept waiting would fail at once with "still in use".
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_stops_detached_work_that_never_ends() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let running = start(BrokerConfig {
+            listen: "127.0.0.1:0".parse().expect("addr"),
+            data_dir: dir.path().to_path_buf(),
+            ..Default::default()
+        })
+        .await
+        .expect("broker starts");
+        let holder = Arc::clone(&running.broker);
+        running.broker.spawn_detached(async move {
+            let _state = holder;
+            std::future::pending::<()>().await;
+        });
+        running
+            .shutdown()
+            .await
+            .expect("the detached work is stopped");
     }
 }

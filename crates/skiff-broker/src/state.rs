@@ -332,6 +332,9 @@ pub struct Broker {
     /// Cluster mode: PostgreSQL and object storage hold the topics and their records; the
     /// topics here are a mirror without local partitions.
     pub(crate) cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// Work that outlives the request that started it (transaction ends), but not the broker:
+    /// see [`Broker::spawn_detached`].
+    detached: Mutex<tokio::task::JoinSet<()>>,
     /// Last, so it is dropped after every other field, the data directory's lock included:
     /// [`Broker::released`] waits for it.
     released: tokio::sync::watch::Sender<()>,
@@ -347,6 +350,26 @@ impl Broker {
             .and_then(|v| v.parse().ok())
             .unwrap_or(300_000);
         std::time::Duration::from_millis(ms).max(RETENTION_CHECK_MIN)
+    }
+
+    /// Runs `work` as a task of its own, which goes on when its caller goes away (a transaction
+    /// end completes even if its requester disconnects) and stops with the broker: the broker's
+    /// shutdown aborts what is left ([`Broker::stop_detached`]), since such a task holds the
+    /// broker's state and may wait on services that stopped before it.
+    pub(crate) fn spawn_detached(&self, work: impl Future<Output = ()> + Send + 'static) {
+        let mut detached = self.detached.lock().unwrap_or_else(PoisonError::into_inner);
+        // Forget the finished ones, so that the set holds only what still runs.
+        while detached.try_join_next().is_some() {}
+        detached.spawn(work);
+    }
+
+    /// Aborts every task of [`Broker::spawn_detached`] and waits until they are gone (at
+    /// shutdown, once nothing starts new ones).
+    pub(crate) async fn stop_detached(&self) {
+        let mut detached =
+            std::mem::take(&mut *self.detached.lock().unwrap_or_else(PoisonError::into_inner));
+        detached.abort_all();
+        while detached.join_next().await.is_some() {}
     }
 
     /// Resolves once this broker's state is dropped (every `Arc` to it gone) and the data
@@ -491,6 +514,7 @@ impl Broker {
             files: skiff_log::FileCacheHandle(skiff_log::FileCache::new(open_files_max)),
             security,
             cluster,
+            detached: Mutex::new(tokio::task::JoinSet::new()),
             released: tokio::sync::watch::Sender::new(()),
         });
         if broker.cluster.is_some() {

@@ -158,19 +158,22 @@ fn committed_offset(
     )
 }
 
-/// Runs [`finish`] as its own task (it completes even if the requester goes away) and waits for
-/// it.
+/// Runs [`finish`] as its own task (it completes even if the requester goes away; see
+/// [`Broker::spawn_detached`]) and waits for it.
 pub async fn finish_detached(broker: Arc<Broker>, plan: EndPlan) -> Result<(), ErrorCode> {
     let id = plan.transactional_id.clone();
     broker.txns.start_ending(&id);
-    let task = tokio::spawn(finish(Arc::clone(&broker), plan));
-    let result = match task.await {
-        Ok(result) => result,
-        Err(e) => {
-            tracing::error!(error = %e, "a transaction end task failed");
-            Err(ErrorCode::UNKNOWN_SERVER_ERROR)
-        }
-    };
+    let (done, result) = tokio::sync::oneshot::channel();
+    let finishing = Arc::clone(&broker);
+    broker.spawn_detached(async move {
+        let _ = done.send(finish(finishing, plan).await);
+    });
+    let result = result.await.unwrap_or_else(|_| {
+        // It panicked, or the broker is stopping: the end is persisted, and carried out at
+        // the next start (or by the shard's next coordinator).
+        tracing::error!(transactional_id = %id, "a transaction end task did not finish");
+        Err(ErrorCode::UNKNOWN_SERVER_ERROR)
+    });
     broker.txns.stop_ending(&id);
     result
 }
@@ -216,9 +219,9 @@ pub async fn tick(broker: &Arc<Broker>) {
         for plan in unfinished {
             if !broker.txns.is_ending(&plan.transactional_id) {
                 tracing::info!(transactional_id = %plan.transactional_id, commit = plan.commit, "finishing a transaction end (its shard was loaded here, or its end failed)");
-                let broker = Arc::clone(broker);
-                tokio::spawn(async move {
-                    let _ = finish_detached(broker, plan).await;
+                let ending = Arc::clone(broker);
+                broker.spawn_detached(async move {
+                    let _ = finish_detached(ending, plan).await;
                 });
             }
         }
