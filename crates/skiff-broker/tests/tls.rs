@@ -322,8 +322,8 @@ async fn answers_to_a_reader_that_reads_late_arrive_whole_over_tls() {
 }
 
 /// A large produce request sent the way TLS clients send it, as many records with pauses in
-/// between, is read whole by the broker (which gathers such pieces instead of reading each alone)
-/// and its records come back intact.
+/// between, is read whole by the broker (which gathers such pieces instead of reading each alone,
+/// its socket out of the runtime's poller meanwhile) and its records come back intact.
 #[tokio::test]
 async fn a_large_request_sent_in_pieces_over_tls_is_read_whole() {
     let (tb, ca) = start(ClientAuth::None).await;
@@ -338,9 +338,14 @@ async fn a_large_request_sent_in_pieces_over_tls_is_read_whole() {
     ));
     let frame = skiff_protocol::header::encode_request_frame(&request, 9, 77, Some("t"), None)
         .expect("encode");
-    for piece in frame.chunks(16 * 1024) {
+    for (i, piece) in frame.chunks(16 * 1024).enumerate() {
         c.send_raw(piece).await;
         tokio::task::yield_now().await;
+        if i % 8 == 7 {
+            // A client's pace: the broker's reader pauses, its socket leaves the poller, and
+            // the pause brings nothing, so the reader must be woken by the next piece.
+            tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+        }
     }
     match c.receive(skiff_protocol::ApiKey::Produce, 9, 77).await {
         Response::Produce(r) => assert_eq!(r.responses[0].partition_responses[0].error_code, 0),

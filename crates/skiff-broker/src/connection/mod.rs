@@ -153,6 +153,7 @@ impl Connection {
             read,
             write,
             principal,
+            parker,
         } = transport;
         let sasl = listener
             .protocol
@@ -166,10 +167,15 @@ impl Connection {
         let reader = FrameReader::new(read, max);
         // A TLS client's large requests arrive in 16 KiB records: gather them (see
         // `FrameReader::coalescing`) rather than reading each alone.
+        // While it pauses, the socket leaves the runtime's poller (see `security::parking`).
         let reader = if listener.tls.is_some() {
             reader.coalescing()
         } else {
             reader
+        };
+        let reader = match parker {
+            Some(parker) => reader.with_pausing(Box::new(parker)),
+            None => reader,
         };
         let reader = match budget {
             Some((budget, total)) => reader.with_budget(budget, total),

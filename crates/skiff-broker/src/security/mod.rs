@@ -5,6 +5,7 @@
 pub mod acls;
 pub mod credentials;
 pub mod oauth;
+pub mod parking;
 pub mod sasl;
 pub mod tls;
 
@@ -204,6 +205,9 @@ pub struct Transport {
     /// Who the transport says the client is: the client certificate's principal on an SSL
     /// listener, `User:ANONYMOUS` on PLAINTEXT; `None` when SASL will say.
     pub principal: Option<KafkaPrincipal>,
+    /// Takes a TLS connection's socket out of the runtime's poller while its reader pauses
+    /// (see [`parking`]); `None` on plain TCP.
+    pub parker: Option<parking::Parker>,
 }
 
 /// Puts the listener's transport on an accepted socket: the TLS handshake (bounded in time) on
@@ -216,8 +220,10 @@ pub async fn accept(listener: &Listener, tcp: TcpStream) -> Result<Transport> {
             read: Box::new(read),
             write: Box::new(write),
             principal: (!sasl).then(KafkaPrincipal::anonymous),
+            parker: None,
         });
     };
+    let (tcp, parker) = parking::ParkingTcp::new(tcp);
     // rustls reads the socket 4 KiB at a time: a buffer under it turns most of those reads
     // into copies instead of system calls (a 1 MiB produce batch took 256 reads).
     let tcp = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER, tcp);
@@ -235,5 +241,6 @@ pub async fn accept(listener: &Listener, tcp: TcpStream) -> Result<Transport> {
         read: Box::new(read),
         write: Box::new(write),
         principal,
+        parker: Some(parker),
     })
 }
