@@ -162,21 +162,37 @@ impl AsyncRead for ParkingTcp {
     }
 }
 
+impl ParkingTcp {
+    /// A write: directly on a parked socket, through the poller if it would block there.
+    fn poll_write_with(
+        &self,
+        cx: &mut Context<'_>,
+        direct: impl FnOnce(&mut std::net::TcpStream) -> io::Result<usize>,
+        watched: impl FnOnce(Pin<&mut TcpStream>, &mut Context<'_>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        let mut shared = self.lock();
+        if let Some(done) = shared.parked(direct) {
+            return Poll::Ready(done);
+        }
+        let poll = match shared.watched() {
+            Ok(stream) => watched(Pin::new(stream), cx),
+            Err(e) => Poll::Ready(Err(e)),
+        };
+        shared.wrote(poll)
+    }
+}
+
 impl AsyncWrite for ParkingTcp {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let mut shared = self.lock();
-        if let Some(done) = shared.parked(|stream| stream.write(buf)) {
-            return Poll::Ready(done);
-        }
-        let poll = match shared.watched() {
-            Ok(stream) => Pin::new(stream).poll_write(cx, buf),
-            Err(e) => Poll::Ready(Err(e)),
-        };
-        shared.wrote(poll)
+        self.poll_write_with(
+            cx,
+            |stream| stream.write(buf),
+            |stream, cx| stream.poll_write(cx, buf),
+        )
     }
 
     fn poll_write_vectored(
@@ -184,15 +200,11 @@ impl AsyncWrite for ParkingTcp {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let mut shared = self.lock();
-        if let Some(done) = shared.parked(|stream| stream.write_vectored(bufs)) {
-            return Poll::Ready(done);
-        }
-        let poll = match shared.watched() {
-            Ok(stream) => Pin::new(stream).poll_write_vectored(cx, bufs),
-            Err(e) => Poll::Ready(Err(e)),
-        };
-        shared.wrote(poll)
+        self.poll_write_with(
+            cx,
+            |stream| stream.write_vectored(bufs),
+            |stream, cx| stream.poll_write_vectored(cx, bufs),
+        )
     }
 
     fn is_write_vectored(&self) -> bool {
