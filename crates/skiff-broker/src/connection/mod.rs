@@ -166,15 +166,11 @@ impl Connection {
         };
         let reader = FrameReader::new(read, max);
         // A TLS client's large requests arrive in 16 KiB records: gather them (see
-        // `FrameReader::coalescing`) rather than reading each alone.
-        // While it pauses, the socket leaves the runtime's poller (see `security::parking`).
-        let reader = if listener.tls.is_some() {
-            reader.coalescing()
-        } else {
-            reader
-        };
+        // `FrameReader::coalescing`) rather than reading each alone, the socket out of the
+        // runtime's poller while the reader pauses (see `security::parking`). Only a TLS
+        // transport has a parker.
         let reader = match parker {
-            Some(parker) => reader.with_pausing(Box::new(parker)),
+            Some(parker) => reader.coalescing().with_pausing(Box::new(parker)),
             None => reader,
         };
         let reader = match budget {

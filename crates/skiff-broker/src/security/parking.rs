@@ -89,12 +89,10 @@ fn lost() -> io::Error {
 impl Shared {
     /// The socket, registered with the poller again if it was parked.
     fn watched(&mut self) -> io::Result<&mut TcpStream> {
-        if let Socket::Parked(_) = self.socket {
-            let Socket::Parked(parked) = std::mem::replace(&mut self.socket, Socket::Lost) else {
-                return Err(lost());
-            };
-            self.socket = Socket::Watched(TcpStream::from_std(parked)?);
-        }
+        self.socket = match std::mem::replace(&mut self.socket, Socket::Lost) {
+            Socket::Parked(parked) => Socket::Watched(TcpStream::from_std(parked)?),
+            other => other,
+        };
         match &mut self.socket {
             Socket::Watched(stream) => Ok(stream),
             _ => Err(lost()),
@@ -127,16 +125,15 @@ impl Shared {
 impl Pausing for Parker {
     fn pause(&self) {
         let mut shared = lock(&self.shared);
-        if shared.write_waiting || !matches!(shared.socket, Socket::Watched(_)) {
+        if shared.write_waiting {
             return;
         }
-        let Socket::Watched(stream) = std::mem::replace(&mut shared.socket, Socket::Lost) else {
-            return;
+        // If leaving the poller fails, the stream is gone: every later call fails and the
+        // connection closes.
+        shared.socket = match std::mem::replace(&mut shared.socket, Socket::Lost) {
+            Socket::Watched(stream) => stream.into_std().map_or(Socket::Lost, Socket::Parked),
+            other => other,
         };
-        // On failure the stream is gone: every later call fails and the connection closes.
-        if let Ok(parked) = stream.into_std() {
-            shared.socket = Socket::Parked(parked);
-        }
     }
 }
 
@@ -218,6 +215,10 @@ impl AsyncWrite for ParkingTcp {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut shared = self.lock();
+        // A parked socket is shut down as it is: no need to watch it again for that.
+        if let Some(done) = shared.parked(|stream| stream.shutdown(std::net::Shutdown::Write)) {
+            return Poll::Ready(done);
+        }
         match shared.watched() {
             Ok(stream) => Pin::new(stream).poll_shutdown(cx),
             Err(e) => Poll::Ready(Err(e)),
