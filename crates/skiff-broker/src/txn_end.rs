@@ -162,20 +162,44 @@ fn committed_offset(
 /// [`Broker::spawn_detached`]) and waits for it.
 pub async fn finish_detached(broker: Arc<Broker>, plan: EndPlan) -> Result<(), ErrorCode> {
     let id = plan.transactional_id.clone();
-    broker.txns.start_ending(&id);
-    let (done, result) = tokio::sync::oneshot::channel();
-    let finishing = Arc::clone(&broker);
-    broker.spawn_detached(async move {
-        let _ = done.send(finish(finishing, plan).await);
-    });
-    let result = result.await.unwrap_or_else(|_| {
+    spawn_finish(&broker, plan).await.unwrap_or_else(|_| {
         // It panicked, or the broker is stopping: the end is persisted, and carried out at
         // the next start (or by the shard's next coordinator).
         tracing::error!(transactional_id = %id, "a transaction end task did not finish");
         Err(ErrorCode::UNKNOWN_SERVER_ERROR)
+    })
+}
+
+/// Starts [`finish`] as a task of its own; the receiver gets its result. The end counts as
+/// being carried out ([`crate::txns::TransactionCoordinator::is_ending`]) from now until that task is
+/// gone, however it ends.
+fn spawn_finish(
+    broker: &Arc<Broker>,
+    plan: EndPlan,
+) -> tokio::sync::oneshot::Receiver<Result<(), ErrorCode>> {
+    broker.txns.start_ending(&plan.transactional_id);
+    let ending = Ending {
+        broker: Arc::clone(broker),
+        transactional_id: plan.transactional_id.clone(),
+    };
+    let (done, result) = tokio::sync::oneshot::channel();
+    broker.spawn_detached(async move {
+        let _ = done.send(finish(Arc::clone(&ending.broker), plan).await);
+        drop(ending);
     });
-    broker.txns.stop_ending(&id);
     result
+}
+
+/// Marks a transaction's end as no longer carried out when dropped (done, panicked or aborted).
+struct Ending {
+    broker: Arc<Broker>,
+    transactional_id: String,
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        self.broker.txns.stop_ending(&self.transactional_id);
+    }
 }
 
 /// Aborts timed-out transactions; forgets transactional IDs idle past their expiration. In
@@ -219,10 +243,8 @@ pub async fn tick(broker: &Arc<Broker>) {
         for plan in unfinished {
             if !broker.txns.is_ending(&plan.transactional_id) {
                 tracing::info!(transactional_id = %plan.transactional_id, commit = plan.commit, "finishing a transaction end (its shard was loaded here, or its end failed)");
-                let ending = Arc::clone(broker);
-                broker.spawn_detached(async move {
-                    let _ = finish_detached(ending, plan).await;
-                });
+                // Nobody waits for its result: a failed end stays unfinished for a later tick.
+                drop(spawn_finish(broker, plan));
             }
         }
     }
