@@ -445,3 +445,56 @@ fn close_hanging(broker: &Arc<Broker>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+    use crate::config::BrokerConfig;
+
+    /// A requester that goes away (a client disconnecting during EndTxn) leaves its end running
+    /// in its own task, and once that task is done the end no longer counts as being carried
+    /// out, so a later tick may carry out an end that failed.
+    #[tokio::test]
+    async fn an_end_whose_requester_went_away_stops_counting_as_carried_out() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let running = crate::server::start(BrokerConfig {
+            listen: "127.0.0.1:0".parse().expect("addr"),
+            data_dir: dir.path().to_path_buf(),
+            ..Default::default()
+        })
+        .await
+        .expect("broker starts");
+        let broker = Arc::clone(&running.broker);
+        let plan = EndPlan {
+            transactional_id: "gone".into(),
+            producer_id: 1,
+            producer_epoch: 0,
+            commit: false,
+            partitions: Vec::new(),
+            offsets: Default::default(),
+            groups: Vec::new(),
+        };
+        // Polled once, then dropped: its end has started, and nobody waits for it.
+        assert!(
+            finish_detached(Arc::clone(&broker), plan)
+                .now_or_never()
+                .is_none()
+        );
+        assert!(broker.txns.is_ending("gone"));
+        let done = async {
+            while broker.txns.is_ending("gone") {
+                tokio::task::yield_now().await;
+            }
+        };
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_secs(10), done)
+                .await
+                .is_ok(),
+            "the end still counts as carried out"
+        );
+        drop(broker);
+        running.shutdown().await.expect("shutdown");
+    }
+}
