@@ -286,7 +286,16 @@ async fn answers_to_a_reader_that_reads_late_arrive_whole_over_tls() {
             other => panic!("unexpected {other:?}"),
         }
     }
-    for (offset, size) in sizes.iter().enumerate() {
+    // (fetch offset, the fetch's byte limits, more record bytes than this must come back): one
+    // record per answer, then one answer of several megabytes, more than the TLS records the
+    // broker seals ahead of the socket (1 MiB).
+    let mut cases: Vec<(i64, i32, usize)> = sizes
+        .iter()
+        .enumerate()
+        .map(|(offset, size)| (offset as i64, 1, *size))
+        .collect();
+    cases.push((0, 4 << 20, 3 << 20));
+    for (offset, max_bytes, size) in &cases {
         // A fresh connection whose receive buffer is small, so the broker's socket fills.
         let tcp = tokio::net::TcpSocket::new_v4().expect("socket");
         tcp.set_recv_buffer_size(4096).expect("SO_RCVBUF");
@@ -298,9 +307,9 @@ async fn answers_to_a_reader_that_reads_late_arrive_whole_over_tls() {
             .expect("handshake");
         let (read, write) = tokio::io::split(stream);
         let mut slow = Client::over(read, write);
-        let mut fetch =
-            common::fetch_request("sizes", skiff_protocol::Uuid::ZERO, offset as i64, 0, 0);
-        fetch.topics[0].partitions[0].partition_max_bytes = 1;
+        let mut fetch = common::fetch_request("sizes", skiff_protocol::Uuid::ZERO, *offset, 0, 0);
+        fetch.max_bytes = *max_bytes;
+        fetch.topics[0].partitions[0].partition_max_bytes = *max_bytes;
         let request = skiff_protocol::Request::Fetch(fetch);
         let id = slow.send(&request, 12).await;
         // Nothing to wait for: the broker writes until its socket is full, then waits.
@@ -313,7 +322,7 @@ async fn answers_to_a_reader_that_reads_late_arrive_whole_over_tls() {
                     .map_or(0, |b| b.len());
                 assert!(
                     got > *size,
-                    "{got} bytes of records for a {size}-byte value"
+                    "{got} bytes of records from offset {offset}, more than {size} expected"
                 );
             }
             other => panic!("unexpected {other:?}"),
