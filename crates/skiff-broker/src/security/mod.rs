@@ -196,7 +196,7 @@ const TLS_READ_BUFFER: usize = 32 * 1024;
 /// How much an answer rustls seals ahead of the socket (its default, 64 KiB, took a write system
 /// call, and a wake-up of the client, per 64 KiB: a fetch answer of 1 MiB took sixteen). Only
 /// an answer being written fills it; an idle connection holds none. Over SASL_SSL it took the
-/// broker's CPU per MB consumed by confluent-kafka from 0.90-1.00 to 0.70-0.81 ms (README,
+/// broker's CPU per MB consumed by confluent-kafka from 0.87-1.00 to 0.59-0.81 ms (README,
 /// "TLS + SASL").
 const TLS_WRITE_BUFFER: usize = 1024 * 1024;
 
