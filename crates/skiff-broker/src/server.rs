@@ -559,6 +559,18 @@ async fn maintenance(broker: Arc<Broker>, mut shutdown: watch::Receiver<bool>) {
     }
 }
 
+/// A broker on an ephemeral loopback port over `dir`, with the defaults (for unit tests).
+#[cfg(test)]
+pub(crate) async fn start_for_test(dir: &std::path::Path) -> RunningBroker {
+    start(BrokerConfig {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        data_dir: dir.to_path_buf(),
+        ..Default::default()
+    })
+    .await
+    .expect("broker starts")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -570,13 +582,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn shutdown_stops_detached_work_that_never_ends() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let running = start(BrokerConfig {
-            listen: "127.0.0.1:0".parse().expect("addr"),
-            data_dir: dir.path().to_path_buf(),
-            ..Default::default()
-        })
-        .await
-        .expect("broker starts");
+        let running = start_for_test(dir.path()).await;
         let holder = Arc::clone(&running.broker);
         running.broker.spawn_detached(async move {
             let _state = holder;

@@ -451,7 +451,6 @@ mod tests {
     use futures::FutureExt;
 
     use super::*;
-    use crate::config::BrokerConfig;
 
     /// A requester that goes away (a client disconnecting during EndTxn) leaves its end running
     /// in its own task, and once that task is done the end no longer counts as being carried
@@ -459,13 +458,7 @@ mod tests {
     #[tokio::test]
     async fn an_end_whose_requester_went_away_stops_counting_as_carried_out() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let running = crate::server::start(BrokerConfig {
-            listen: "127.0.0.1:0".parse().expect("addr"),
-            data_dir: dir.path().to_path_buf(),
-            ..Default::default()
-        })
-        .await
-        .expect("broker starts");
+        let running = crate::server::start_for_test(dir.path()).await;
         let broker = Arc::clone(&running.broker);
         let plan = EndPlan {
             transactional_id: "gone".into(),

@@ -234,12 +234,11 @@ pub async fn accept(listener: &Listener, tcp: TcpStream) -> Result<Transport> {
     // rustls reads the socket 4 KiB at a time: a buffer under it turns most of those reads
     // into copies instead of system calls (a 1 MiB produce batch took 256 reads).
     let tcp = tokio::io::BufReader::with_capacity(TLS_READ_BUFFER, tcp);
-    let stream = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(tcp))
+    let mut stream = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(tcp))
         .await
         .context("TLS handshake timed out")?
         .context("TLS handshake failed")?;
-    let mut stream = stream;
-    // Before the handshake nothing is written, so this limits only the sealed records.
+    // (The limit also bounds plaintext queued before the handshake ends: none, by now.)
     stream.get_mut().1.set_buffer_limit(Some(TLS_WRITE_BUFFER));
     let principal = if sasl {
         None
